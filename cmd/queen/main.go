@@ -1,0 +1,185 @@
+// Command queen is the broker.
+//
+//	queen          run the broker, configured by environment
+//	queen dev      the same, but with a throwaway local PostgreSQL when no
+//	               database is configured (QUEEN_PG_URL / PG_HOST unset);
+//	               the WAL goes to a temporary directory unless
+//	               FILE_BUFFER_DIR is set
+//
+// Environment (Queen's names where they exist):
+//
+//	PORT                   listen port (6632)
+//	HOST                   listen host (0.0.0.0)
+//	QUEEN_PG_URL           PostgreSQL URL; else PG_HOST (localhost), PG_PORT (5432),
+//	                       PG_USER (postgres), PG_PASSWORD (""), PG_DB (postgres)
+//	FILE_BUFFER_DIR        WAL directory (/var/lib/queen/buffers)
+//	QUEEN_MAX_BODY_BYTES   push body limit in bytes (67108864 = 64 MiB)
+//	QUEEN_WAL_RETENTION_SECONDS   keep projected WAL segments this long (900)
+//	QUEEN_WAL_SEGMENT_BYTES       WAL segment size in bytes (16777216)
+//	QUEEN_PUSH_VERDICT_TIMEOUT_MS longest wait for a PostgreSQL verdict before
+//	                              answering buffered (5000)
+//	QUEEN_MAX_CONNS        concurrent HTTP connections (fasthttp default 262144)
+//	DB_POOL_SIZE           PostgreSQL pool size (10)
+//	LOG_LEVEL              debug, info, warn, error (info)
+//
+// SIGTERM or SIGINT shuts down gracefully: stop accepting, finish in-flight
+// requests (30 s at most), stop the projector, flush and close the WAL.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/queenmq/queen-go/fastapi"
+	"github.com/queenmq/queen-go/internal/broker"
+	"github.com/queenmq/queen-go/internal/pgcluster"
+	"github.com/queenmq/queen-go/projector"
+	"github.com/queenmq/queen-go/wal"
+)
+
+// walRetention maps QUEEN_WAL_RETENTION_SECONDS to projector.Config
+// (0 seconds = truncate as soon as projected, which the config spells -1).
+func walRetention(sec int) time.Duration {
+	if sec == 0 {
+		return -1
+	}
+	return time.Duration(sec) * time.Second
+}
+
+func env(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func envInt(name string, def int) (int, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%s must be a non-negative integer, got %q", name, v)
+	}
+	return n, nil
+}
+
+func pgURLFromEnv() string {
+	if u := os.Getenv("QUEEN_PG_URL"); u != "" {
+		return u
+	}
+	u := url.URL{Scheme: "postgres", Host: net.JoinHostPort(env("PG_HOST", "localhost"), env("PG_PORT", "5432")),
+		Path: "/" + env("PG_DB", "postgres")}
+	if pw := os.Getenv("PG_PASSWORD"); pw != "" {
+		u.User = url.UserPassword(env("PG_USER", "postgres"), pw)
+	} else {
+		u.User = url.User(env("PG_USER", "postgres"))
+	}
+	q := u.Query()
+	if os.Getenv("PG_USE_SSL") != "true" {
+		q.Set("sslmode", "disable")
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "queen:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	level := slog.LevelInfo
+	_ = level.UnmarshalText([]byte(env("LOG_LEVEL", "info")))
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	slog.SetDefault(logger)
+
+	dev := len(args) > 0 && args[0] == "dev"
+	if len(args) > 0 && !dev {
+		return fmt.Errorf("unknown command %q (want no argument or \"dev\")", args[0])
+	}
+	port, err := envInt("PORT", 6632)
+	if err != nil {
+		return err
+	}
+	maxBody, err := envInt("QUEEN_MAX_BODY_BYTES", fastapi.DefaultMaxBodyBytes)
+	if err != nil {
+		return err
+	}
+	retention, err := envInt("QUEEN_WAL_RETENTION_SECONDS", 900)
+	if err != nil {
+		return err
+	}
+	segBytes, err := envInt("QUEEN_WAL_SEGMENT_BYTES", wal.DefaultSegmentSize)
+	if err != nil {
+		return err
+	}
+	verdictMS, err := envInt("QUEEN_PUSH_VERDICT_TIMEOUT_MS", 5000)
+	if err != nil {
+		return err
+	}
+	maxConns, err := envInt("QUEEN_MAX_CONNS", 0)
+	if err != nil {
+		return err
+	}
+	pool, err := envInt("DB_POOL_SIZE", 10)
+	if err != nil {
+		return err
+	}
+	walDir := env("FILE_BUFFER_DIR", "/var/lib/queen/buffers")
+	pgURL := pgURLFromEnv()
+
+	if dev {
+		if os.Getenv("QUEEN_PG_URL") == "" && os.Getenv("PG_HOST") == "" {
+			logger.Info("dev: no database configured; starting a throwaway PostgreSQL")
+			c, err := pgcluster.Start(context.Background())
+			if err != nil {
+				return fmt.Errorf("dev: %w", err)
+			}
+			defer c.Destroy()
+			pgURL = c.URL("postgres")
+			logger.Info("dev: throwaway PostgreSQL is up", "url", pgURL, "dir", c.Dir)
+		}
+		if os.Getenv("FILE_BUFFER_DIR") == "" {
+			d, err := os.MkdirTemp("", "queen-wal-")
+			if err != nil {
+				return err
+			}
+			walDir = d
+		}
+	}
+
+	b, err := broker.Start(broker.Config{
+		Addr:           net.JoinHostPort(env("HOST", "0.0.0.0"), strconv.Itoa(port)),
+		PGURL:          pgURL,
+		WALDir:         walDir,
+		MaxBodyBytes:   maxBody,
+		WAL:            wal.Options{SegmentSize: segBytes},
+		Projector:      projector.Config{WALRetention: walRetention(retention)},
+		VerdictTimeout: time.Duration(verdictMS) * time.Millisecond,
+		PoolSize:       int32(pool),
+		HTTP:           fastapi.Config{MaxConns: maxConns},
+		Logger:         logger,
+	})
+	if err != nil {
+		return err
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	s := <-sig
+	logger.Info("shutting down", "signal", s.String())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return b.Stop(ctx)
+}

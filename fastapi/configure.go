@@ -1,0 +1,125 @@
+package fastapi
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	json "github.com/goccy/go-json"
+	"github.com/valyala/fasthttp"
+
+	"github.com/queenmq/queen-go/ingest"
+	"github.com/queenmq/queen-go/pg"
+)
+
+// decodeObject decodes a JSON object body into v; errors are client
+// mistakes with a message fit for {"error": ...}.
+func decodeObject(body []byte, v any) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = errors.New("malformed JSON")
+		}
+	}()
+	t := bytes.TrimSpace(body)
+	if len(t) == 0 {
+		return errors.New("empty request body")
+	}
+	if t[0] != '{' {
+		return errors.New("body must be a JSON object")
+	}
+	if err := json.Unmarshal(t, v); err != nil {
+		return errors.New("malformed JSON")
+	}
+	return nil
+}
+
+// intOptions and boolOptions map Queen's option names to their field.
+func optionFields(o *pg.QueueOptions) (map[string]*int, map[string]*bool) {
+	return map[string]*int{
+			"leaseTime": &o.LeaseTime, "retryLimit": &o.RetryLimit, "delayedProcessing": &o.DelayedProcessing,
+			"windowBuffer": &o.WindowBuffer, "retentionSeconds": &o.RetentionSeconds,
+			"completedRetentionSeconds": &o.CompletedRetentionSeconds, "maxWaitTimeSeconds": &o.MaxWaitTimeSeconds,
+			"priority": &o.Priority, "maxSize": &o.MaxSize, "retryDelay": &o.RetryDelay, "ttl": &o.TTL,
+			"dedupWindowSeconds": &o.DedupWindowSeconds,
+		}, map[string]*bool{
+			"retentionEnabled": &o.RetentionEnabled, "encryptionEnabled": &o.EncryptionEnabled,
+			"deadLetterQueue": &o.DeadLetterQueue, "dlqAfterMaxRetries": &o.DLQAfterMaxRetries,
+		}
+}
+
+// ParseQueueOptions applies a /configure "options" object over the
+// defaults (a full replace: omitted options take their defaults). Integer
+// options must be whole numbers in 0..2^31-1, boolean options booleans;
+// unknown options are ignored.
+func ParseQueueOptions(raw map[string]json.RawMessage) (pg.QueueOptions, error) {
+	o := pg.DefaultQueueOptions()
+	ints, bools := optionFields(&o)
+	for name, v := range raw {
+		if p, ok := ints[name]; ok {
+			var n int64
+			if err := json.Unmarshal(v, &n); err != nil || n < 0 || n > 1<<31-1 {
+				return o, fmt.Errorf("options.%s must be a non-negative integer", name)
+			}
+			*p = int(n)
+		} else if p, ok := bools[name]; ok {
+			var b bool
+			if err := json.Unmarshal(v, &b); err != nil {
+				return o, fmt.Errorf("options.%s must be a boolean", name)
+			}
+			*p = b
+		}
+	}
+	return o, nil
+}
+
+func (s *Server) configure(ctx *fasthttp.RequestCtx) {
+	body, err := s.readBody(ctx)
+	if err != nil {
+		writeErr(ctx, fasthttp.StatusRequestEntityTooLarge, "request body exceeds QUEEN_MAX_BODY_BYTES")
+		return
+	}
+	var req struct {
+		Queue     *string                    `json:"queue"`
+		Namespace *string                    `json:"namespace"`
+		Task      *string                    `json:"task"`
+		Options   map[string]json.RawMessage `json:"options"`
+	}
+	if err := decodeObject(body, &req); err != nil {
+		writeErr(ctx, fasthttp.StatusBadRequest, err.Error())
+		return
+	}
+	if req.Queue == nil {
+		writeErr(ctx, fasthttp.StatusBadRequest, "\"queue\" is required")
+		return
+	}
+	if err := ingest.ValidateName(*req.Queue); err != nil {
+		writeErr(ctx, fasthttp.StatusBadRequest, "queue "+err.Error())
+		return
+	}
+	opts, err := ParseQueueOptions(req.Options)
+	if err != nil {
+		writeErr(ctx, fasthttp.StatusBadRequest, err.Error())
+		return
+	}
+	ns, task := "", ""
+	if req.Namespace != nil {
+		ns = *req.Namespace
+	}
+	if req.Task != nil {
+		task = *req.Task
+	}
+	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := s.b.Configure(c, *req.Queue, ns, task, opts)
+	if err != nil {
+		s.log.Error("configure failed", "queue", *req.Queue, "err", err)
+		writeErr(ctx, fasthttp.StatusServiceUnavailable, "database unavailable")
+		return
+	}
+	writeJSON(ctx, fasthttp.StatusOK, map[string]any{
+		"configured": true, "queueId": res.QueueID.String(), "partitionId": res.PartitionID.String(),
+		"queue": *req.Queue, "namespace": res.Namespace, "task": res.Task, "options": res.Options,
+	})
+}

@@ -1,0 +1,283 @@
+// Package fastapi is the broker's HTTP surface on fasthttp: routing, JSON in
+// and out (goccy/go-json), the push route with its body limit, configure,
+// health and the maintenance routes. Every error is JSON {"error": "..."}
+// with the right status; a client's mistake is never a 500.
+package fastapi
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/fasthttp/router"
+	json "github.com/goccy/go-json"
+	"github.com/valyala/fasthttp"
+
+	"github.com/queenmq/queen-go/ingest"
+	"github.com/queenmq/queen-go/pg"
+)
+
+// Defaults for Config.
+const (
+	// DefaultMaxBodyBytes is QUEEN_MAX_BODY_BYTES' default: 64 MiB.
+	DefaultMaxBodyBytes = 64 << 20
+	// DefaultReadTimeout bounds reading one request (headers and body).
+	DefaultReadTimeout = 60 * time.Second
+	// DefaultIdleTimeout closes idle keep-alive connections.
+	DefaultIdleTimeout = 120 * time.Second
+	// drainLimitFactor × MaxBodyBytes is the most the server reads and
+	// discards after a 413 so the client can read the reply.
+	drainLimitFactor = 2
+)
+
+// Broker is what the HTTP layer needs from the broker.
+type Broker interface {
+	// Push runs a push body through the pipeline (see ingest.Pipeline.Push).
+	Push(ctx context.Context, body []byte, producerSub *string) ([]ingest.Result, error)
+	// Configure stores a queue's options (full replace).
+	Configure(ctx context.Context, queue, namespace, task string, o pg.QueueOptions) (*pg.ConfigureResult, error)
+	// Health does a real database round-trip.
+	Health(ctx context.Context) error
+	// SetMaintenance turns push maintenance mode on or off.
+	SetMaintenance(ctx context.Context, enabled bool) error
+	// MaintenanceStatus reports the mode and the WAL backlog.
+	MaintenanceStatus() MaintenanceStatus
+}
+
+// MaintenanceStatus is the body of GET /api/v1/system/maintenance.
+type MaintenanceStatus struct {
+	MaintenanceMode bool   `json:"maintenanceMode"`
+	BufferedEntries uint64 `json:"bufferedMessages"` // WAL records not yet in PostgreSQL
+	BufferHealthy   bool   `json:"bufferHealthy"`    // the WAL accepts writes
+	DBHealthy       bool   `json:"dbHealthy"`
+	Checkpoint      uint64 `json:"checkpoint"` // last WAL index committed to PostgreSQL
+	DurableIndex    uint64 `json:"walIndex"`   // last WAL index fsynced
+}
+
+// Config of the HTTP server. Zero fields take the defaults above.
+type Config struct {
+	// MaxBodyBytes is the largest request body in bytes (QUEEN_MAX_BODY_BYTES).
+	MaxBodyBytes int
+	ReadTimeout  time.Duration
+	IdleTimeout  time.Duration
+	// MaxConns bounds concurrent connections (0 = fasthttp's default).
+	MaxConns int
+	Logger   *slog.Logger
+}
+
+// Server is the HTTP server.
+type Server struct {
+	cfg Config
+	b   Broker
+	srv *fasthttp.Server
+	log *slog.Logger
+}
+
+// New builds the server and its routes.
+func New(cfg Config, b Broker) *Server {
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.ReadTimeout <= 0 {
+		cfg.ReadTimeout = DefaultReadTimeout
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Server{cfg: cfg, b: b, log: cfg.Logger}
+	r := router.New()
+	r.POST("/api/v1/push", s.push)
+	r.POST("/api/v1/configure", s.configure)
+	r.GET("/health", s.health)
+	r.GET("/api/v1/system/maintenance", s.getMaintenance)
+	r.POST("/api/v1/system/maintenance", s.postMaintenance)
+	r.GlobalOPTIONS = func(ctx *fasthttp.RequestCtx) { cors(ctx); ctx.SetStatusCode(fasthttp.StatusNoContent) }
+	r.NotFound = func(ctx *fasthttp.RequestCtx) { writeErr(ctx, fasthttp.StatusNotFound, "not found") }
+	r.MethodNotAllowed = func(ctx *fasthttp.RequestCtx) {
+		writeErr(ctx, fasthttp.StatusMethodNotAllowed, "method not allowed")
+	}
+	r.PanicHandler = func(ctx *fasthttp.RequestCtx, v any) {
+		s.log.Error("http: handler panic", "path", string(ctx.Path()), "panic", v)
+		writeErr(ctx, fasthttp.StatusInternalServerError, "internal error")
+	}
+	s.srv = &fasthttp.Server{
+		Handler:           r.Handler,
+		Name:              "queen-go",
+		StreamRequestBody: true, // the body limit is enforced in readBody, with a readable 413
+		// With streaming, this is only how much fasthttp reads ahead.
+		MaxRequestBodySize:            cfg.MaxBodyBytes + 1,
+		ReadTimeout:                   cfg.ReadTimeout,
+		IdleTimeout:                   cfg.IdleTimeout,
+		Concurrency:                   cfg.MaxConns,
+		NoDefaultServerHeader:         true,
+		DisableHeaderNamesNormalizing: false,
+		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) {
+			if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+				writeErr(ctx, fasthttp.StatusRequestEntityTooLarge, "request body too large")
+				return
+			}
+			writeErr(ctx, fasthttp.StatusBadRequest, "malformed HTTP request")
+		},
+	}
+	return s
+}
+
+// Serve serves on ln until Shutdown.
+func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(ln) }
+
+// Shutdown stops accepting, waits for in-flight requests (until ctx ends).
+func (s *Server) Shutdown(ctx context.Context) error { return s.srv.ShutdownWithContext(ctx) }
+
+func cors(ctx *fasthttp.RequestCtx) {
+	h := &ctx.Response.Header
+	h.Set("Access-Control-Allow-Origin", "*")
+	h.Set("Access-Control-Allow-Methods", "GET, POST, PUT, DELETE, OPTIONS")
+	h.Set("Access-Control-Allow-Headers", "Content-Type, Authorization")
+}
+
+func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status, b = fasthttp.StatusInternalServerError, []byte(`{"error":"encoding response"}`)
+	}
+	cors(ctx)
+	ctx.SetContentType("application/json")
+	ctx.SetStatusCode(status)
+	ctx.SetBody(b)
+}
+
+func writeErr(ctx *fasthttp.RequestCtx, status int, msg string) {
+	writeJSON(ctx, status, map[string]string{"error": msg})
+}
+
+// errTooLarge is returned by readBody for a body over the limit.
+var errTooLarge = errors.New("request body too large")
+
+// readBody reads the request body up to MaxBodyBytes. Over the limit it
+// drains (bounded) what the client still sends, so the 413 is readable and
+// not lost to a connection reset, then marks the connection to close.
+func (s *Server) readBody(ctx *fasthttp.RequestCtx) ([]byte, error) {
+	limit := s.cfg.MaxBodyBytes
+	if cl := ctx.Request.Header.ContentLength(); cl > limit {
+		s.drain(ctx)
+		return nil, errTooLarge
+	}
+	stream := ctx.RequestBodyStream()
+	if stream == nil {
+		return ctx.Request.Body(), nil
+	}
+	buf := make([]byte, 0, min(max(ctx.Request.Header.ContentLength(), 512), limit+1))
+	buf, err := readAtMost(stream, buf, limit+1)
+	if err != nil {
+		return nil, err
+	}
+	if len(buf) > limit {
+		s.drain(ctx)
+		return nil, errTooLarge
+	}
+	return buf, nil
+}
+
+func readAtMost(r io.Reader, buf []byte, n int) ([]byte, error) {
+	for len(buf) < n {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		m, err := r.Read(buf[len(buf):min(cap(buf), n)])
+		buf = buf[:len(buf)+m]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
+	return buf, nil
+}
+
+func (s *Server) drain(ctx *fasthttp.RequestCtx) {
+	ctx.SetConnectionClose()
+	if stream := ctx.RequestBodyStream(); stream != nil {
+		_, _ = io.CopyN(io.Discard, stream, int64(drainLimitFactor)*int64(s.cfg.MaxBodyBytes))
+	}
+}
+
+func (s *Server) push(ctx *fasthttp.RequestCtx) {
+	body, err := s.readBody(ctx)
+	if err != nil {
+		if errors.Is(err, errTooLarge) {
+			writeErr(ctx, fasthttp.StatusRequestEntityTooLarge, "request body exceeds QUEEN_MAX_BODY_BYTES")
+			return
+		}
+		writeErr(ctx, fasthttp.StatusBadRequest, "could not read request body")
+		return
+	}
+	// producerSub stays nil until JWT auth exists (spec/producing.md).
+	res, err := s.b.Push(ctx, body, nil)
+	var verr *ingest.ValidationError
+	switch {
+	case errors.As(err, &verr):
+		writeErr(ctx, fasthttp.StatusBadRequest, verr.Msg)
+	case errors.Is(err, ingest.ErrMaintenanceWrite):
+		s.log.Error("push: WAL write failed in maintenance mode", "err", err)
+		writeErr(ctx, fasthttp.StatusInternalServerError, "file buffer write failed")
+	case err != nil:
+		s.log.Error("push failed", "err", err)
+		writeErr(ctx, fasthttp.StatusInternalServerError, "internal error")
+	default:
+		writeJSON(ctx, fasthttp.StatusCreated, res)
+	}
+}
+
+func (s *Server) health(ctx *fasthttp.RequestCtx) {
+	c, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := s.b.Health(c); err != nil {
+		writeJSON(ctx, fasthttp.StatusServiceUnavailable, map[string]any{
+			"status": "unhealthy", "database": "disconnected", "server": "queen-go"})
+		return
+	}
+	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"status": "healthy", "database": "connected", "server": "queen-go"})
+}
+
+func (s *Server) getMaintenance(ctx *fasthttp.RequestCtx) {
+	writeJSON(ctx, fasthttp.StatusOK, s.b.MaintenanceStatus())
+}
+
+func (s *Server) postMaintenance(ctx *fasthttp.RequestCtx) {
+	body, err := s.readBody(ctx)
+	if err != nil {
+		writeErr(ctx, fasthttp.StatusRequestEntityTooLarge, "request body exceeds QUEEN_MAX_BODY_BYTES")
+		return
+	}
+	var req struct {
+		Enabled *bool `json:"enabled"`
+	}
+	if err := decodeObject(body, &req); err != nil {
+		writeErr(ctx, fasthttp.StatusBadRequest, err.Error())
+		return
+	}
+	if req.Enabled == nil {
+		writeErr(ctx, fasthttp.StatusBadRequest, "\"enabled\" (boolean) is required")
+		return
+	}
+	c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.b.SetMaintenance(c, *req.Enabled); err != nil {
+		// The mode is in effect on this broker; only persisting it failed.
+		s.log.Warn("maintenance: could not persist the flag", "err", err)
+	}
+	st := s.b.MaintenanceStatus()
+	msg := "maintenance mode disabled: the projector resumes and drains the WAL"
+	if st.MaintenanceMode {
+		msg = "maintenance mode enabled: pushes are written to the WAL and answered buffered"
+	}
+	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"maintenanceMode": st.MaintenanceMode,
+		"bufferedMessages": st.BufferedEntries, "bufferHealthy": st.BufferHealthy, "message": msg})
+}

@@ -1,0 +1,212 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/queenmq/queen-go/wal"
+)
+
+// Status is a per-item push verdict (spec/producing.md, "The status values").
+type Status string
+
+const (
+	// StatusQueued: stored and committed in PostgreSQL.
+	StatusQueued Status = "queued"
+	// StatusDuplicate: the partition already holds this transactionId inside
+	// the dedup window; nothing was written.
+	StatusDuplicate Status = "duplicate"
+	// StatusBuffered: fsynced in the WAL, not yet in PostgreSQL.
+	StatusBuffered Status = "buffered"
+	// StatusFailed: the WAL append failed; nothing was stored.
+	StatusFailed Status = "failed"
+)
+
+// DefaultVerdictTimeout bounds how long a push waits for the projector's
+// verdict before answering "buffered": 5 seconds.
+const DefaultVerdictTimeout = 5 * time.Second
+
+// ErrMaintenanceWrite is returned by Push when the WAL append failed while
+// maintenance mode is on: the one case where the whole push answers 500
+// (spec/producing.md, "The status values").
+var ErrMaintenanceWrite = errors.New("ingest: WAL write failed in maintenance mode")
+
+// Verdict is the projector's outcome for one stored or deduplicated item.
+type Verdict struct {
+	Duplicate bool
+	// MessageID is the stored message's id, or for a duplicate the
+	// original's id (uuid.Nil when the original's segment is gone).
+	MessageID uuid.UUID
+}
+
+// Result is one element of the push response array (spec/producing.md,
+// "The response").
+type Result struct {
+	Index         int    `json:"index"`
+	MessageID     string `json:"message_id"`
+	TransactionID string `json:"transaction_id"`
+	QueueName     string `json:"queueName"`
+	Status        Status `json:"status"`
+}
+
+// Registry connects pushes waiting for a verdict with the projector that
+// delivers it, keyed by WAL index. It is safe for concurrent use.
+type Registry struct {
+	mu      sync.Mutex
+	waiters map[uint64]chan []Verdict
+}
+
+// NewRegistry returns an empty Registry.
+func NewRegistry() *Registry { return &Registry{waiters: make(map[uint64]chan []Verdict)} }
+
+func (r *Registry) register(index uint64) chan []Verdict {
+	ch := make(chan []Verdict, 1)
+	r.mu.Lock()
+	r.waiters[index] = ch
+	r.mu.Unlock()
+	return ch
+}
+
+func (r *Registry) release(index uint64) {
+	r.mu.Lock()
+	delete(r.waiters, index)
+	r.mu.Unlock()
+}
+
+// Deliver hands the verdicts of the WAL record at index (one per item, in
+// item order) to its waiting push, if any. A nil slice means "not stored
+// yet" and the push answers buffered.
+func (r *Registry) Deliver(index uint64, v []Verdict) {
+	r.mu.Lock()
+	ch, ok := r.waiters[index]
+	delete(r.waiters, index)
+	r.mu.Unlock()
+	if ok {
+		ch <- v
+	}
+}
+
+// FailAll answers every waiting push "buffered" (the projector calls it
+// when PostgreSQL fails or it pauses).
+func (r *Registry) FailAll() {
+	r.mu.Lock()
+	w := r.waiters
+	r.waiters = make(map[uint64]chan []Verdict)
+	r.mu.Unlock()
+	for _, ch := range w {
+		ch <- nil
+	}
+}
+
+// Gate tells the pipeline whether waiting for a verdict is worthwhile.
+type Gate interface {
+	// Accepting is false while the projector is paused (maintenance mode),
+	// PostgreSQL is away, or the backlog is too long to wait for.
+	Accepting() bool
+}
+
+// Pipeline is the push path. All fields are required except VerdictTimeout
+// (default DefaultVerdictTimeout) and Now (default time.Now).
+type Pipeline struct {
+	WAL      *wal.Log
+	Registry *Registry
+	Gate     Gate
+	// Maintenance reports whether push maintenance mode is on.
+	Maintenance    func() bool
+	VerdictTimeout time.Duration
+	Now            func() time.Time
+}
+
+// Push validates body and runs it through the WAL and the projector.
+// producerSub is the validated JWT sub, or nil without auth.
+//
+// Returns one Result per item in body order; a *ValidationError for a
+// client mistake (nothing written); ErrMaintenanceWrite when the WAL append
+// failed in maintenance mode (nothing written). A WAL failure outside
+// maintenance mode is not an error: every item is answered "failed".
+func (p *Pipeline) Push(ctx context.Context, body []byte, producerSub *string) ([]Result, error) {
+	parsed, err := ParseBody(body)
+	if err != nil {
+		return nil, err
+	}
+	if len(parsed) == 0 {
+		return []Result{}, nil
+	}
+	now := time.Now
+	if p.Now != nil {
+		now = p.Now
+	}
+	rec := Record{AcceptedAt: now().UnixMicro(), Items: make([]Item, len(parsed))}
+	res := make([]Result, len(parsed))
+	for i, it := range parsed {
+		id, err := uuid.NewV7()
+		if err != nil {
+			return nil, err
+		}
+		txid := it.TransactionID
+		if txid == "" { // spec/producing.md: the broker uses the id it minted
+			txid = id.String()
+		}
+		rec.Items[i] = Item{Queue: it.Queue, Partition: it.Partition, TransactionID: txid,
+			MessageID: id, ProducerSub: producerSub, Payload: it.Payload}
+		res[i] = Result{Index: i, MessageID: id.String(), TransactionID: txid, QueueName: it.Queue}
+	}
+	payload := EncodeRecord(make([]byte, 0, len(body)+len(parsed)*64), &rec)
+
+	if p.Maintenance() {
+		if _, err := p.WAL.Append(payload, nil); err != nil {
+			return nil, errors.Join(ErrMaintenanceWrite, err)
+		}
+		return setAll(res, StatusBuffered), nil
+	}
+	var ch chan []Verdict
+	var assigned uint64
+	index, err := p.WAL.Append(payload, func(i uint64) { assigned, ch = i, p.Registry.register(i) })
+	if err != nil {
+		if ch != nil {
+			p.Registry.release(assigned)
+		}
+		return setAll(res, StatusFailed), nil
+	}
+	if !p.Gate.Accepting() || p.Maintenance() {
+		p.Registry.release(index)
+		return setAll(res, StatusBuffered), nil
+	}
+	timeout := p.VerdictTimeout
+	if timeout <= 0 {
+		timeout = DefaultVerdictTimeout
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	var verdicts []Verdict
+	select {
+	case verdicts = <-ch:
+	case <-t.C:
+		p.Registry.release(index)
+	case <-ctx.Done():
+		p.Registry.release(index)
+	}
+	if len(verdicts) != len(res) {
+		return setAll(res, StatusBuffered), nil
+	}
+	for i, v := range verdicts {
+		if v.Duplicate {
+			res[i].Status = StatusDuplicate
+			res[i].MessageID = v.MessageID.String()
+		} else {
+			res[i].Status = StatusQueued
+		}
+	}
+	return res, nil
+}
+
+func setAll(res []Result, s Status) []Result {
+	for i := range res {
+		res[i].Status = s
+	}
+	return res
+}

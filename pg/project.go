@@ -1,0 +1,405 @@
+package pg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// ErrPartitionGone is returned (wrapped) by Project when a cached partition
+// row vanished (its queue was deleted); the cache entry is dropped, so the
+// next attempt recreates it.
+var ErrPartitionGone = errors.New("pg: partition row missing")
+
+// ProjectItem is one item of a projector batch, in WAL order.
+type ProjectItem struct {
+	Queue, Partition string
+	// AcceptedAtMicros is the broker's acceptance time (Unix µs) from the
+	// WAL; the dedup window is measured with it.
+	AcceptedAtMicros int64
+	Message          Message
+}
+
+// Outcome is Project's result for one item.
+type Outcome struct {
+	Duplicate bool
+	// MessageID is the stored id; for a duplicate the original's id, or
+	// uuid.Nil when the original's segment no longer exists.
+	MessageID uuid.UUID
+	// Offset is the stored (or original) offset.
+	Offset int64
+}
+
+type dedupKey struct {
+	pid  uuid.UUID
+	txid string
+}
+
+type dedupEntry struct {
+	offset     int64
+	id         uuid.UUID
+	acceptedAt int64 // µs
+	inBatch    bool
+}
+
+type partState struct {
+	id      uuid.UUID
+	next    int64
+	window  int64 // dedup window, µs; 0 = off
+	base    int64
+	msgs    []Message
+	touched bool
+}
+
+// Project stores one projector batch in one transaction and records
+// walIndex as brokerID's checkpoint in the same transaction, so projection
+// is exactly-once. It returns one Outcome per item.
+//
+// Per batch: the touched partition rows are locked in id order (no
+// deadlocks between brokers), the dedup sidecar is probed for the batch's
+// keys, offsets are allocated consecutively in WAL order, one segment per
+// partition is written, and the sidecar and checkpoint are upserted. Dedup
+// rules (spec/producing.md): per partition; an entry counts while its
+// acceptance time is within the queue's dedup_window_seconds of the item's
+// acceptance time (0 = off); first wins inside a batch; a repeat does not
+// extend the window.
+//
+// An error means nothing of the batch may be assumed stored: the caller
+// re-reads the checkpoint before it retries (a failed COMMIT has an unknown
+// outcome).
+func (s *Store) Project(ctx context.Context, brokerID uuid.UUID, walIndex uint64, items []ProjectItem) ([]Outcome, error) {
+	ids, err := s.partitionIDs(ctx, items)
+	if err != nil {
+		return nil, err
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback(context.Background()) //nolint:errcheck // no-op after commit
+	out, err := s.project(ctx, tx, brokerID, walIndex, items, ids)
+	if err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("pg: commit (outcome unknown): %w", err)
+	}
+	return out, nil
+}
+
+func (s *Store) project(ctx context.Context, tx pgx.Tx, brokerID uuid.UUID, walIndex uint64, items []ProjectItem, ids []uuid.UUID) ([]Outcome, error) {
+	parts := make(map[uuid.UUID]*partState)
+	lockIDs := make([]uuid.UUID, 0, 8)
+	for _, id := range ids {
+		if _, ok := parts[id]; !ok {
+			parts[id] = &partState{id: id}
+			lockIDs = append(lockIDs, id)
+		}
+	}
+	// 1. Lock the touched partitions in a fixed (id) order.
+	rows, err := tx.Query(ctx, `SELECT p.id, p.next_offset, q.dedup_window_seconds
+		FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+		WHERE p.id = ANY($1) ORDER BY p.id FOR UPDATE OF p`, lockIDs)
+	if err != nil {
+		return nil, err
+	}
+	locked := 0
+	for rows.Next() {
+		var id uuid.UUID
+		var next int64
+		var window int32
+		if err := rows.Scan(&id, &next, &window); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		ps := parts[id]
+		ps.next, ps.base, ps.window = next, next, int64(window)*int64(time.Second/time.Microsecond)
+		locked++
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if locked != len(lockIDs) {
+		s.forgetPartitions(items)
+		return nil, fmt.Errorf("%w: locked %d of %d", ErrPartitionGone, locked, len(lockIDs))
+	}
+
+	// 2. Probe the dedup sidecar for every key of a deduplicating partition.
+	known := make(map[dedupKey]*dedupEntry)
+	var probePIDs []uuid.UUID
+	var probeTx [][]byte
+	for i := range items {
+		ps := parts[ids[i]]
+		if ps.window == 0 {
+			continue
+		}
+		k := dedupKey{ps.id, items[i].Message.TransactionID}
+		if _, ok := known[k]; !ok {
+			known[k] = nil
+			probePIDs = append(probePIDs, k.pid)
+			probeTx = append(probeTx, []byte(k.txid))
+		}
+	}
+	if len(probePIDs) > 0 {
+		rows, err := tx.Query(ctx, `SELECT d.partition_id, d.transaction_id, d.msg_offset, d.message_id, d.accepted_at
+			FROM unnest($1::uuid[], $2::bytea[]) AS k(pid, txid)
+			JOIN queen.dedup d ON d.partition_id = k.pid AND d.transaction_id = k.txid`, probePIDs, probeTx)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			var pid, mid uuid.UUID
+			var txid []byte
+			var off int64
+			var at time.Time
+			if err := rows.Scan(&pid, &txid, &off, &mid, &at); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			known[dedupKey{pid, string(txid)}] = &dedupEntry{offset: off, id: mid, acceptedAt: at.UnixMicro()}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+	}
+
+	// 3. Decide each item in WAL order and allocate offsets.
+	out := make([]Outcome, len(items))
+	var checkSeg []int // indexes of duplicates whose original is outside this batch
+	for i := range items {
+		it := &items[i]
+		ps := parts[ids[i]]
+		if ps.window > 0 {
+			k := dedupKey{ps.id, it.Message.TransactionID}
+			if e := known[k]; e != nil && it.AcceptedAtMicros-e.acceptedAt < ps.window {
+				out[i] = Outcome{Duplicate: true, MessageID: e.id, Offset: e.offset}
+				if !e.inBatch {
+					checkSeg = append(checkSeg, i)
+				}
+				continue
+			}
+			known[k] = &dedupEntry{offset: ps.next, id: it.Message.ID, acceptedAt: it.AcceptedAtMicros, inBatch: true}
+		}
+		out[i] = Outcome{MessageID: it.Message.ID, Offset: ps.next}
+		ps.msgs = append(ps.msgs, it.Message)
+		ps.next++
+		ps.touched = true
+	}
+
+	// 4. A duplicate names its original only while the original's segment
+	// exists (spec/producing.md); otherwise the all-zero UUID.
+	if len(checkSeg) > 0 {
+		pids := make([]uuid.UUID, len(checkSeg))
+		offs := make([]int64, len(checkSeg))
+		for j, i := range checkSeg {
+			pids[j], offs[j] = ids[i], out[i].Offset
+		}
+		rows, err := tx.Query(ctx, `SELECT k.ord FROM unnest($1::uuid[], $2::bigint[]) WITH ORDINALITY AS k(pid, off, ord)
+			WHERE NOT EXISTS (
+				SELECT 1 FROM (SELECT s.last_offset FROM queen.segments s
+					WHERE s.partition_id = k.pid AND s.base_offset <= k.off
+					ORDER BY s.base_offset DESC LIMIT 1) seg
+				WHERE seg.last_offset >= k.off)`, pids, offs)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			var ord int64
+			if err := rows.Scan(&ord); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			out[checkSeg[ord-1]].MessageID = uuid.Nil
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+	}
+
+	// 5. Write segments, offsets, sidecar entries and the checkpoint.
+	var b pgx.Batch
+	var segPID []uuid.UUID
+	var segBase, segLast []int64
+	var segBody [][]byte
+	for _, id := range lockIDs {
+		ps := parts[id]
+		if !ps.touched {
+			continue
+		}
+		segPID = append(segPID, id)
+		segBase = append(segBase, ps.base)
+		segLast = append(segLast, ps.next-1)
+		segBody = append(segBody, EncodeSegment(nil, ps.msgs))
+	}
+	if len(segPID) > 0 {
+		b.Queue(`UPDATE queen.partitions p SET next_offset = v.next, last_message_at = now()
+			FROM unnest($1::uuid[], $2::bigint[]) AS v(id, next) WHERE p.id = v.id`, segPID, addOne(segLast))
+		b.Queue(`INSERT INTO queen.segments (partition_id, base_offset, last_offset, body)
+			SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bytea[])`, segPID, segBase, segLast, segBody)
+	}
+	var dPID, dMID []uuid.UUID
+	var dTx [][]byte
+	var dOff []int64
+	var dAt []time.Time
+	keys := make([]dedupKey, 0, len(known))
+	for k, e := range known {
+		if e != nil && e.inBatch {
+			keys = append(keys, k)
+		}
+	}
+	sort.Slice(keys, func(i, j int) bool { // stable row order for the upsert
+		if keys[i].pid != keys[j].pid {
+			return string(keys[i].pid[:]) < string(keys[j].pid[:])
+		}
+		return keys[i].txid < keys[j].txid
+	})
+	for _, k := range keys {
+		e := known[k]
+		dPID = append(dPID, k.pid)
+		dTx = append(dTx, []byte(k.txid))
+		dOff = append(dOff, e.offset)
+		dMID = append(dMID, e.id)
+		dAt = append(dAt, time.UnixMicro(e.acceptedAt))
+	}
+	if len(dPID) > 0 {
+		b.Queue(`INSERT INTO queen.dedup (partition_id, transaction_id, msg_offset, message_id, accepted_at)
+			SELECT * FROM unnest($1::uuid[], $2::bytea[], $3::bigint[], $4::uuid[], $5::timestamptz[])
+			ON CONFLICT (partition_id, transaction_id) DO UPDATE
+			SET msg_offset = excluded.msg_offset, message_id = excluded.message_id, accepted_at = excluded.accepted_at`,
+			dPID, dTx, dOff, dMID, dAt)
+	}
+	b.Queue(`INSERT INTO queen.projector_checkpoints (broker_id, wal_index, updated_at) VALUES ($1, $2, now())
+		ON CONFLICT (broker_id) DO UPDATE SET wal_index = excluded.wal_index, updated_at = now()`, brokerID, int64(walIndex))
+	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func addOne(v []int64) []int64 {
+	out := make([]int64, len(v))
+	for i, x := range v {
+		out[i] = x + 1
+	}
+	return out
+}
+
+// partitionIDs resolves (queue, partition) of every item to a partition id,
+// creating missing queues and partitions (with default options) in their
+// own short transaction, in name order.
+func (s *Store) partitionIDs(ctx context.Context, items []ProjectItem) ([]uuid.UUID, error) {
+	ids := make([]uuid.UUID, len(items))
+	var missQ, missP []string
+	seen := make(map[partKey]bool)
+	s.mu.Lock()
+	for i := range items {
+		k := partKey{items[i].Queue, items[i].Partition}
+		if id, ok := s.partIDs[k]; ok {
+			ids[i] = id
+		} else if !seen[k] {
+			seen[k] = true
+			missQ = append(missQ, k.queue)
+			missP = append(missP, k.partition)
+		}
+	}
+	s.mu.Unlock()
+	if len(missQ) > 0 {
+		found, err := s.ensurePartitions(ctx, missQ, missP)
+		if err != nil {
+			return nil, err
+		}
+		s.mu.Lock()
+		for k, id := range found {
+			s.partIDs[k] = id
+		}
+		s.mu.Unlock()
+		for i := range items {
+			if ids[i] == uuid.Nil {
+				id, ok := found[partKey{items[i].Queue, items[i].Partition}]
+				if !ok {
+					return nil, fmt.Errorf("%w: %q/%q not created", ErrPartitionGone, items[i].Queue, items[i].Partition)
+				}
+				ids[i] = id
+			}
+		}
+	}
+	return ids, nil
+}
+
+// EnsurePartitions creates (if missing) and returns the ids of the given
+// (queue, partition) pairs; queues[i] goes with partitions[i].
+func (s *Store) ensurePartitions(ctx context.Context, queues, partitions []string) (map[partKey]uuid.UUID, error) {
+	var b pgx.Batch
+	b.Queue(`INSERT INTO queen.queues (name) SELECT DISTINCT q FROM unnest($1::text[]) AS q ORDER BY q
+		ON CONFLICT (name) DO NOTHING`, queues)
+	b.Queue(`INSERT INTO queen.partitions (queue_id, name)
+		SELECT q.id, k.p FROM unnest($1::text[], $2::text[]) AS k(q, p) JOIN queen.queues q ON q.name = k.q
+		ORDER BY q.id, k.p ON CONFLICT (queue_id, name) DO NOTHING`, queues, partitions)
+	b.Queue(`SELECT k.q, k.p, p.id FROM unnest($1::text[], $2::text[]) AS k(q, p)
+		JOIN queen.queues q ON q.name = k.q JOIN queen.partitions p ON p.queue_id = q.id AND p.name = k.p`, queues, partitions)
+	out := make(map[partKey]uuid.UUID, len(queues))
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		br := tx.SendBatch(ctx, &b)
+		defer br.Close()
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var k partKey
+			var id uuid.UUID
+			if err := rows.Scan(&k.queue, &k.partition, &id); err != nil {
+				rows.Close()
+				return err
+			}
+			out[k] = id
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return br.Close()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pg: ensure partitions: %w", err)
+	}
+	return out, nil
+}
+
+func (s *Store) forgetPartitions(items []ProjectItem) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range items {
+		delete(s.partIDs, partKey{items[i].Queue, items[i].Partition})
+	}
+}
+
+// SweepDedup deletes sidecar entries older than their queue's window plus
+// grace, at most limit rows per call; it returns how many it deleted. The
+// grace keeps entries a little past the window so that a WAL replay after a
+// short outage still sees them (DESIGN.md §3: replay gives the live verdicts).
+func (s *Store) SweepDedup(ctx context.Context, grace time.Duration, limit int) (int64, error) {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM queen.dedup d WHERE d.ctid IN (
+		SELECT d2.ctid FROM queen.dedup d2
+		JOIN queen.partitions p ON p.id = d2.partition_id JOIN queen.queues q ON q.id = p.queue_id
+		WHERE d2.accepted_at < now() - make_interval(secs => q.dedup_window_seconds + $1::double precision)
+		LIMIT $2)`, grace.Seconds(), limit)
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
+}

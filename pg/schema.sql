@@ -1,0 +1,76 @@
+-- Queen broker schema. Applied on every start under an advisory lock; every
+-- statement is idempotent.
+CREATE SCHEMA IF NOT EXISTS queen;
+
+-- One row per queue with every /configure option (a full replace).
+CREATE TABLE IF NOT EXISTS queen.queues (
+    id                          uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    name                        text NOT NULL UNIQUE,
+    namespace                   text NOT NULL DEFAULT '',
+    task                        text NOT NULL DEFAULT '',
+    lease_time                  integer NOT NULL DEFAULT 300,
+    retry_limit                 integer NOT NULL DEFAULT 3,
+    delayed_processing          integer NOT NULL DEFAULT 0,
+    window_buffer               integer NOT NULL DEFAULT 0,
+    retention_enabled           boolean NOT NULL DEFAULT false,
+    retention_seconds           integer NOT NULL DEFAULT 0,
+    completed_retention_seconds integer NOT NULL DEFAULT 0,
+    max_wait_time_seconds       integer NOT NULL DEFAULT 0,
+    encryption_enabled          boolean NOT NULL DEFAULT false,
+    priority                    integer NOT NULL DEFAULT 0,
+    max_size                    integer NOT NULL DEFAULT 0,
+    retry_delay                 integer NOT NULL DEFAULT 1000,
+    ttl                         integer NOT NULL DEFAULT 3600,
+    dead_letter_queue           boolean NOT NULL DEFAULT false,
+    dlq_after_max_retries       boolean NOT NULL DEFAULT false,
+    dedup_window_seconds        integer NOT NULL DEFAULT 3600,
+    created_at                  timestamptz NOT NULL DEFAULT now(),
+    updated_at                  timestamptz NOT NULL DEFAULT now()
+);
+
+-- A partition is an ordered log; next_offset is allocated under its row lock.
+CREATE TABLE IF NOT EXISTS queen.partitions (
+    id              uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    queue_id        uuid NOT NULL REFERENCES queen.queues(id) ON DELETE CASCADE,
+    name            text NOT NULL,
+    next_offset     bigint NOT NULL DEFAULT 0,
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    last_message_at timestamptz,
+    UNIQUE (queue_id, name)
+);
+
+-- Packed messages: one row holds offsets base_offset..last_offset of one
+-- partition, written by one projector batch. body layout: pg/segment.go.
+CREATE TABLE IF NOT EXISTS queen.segments (
+    partition_id uuid NOT NULL REFERENCES queen.partitions(id) ON DELETE CASCADE,
+    base_offset  bigint NOT NULL,
+    last_offset  bigint NOT NULL,
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    body         bytea NOT NULL,
+    PRIMARY KEY (partition_id, base_offset)
+);
+
+-- Dedup sidecar: the latest stored message per (partition, transactionId).
+CREATE TABLE IF NOT EXISTS queen.dedup (
+    partition_id   uuid NOT NULL REFERENCES queen.partitions(id) ON DELETE CASCADE,
+    transaction_id bytea NOT NULL,
+    msg_offset     bigint NOT NULL,
+    message_id     uuid NOT NULL,
+    accepted_at    timestamptz NOT NULL,
+    PRIMARY KEY (partition_id, transaction_id)
+);
+CREATE INDEX IF NOT EXISTS dedup_accepted_at ON queen.dedup (accepted_at);
+
+-- Projector checkpoints: the last WAL index each broker committed.
+CREATE TABLE IF NOT EXISTS queen.projector_checkpoints (
+    broker_id  uuid PRIMARY KEY,
+    wal_index  bigint NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- System flags such as maintenance_mode ({"enabled": bool}).
+CREATE TABLE IF NOT EXISTS queen.system_state (
+    key        text PRIMARY KEY,
+    value      jsonb NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT now()
+);

@@ -1,0 +1,104 @@
+package pg
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+
+	"github.com/queenmq/queen-go/internal/binenc"
+)
+
+// Segment body layout (the bytea in queen.segments.body):
+//
+//	version   byte     1
+//	count     uvarint  last_offset - base_offset + 1
+//	count × message, in offset order:
+//	  message_id     16 bytes
+//	  created_at     varint   acceptance time, Unix microseconds
+//	  flags          byte     bit0 producer_sub, bit1 trace_id
+//	  transaction_id bytes    uvarint length + bytes
+//	  producer_sub   bytes    only with bit0
+//	  trace_id       16 bytes only with bit1
+//	  payload        bytes    the pushed JSON value, verbatim
+const segmentVersion = 1
+
+// ErrBadSegment is returned by DecodeSegment for a body it cannot read.
+var ErrBadSegment = errors.New("pg: bad segment body")
+
+// Message is one stored message.
+type Message struct {
+	ID            uuid.UUID
+	TransactionID string
+	// CreatedAtMicros is the broker's acceptance time, Unix microseconds.
+	CreatedAtMicros int64
+	ProducerSub     *string
+	TraceID         *uuid.UUID
+	// Payload is the pushed JSON value, byte-for-byte.
+	Payload []byte
+}
+
+// EncodeSegment appends the body for msgs to dst.
+func EncodeSegment(dst []byte, msgs []Message) []byte {
+	dst = append(dst, segmentVersion)
+	dst = binenc.AppendUvarint(dst, uint64(len(msgs)))
+	for i := range msgs {
+		m := &msgs[i]
+		dst = append(dst, m.ID[:]...)
+		dst = binenc.AppendVarint(dst, m.CreatedAtMicros)
+		var flags byte
+		if m.ProducerSub != nil {
+			flags |= 1
+		}
+		if m.TraceID != nil {
+			flags |= 2
+		}
+		dst = append(dst, flags)
+		dst = binenc.AppendString(dst, m.TransactionID)
+		if m.ProducerSub != nil {
+			dst = binenc.AppendString(dst, *m.ProducerSub)
+		}
+		if m.TraceID != nil {
+			dst = append(dst, m.TraceID[:]...)
+		}
+		dst = binenc.AppendBytes(dst, m.Payload)
+	}
+	return dst
+}
+
+// DecodeSegment decodes a segment body. Payloads alias b.
+func DecodeSegment(b []byte) ([]Message, error) {
+	rd := binenc.NewReader(b)
+	if v := rd.Byte(); rd.Err() == nil && v != segmentVersion {
+		return nil, fmt.Errorf("%w: version %d", ErrBadSegment, v)
+	}
+	n := rd.Uvarint()
+	if rd.Err() != nil || n > uint64(rd.Len()/19+1) {
+		return nil, fmt.Errorf("%w: header", ErrBadSegment)
+	}
+	out := make([]Message, n)
+	for i := range out {
+		m := &out[i]
+		copy(m.ID[:], rd.Fixed(16))
+		m.CreatedAtMicros = rd.Varint()
+		flags := rd.Byte()
+		m.TransactionID = rd.String()
+		if flags&1 != 0 {
+			s := rd.String()
+			m.ProducerSub = &s
+		}
+		if flags&2 != 0 {
+			var t uuid.UUID
+			copy(t[:], rd.Fixed(16))
+			m.TraceID = &t
+		}
+		m.Payload = rd.Bytes()
+		if rd.Err() != nil {
+			return nil, fmt.Errorf("%w: message %d: %v", ErrBadSegment, i, rd.Err())
+		}
+	}
+	if rd.Len() != 0 {
+		return nil, fmt.Errorf("%w: trailing bytes", ErrBadSegment)
+	}
+	return out, nil
+}

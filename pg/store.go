@@ -1,0 +1,211 @@
+// Package pg owns the PostgreSQL side of the broker: the embedded schema
+// (schema.sql, applied idempotently on start) and every query: push
+// projection with dedup (project.go), configure, system state and the reads
+// used by tools and tests.
+package pg
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	json "github.com/goccy/go-json"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+//go:embed schema.sql
+var schemaSQL string
+
+// schemaLockKey serialises schema application between brokers.
+const schemaLockKey = 7370010001
+
+// Defaults for Config.
+const (
+	// DefaultPoolSize is the number of pooled connections.
+	DefaultPoolSize = 10
+	// DefaultConnectTimeout bounds one connection attempt.
+	DefaultConnectTimeout = 2 * time.Second
+)
+
+// Config for Open. Zero fields take the defaults above.
+type Config struct {
+	// URL is a libpq-style connection string or postgres:// URL.
+	URL string
+	// PoolSize is the maximum number of connections (default DefaultPoolSize).
+	PoolSize int32
+	// ConnectTimeout bounds each connection attempt (default DefaultConnectTimeout).
+	ConnectTimeout time.Duration
+}
+
+// Store is the broker's handle on PostgreSQL. Safe for concurrent use.
+type Store struct {
+	pool *pgxpool.Pool
+
+	mu       sync.Mutex
+	partIDs  map[partKey]uuid.UUID // (queue, partition) → partition id
+	schemaOK bool
+}
+
+type partKey struct{ queue, partition string }
+
+// Open creates the pool. It does not connect: the broker must start while
+// PostgreSQL is away (DESIGN.md §5). Errors only for a malformed URL.
+func Open(cfg Config) (*Store, error) {
+	pc, err := pgxpool.ParseConfig(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("pg: parse url: %w", err)
+	}
+	if cfg.PoolSize <= 0 {
+		cfg.PoolSize = DefaultPoolSize
+	}
+	if cfg.ConnectTimeout <= 0 {
+		cfg.ConnectTimeout = DefaultConnectTimeout
+	}
+	pc.MaxConns = cfg.PoolSize
+	pc.MinConns = 0
+	pc.ConnConfig.ConnectTimeout = cfg.ConnectTimeout
+	pc.HealthCheckPeriod = 5 * time.Second
+	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+	if err != nil {
+		return nil, fmt.Errorf("pg: pool: %w", err)
+	}
+	return &Store{pool: pool, partIDs: make(map[partKey]uuid.UUID)}, nil
+}
+
+// Pool exposes the pool for tools and tests.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Close closes the pool.
+func (s *Store) Close() { s.pool.Close() }
+
+// Ping does a real round-trip (SELECT 1).
+func (s *Store) Ping(ctx context.Context) error {
+	var one int
+	return s.pool.QueryRow(ctx, "SELECT 1").Scan(&one)
+}
+
+// EnsureSchema applies schema.sql once per Store (again after a failure).
+// Safe to call from several brokers at once: an advisory lock serialises it.
+func (s *Store) EnsureSchema(ctx context.Context) error {
+	s.mu.Lock()
+	ok := s.schemaOK
+	s.mu.Unlock()
+	if ok {
+		return nil
+	}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(schemaLockKey)); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, schemaSQL)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("pg: apply schema: %w", err)
+	}
+	s.mu.Lock()
+	s.schemaOK = true
+	s.mu.Unlock()
+	return nil
+}
+
+// Checkpoint returns the last WAL index the broker committed, and false when
+// the broker has never committed (a new broker, or a database restored from
+// a backup older than its first commit).
+func (s *Store) Checkpoint(ctx context.Context, brokerID uuid.UUID) (uint64, bool, error) {
+	var idx int64
+	err := s.pool.QueryRow(ctx, "SELECT wal_index FROM queen.projector_checkpoints WHERE broker_id = $1", brokerID).Scan(&idx)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	return uint64(idx), true, nil
+}
+
+// GetFlag reads a boolean system flag stored as {"enabled": bool}; false
+// when unset.
+func (s *Store) GetFlag(ctx context.Context, key string) (bool, error) {
+	var raw []byte
+	err := s.pool.QueryRow(ctx, "SELECT value FROM queen.system_state WHERE key = $1", key).Scan(&raw)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	var v struct {
+		Enabled bool `json:"enabled"`
+	}
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return false, fmt.Errorf("pg: flag %s: %w", key, err)
+	}
+	return v.Enabled, nil
+}
+
+// SetFlag stores a boolean system flag as {"enabled": bool}.
+func (s *Store) SetFlag(ctx context.Context, key string, enabled bool) error {
+	raw, _ := json.Marshal(map[string]bool{"enabled": enabled})
+	_, err := s.pool.Exec(ctx, `INSERT INTO queen.system_state (key, value, updated_at) VALUES ($1, $2, now())
+		ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = now()`, key, raw)
+	return err
+}
+
+// StoredMessage is a message read back with its position.
+type StoredMessage struct {
+	Queue, Partition string
+	PartitionID      uuid.UUID
+	Offset           int64
+	Message
+}
+
+// ReadPartition returns every stored message of queue/partition in offset
+// order (for tests, verification and tools; not the consume path).
+func (s *Store) ReadPartition(ctx context.Context, queue, partition string) ([]StoredMessage, error) {
+	return s.readMessages(ctx, `SELECT q.name, p.name, p.id, s.base_offset, s.last_offset, s.body
+		FROM queen.segments s JOIN queen.partitions p ON p.id = s.partition_id JOIN queen.queues q ON q.id = p.queue_id
+		WHERE q.name = $1 AND p.name = $2 ORDER BY s.base_offset`, queue, partition)
+}
+
+// ReadQueue returns every stored message of a queue, partition by partition
+// in offset order.
+func (s *Store) ReadQueue(ctx context.Context, queue string) ([]StoredMessage, error) {
+	return s.readMessages(ctx, `SELECT q.name, p.name, p.id, s.base_offset, s.last_offset, s.body
+		FROM queen.segments s JOIN queen.partitions p ON p.id = s.partition_id JOIN queen.queues q ON q.id = p.queue_id
+		WHERE q.name = $1 ORDER BY p.name, s.base_offset`, queue)
+}
+
+func (s *Store) readMessages(ctx context.Context, sql string, args ...any) ([]StoredMessage, error) {
+	rows, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []StoredMessage
+	for rows.Next() {
+		var q, p string
+		var pid uuid.UUID
+		var base, last int64
+		var body []byte
+		if err := rows.Scan(&q, &p, &pid, &base, &last, &body); err != nil {
+			return nil, err
+		}
+		msgs, err := DecodeSegment(body)
+		if err != nil {
+			return nil, fmt.Errorf("partition %s offset %d: %w", pid, base, err)
+		}
+		if int64(len(msgs)) != last-base+1 {
+			return nil, fmt.Errorf("partition %s offset %d: %w: %d messages for %d offsets", pid, base, ErrBadSegment, len(msgs), last-base+1)
+		}
+		for i, m := range msgs {
+			out = append(out, StoredMessage{Queue: q, Partition: p, PartitionID: pid, Offset: base + int64(i), Message: m})
+		}
+	}
+	return out, rows.Err()
+}

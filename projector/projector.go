@@ -1,0 +1,394 @@
+// Package projector is the single loop per broker that moves WAL records
+// into PostgreSQL: it reads from its cursor, commits one transaction per
+// batch (data and checkpoint together, see pg.Store.Project), delivers the
+// verdicts to waiting pushes, backs off exponentially while PostgreSQL is
+// away, pauses for maintenance mode, and truncates projected WAL segments
+// after a retention.
+//
+// Replay is resuming the cursor: after any failure the cursor is re-read
+// from the checkpoint in PostgreSQL, so a COMMIT whose answer never came is
+// neither lost nor applied twice (DESIGN.md §1).
+package projector
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/queenmq/queen-go/ingest"
+	"github.com/queenmq/queen-go/pg"
+	"github.com/queenmq/queen-go/wal"
+)
+
+// Defaults applied where a Config field is zero.
+const (
+	DefaultMaxBatchEntries  = 1000
+	DefaultMaxBatchBytes    = 16 << 20 // bytes of WAL payload per transaction
+	DefaultTxTimeout        = 10 * time.Second
+	DefaultBackoffMin       = 50 * time.Millisecond
+	DefaultBackoffMax       = 2 * time.Second
+	DefaultWALRetention     = 15 * time.Minute
+	DefaultMaintainInterval = 30 * time.Second
+	DefaultDedupGrace       = 15 * time.Minute
+	// DefaultMaxWaitBacklog is the backlog (WAL entries not yet projected)
+	// above which pushes are answered "buffered" at once instead of
+	// waiting for a verdict that would come late.
+	DefaultMaxWaitBacklog = 4 * DefaultMaxBatchEntries
+)
+
+// Config of a Projector. BrokerID is required; zero durations and sizes
+// take the defaults above.
+type Config struct {
+	// BrokerID names this broker's checkpoint row.
+	BrokerID uuid.UUID
+	// MaxBatchEntries caps WAL records per transaction.
+	MaxBatchEntries int
+	// MaxBatchBytes caps WAL payload bytes per transaction (one larger
+	// record is projected alone).
+	MaxBatchBytes int
+	// TxTimeout bounds one projection transaction.
+	TxTimeout time.Duration
+	// BackoffMin and BackoffMax bound the exponential retry delay while
+	// PostgreSQL fails.
+	BackoffMin, BackoffMax time.Duration
+	// WALRetention keeps projected WAL segments this long (disaster
+	// recovery, DESIGN.md §5). Negative means truncate as soon as projected.
+	WALRetention time.Duration
+	// MaintainInterval is how often WAL truncation and the dedup sweep run.
+	MaintainInterval time.Duration
+	// DedupGrace keeps dedup entries this long past their window.
+	DedupGrace time.Duration
+	// MaxWaitBacklog: see DefaultMaxWaitBacklog.
+	MaxWaitBacklog uint64
+	Logger         *slog.Logger
+}
+
+// Projector is the WAL → PostgreSQL loop. Start it once; Stop is
+// idempotent.
+type Projector struct {
+	cfg   Config
+	wal   *wal.Log
+	store *pg.Store
+	reg   *ingest.Registry
+	log   *slog.Logger
+
+	paused     atomic.Bool
+	healthy    atomic.Bool
+	cursor     atomic.Uint64 // next WAL index to project
+	checkpoint atomic.Uint64 // last committed WAL index
+	wake       chan struct{}
+
+	mu      sync.Mutex
+	cancel  context.CancelFunc
+	done    chan struct{}
+	lastErr error
+}
+
+// New returns a stopped projector.
+func New(cfg Config, w *wal.Log, store *pg.Store, reg *ingest.Registry) *Projector {
+	if cfg.MaxBatchEntries <= 0 {
+		cfg.MaxBatchEntries = DefaultMaxBatchEntries
+	}
+	if cfg.MaxBatchBytes <= 0 {
+		cfg.MaxBatchBytes = DefaultMaxBatchBytes
+	}
+	if cfg.TxTimeout <= 0 {
+		cfg.TxTimeout = DefaultTxTimeout
+	}
+	if cfg.BackoffMin <= 0 {
+		cfg.BackoffMin = DefaultBackoffMin
+	}
+	if cfg.BackoffMax <= 0 {
+		cfg.BackoffMax = DefaultBackoffMax
+	}
+	if cfg.WALRetention == 0 {
+		cfg.WALRetention = DefaultWALRetention
+	}
+	if cfg.MaintainInterval <= 0 {
+		cfg.MaintainInterval = DefaultMaintainInterval
+	}
+	if cfg.DedupGrace <= 0 {
+		cfg.DedupGrace = DefaultDedupGrace
+	}
+	if cfg.MaxWaitBacklog == 0 {
+		cfg.MaxWaitBacklog = DefaultMaxWaitBacklog
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Projector{cfg: cfg, wal: w, store: store, reg: reg, log: cfg.Logger, wake: make(chan struct{}, 1)}
+}
+
+// Start launches the loop. It returns an error only if already started.
+func (p *Projector) Start(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done != nil {
+		return errors.New("projector: already started")
+	}
+	ctx, p.cancel = context.WithCancel(ctx)
+	p.done = make(chan struct{})
+	go p.run(ctx)
+	return nil
+}
+
+// Stop ends the loop after the transaction in flight and waits for it.
+func (p *Projector) Stop() {
+	p.mu.Lock()
+	cancel, done := p.cancel, p.done
+	p.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
+}
+
+// Pause stops projecting after the transaction in flight (maintenance
+// mode); waiting pushes are answered buffered.
+func (p *Projector) Pause() {
+	p.paused.Store(true)
+	p.reg.FailAll()
+	p.poke()
+}
+
+// Resume continues from the cursor.
+func (p *Projector) Resume() {
+	p.paused.Store(false)
+	p.poke()
+}
+
+// Paused reports whether Pause is in effect.
+func (p *Projector) Paused() bool { return p.paused.Load() }
+
+// Healthy reports whether the last PostgreSQL round-trip of the loop
+// succeeded.
+func (p *Projector) Healthy() bool { return p.healthy.Load() }
+
+// Accepting implements ingest.Gate: pushes wait for a verdict only while
+// the projector runs, PostgreSQL answers, and the backlog is short.
+func (p *Projector) Accepting() bool {
+	return !p.paused.Load() && p.healthy.Load() && p.Backlog() <= p.cfg.MaxWaitBacklog
+}
+
+// Backlog is the number of durable WAL records not yet committed to
+// PostgreSQL.
+func (p *Projector) Backlog() uint64 {
+	d, c := p.wal.DurableIndex(), p.checkpoint.Load()
+	if d <= c {
+		return 0
+	}
+	return d - c
+}
+
+// Checkpoint is the last WAL index known committed.
+func (p *Projector) Checkpoint() uint64 { return p.checkpoint.Load() }
+
+// LastError is the last projection error (nil after a success).
+func (p *Projector) LastError() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.lastErr
+}
+
+func (p *Projector) poke() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (p *Projector) run(ctx context.Context) {
+	defer close(p.done)
+	backoff := p.cfg.BackoffMin
+	known := false // cursor is valid only after reading the checkpoint
+	lastMaint := time.Now()
+	idle := time.NewTimer(time.Second)
+	defer idle.Stop()
+	fail := func(err error) {
+		p.healthy.Store(false)
+		p.reg.FailAll()
+		known = false
+		p.mu.Lock()
+		p.lastErr = err
+		p.mu.Unlock()
+		p.log.Warn("projector: PostgreSQL step failed; retrying", "err", err, "backoff", backoff)
+		sleep(ctx, backoff, p.wake)
+		backoff = min(backoff*2, p.cfg.BackoffMax)
+	}
+	for ctx.Err() == nil {
+		if p.paused.Load() {
+			p.reg.FailAll()
+			select {
+			case <-p.wake:
+			case <-ctx.Done():
+			}
+			continue
+		}
+		if !known {
+			if err := p.loadCursor(ctx); err != nil {
+				fail(err)
+				continue
+			}
+			known = true
+		}
+		cursor := p.cursor.Load()
+		if cursor > p.wal.DurableIndex() {
+			if time.Since(lastMaint) > p.cfg.MaintainInterval {
+				lastMaint = time.Now()
+				p.maintain(ctx)
+			}
+			idle.Reset(time.Second)
+			select {
+			case <-p.wal.Notify():
+			case <-p.wake:
+			case <-idle.C:
+				// Idle: a round-trip keeps Healthy true to the facts.
+				if err := p.ping(ctx); err != nil {
+					fail(err)
+				} else {
+					p.healthy.Store(true)
+				}
+			case <-ctx.Done():
+			}
+			continue
+		}
+		if err := p.projectOnce(ctx, cursor); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			fail(err)
+			continue
+		}
+		backoff = p.cfg.BackoffMin
+	}
+}
+
+func (p *Projector) ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.TxTimeout)
+	defer cancel()
+	return p.store.Ping(ctx)
+}
+
+// loadCursor applies the schema if needed and sets the cursor from the
+// checkpoint stored in PostgreSQL.
+func (p *Projector) loadCursor(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.TxTimeout)
+	defer cancel()
+	if err := p.store.EnsureSchema(ctx); err != nil {
+		return err
+	}
+	cp, ok, err := p.store.Checkpoint(ctx, p.cfg.BrokerID)
+	if err != nil {
+		return err
+	}
+	next := cp + 1
+	if !ok {
+		next = 1
+	}
+	if first := p.wal.FirstIndex(); next < first {
+		if ok || first > 1 {
+			p.log.Error("projector: WAL no longer holds entries after the checkpoint; they are lost to this database",
+				"checkpoint", cp, "wal_first", first)
+		}
+		next = first
+	}
+	p.cursor.Store(next)
+	if next > 0 {
+		p.checkpoint.Store(next - 1)
+	}
+	p.healthy.Store(true)
+	p.log.Debug("projector: cursor loaded", "cursor", next)
+	return nil
+}
+
+type entry struct {
+	index uint64
+	n     int // items
+}
+
+// projectOnce projects one batch starting at cursor.
+func (p *Projector) projectOnce(ctx context.Context, cursor uint64) error {
+	durable := p.wal.DurableIndex()
+	var items []pg.ProjectItem
+	var entries []entry
+	bytes := 0
+	idx := cursor
+	for ; idx <= durable && len(entries) < p.cfg.MaxBatchEntries; idx++ {
+		raw, err := p.wal.Read(idx)
+		if err != nil {
+			return err // a corrupt record stalls projection loudly; it is never skipped
+		}
+		if len(entries) > 0 && bytes+len(raw) > p.cfg.MaxBatchBytes {
+			break
+		}
+		rec, err := ingest.DecodeRecord(raw)
+		if err != nil {
+			return err
+		}
+		bytes += len(raw)
+		for _, it := range rec.Items {
+			items = append(items, pg.ProjectItem{Queue: it.Queue, Partition: it.Partition, AcceptedAtMicros: rec.AcceptedAt,
+				Message: pg.Message{ID: it.MessageID, TransactionID: it.TransactionID, CreatedAtMicros: rec.AcceptedAt,
+					ProducerSub: it.ProducerSub, Payload: it.Payload}})
+		}
+		entries = append(entries, entry{index: idx, n: len(rec.Items)})
+	}
+	last := idx - 1
+	tctx, cancel := context.WithTimeout(ctx, p.cfg.TxTimeout)
+	defer cancel()
+	out, err := p.store.Project(tctx, p.cfg.BrokerID, last, items)
+	if err != nil {
+		return err
+	}
+	p.cursor.Store(last + 1)
+	p.checkpoint.Store(last)
+	p.healthy.Store(true)
+	p.mu.Lock()
+	p.lastErr = nil
+	p.mu.Unlock()
+	k := 0
+	for _, e := range entries {
+		v := make([]ingest.Verdict, e.n)
+		for i := range v {
+			v[i] = ingest.Verdict{Duplicate: out[k].Duplicate, MessageID: out[k].MessageID}
+			k++
+		}
+		p.reg.Deliver(e.index, v)
+	}
+	return nil
+}
+
+// maintain truncates projected WAL segments past retention and sweeps
+// expired dedup entries. Errors are logged; they never stop projection.
+func (p *Projector) maintain(ctx context.Context) {
+	retention := p.cfg.WALRetention
+	if retention < 0 {
+		retention = 0
+	}
+	if n, err := p.wal.TruncateProjected(p.checkpoint.Load(), retention); err != nil {
+		p.log.Warn("projector: WAL truncation failed", "err", err)
+	} else if n > 0 {
+		p.log.Info("projector: truncated projected WAL segments", "segments", n, "checkpoint", p.checkpoint.Load())
+	}
+	sctx, cancel := context.WithTimeout(ctx, p.cfg.TxTimeout)
+	defer cancel()
+	if _, err := p.store.SweepDedup(sctx, p.cfg.DedupGrace, 10000); err != nil {
+		p.log.Warn("projector: dedup sweep failed", "err", err)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	case <-wake:
+	}
+}

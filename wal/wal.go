@@ -1,0 +1,458 @@
+package wal
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	twal "github.com/tidwall/wal"
+)
+
+// Defaults applied where an Options field is zero.
+const (
+	// DefaultSegmentSize is the target segment file size: 16 MiB.
+	DefaultSegmentSize = 16 << 20
+	// DefaultMaxRecordBytes bounds one record's payload: 80 MiB (the 64 MiB
+	// default body limit plus the per-item overhead of the push record).
+	DefaultMaxRecordBytes = 80 << 20
+	// DefaultMaxBatchBytes bounds one group commit: 8 MiB. A single record
+	// larger than this is written alone.
+	DefaultMaxBatchBytes = 8 << 20
+	// slowSync is the fsync duration above which a warning is logged.
+	slowSync = time.Second
+)
+
+var (
+	// ErrClosed is returned by Append and Read after Close.
+	ErrClosed = errors.New("wal: closed")
+	// ErrNotFound is returned by Read for an index outside
+	// [FirstIndex, DurableIndex].
+	ErrNotFound = errors.New("wal: index not found")
+	// ErrRecordTooLarge is returned by Append for a payload above
+	// Options.MaxRecordBytes.
+	ErrRecordTooLarge = errors.New("wal: record too large")
+)
+
+// Options configure a Log. Zero fields take the defaults above.
+type Options struct {
+	// SegmentSize is the target size of a segment file in bytes
+	// (default DefaultSegmentSize).
+	SegmentSize int
+	// MaxRecordBytes is the largest payload Append accepts, in bytes
+	// (default DefaultMaxRecordBytes).
+	MaxRecordBytes int
+	// MaxBatchBytes caps the payload bytes of one group commit
+	// (default DefaultMaxBatchBytes).
+	MaxBatchBytes int
+	// NoSync skips fsync. Only for tests that measure something else; the
+	// broker never sets it.
+	NoSync bool
+	// Logger receives repair reports and slow-fsync warnings
+	// (default slog.Default()).
+	Logger *slog.Logger
+	// ObserveSync, when set, is called with the duration of every fsync.
+	ObserveSync func(time.Duration)
+}
+
+func (o *Options) withDefaults() Options {
+	c := *o
+	if c.SegmentSize <= 0 {
+		c.SegmentSize = DefaultSegmentSize
+	}
+	if c.MaxRecordBytes <= 0 {
+		c.MaxRecordBytes = DefaultMaxRecordBytes
+	}
+	if c.MaxBatchBytes <= 0 {
+		c.MaxBatchBytes = DefaultMaxBatchBytes
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+type appendReq struct {
+	data     []byte
+	onAssign func(uint64)
+	index    uint64
+	done     chan error
+}
+
+// Log is an open write-ahead log. Append is safe for concurrent use; so is
+// Read (calls are serialised internally).
+type Log struct {
+	dir  string
+	opts Options
+
+	// lgMu guards lg: writes and reads hold it shared (tidwall serialises
+	// them itself, and reads are further serialised by readMu); a reopen
+	// after a failure holds it exclusively.
+	lgMu   sync.RWMutex
+	readMu sync.Mutex
+	lg     *twal.Log
+
+	// writer-goroutine state
+	last      uint64 // last index written and fsynced
+	tailStart uint64 // index of the tail segment's first entry
+	tailBytes int    // bytes in the tail segment, mirroring tidwall's roll rule
+	tailFile  *os.File
+	broken    error // set after a failed write until a reopen succeeds
+
+	first   atomic.Uint64
+	durable atomic.Uint64
+
+	reqs     chan *appendReq
+	notify   chan struct{}
+	stop     chan struct{}
+	done     chan struct{}
+	stopOnce sync.Once
+}
+
+// Open repairs and opens the log in dir (created if missing) and starts its
+// writer. The report is non-nil when a torn or corrupt tail was cut.
+func Open(dir string, opts Options) (*Log, *RepairReport, error) {
+	l := &Log{dir: dir, opts: opts.withDefaults(), reqs: make(chan *appendReq),
+		notify: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, nil, fmt.Errorf("wal: create dir: %w", err)
+	}
+	rep, err := l.openLocked(-1)
+	if err != nil {
+		return nil, rep, err
+	}
+	go l.writer()
+	return l, rep, nil
+}
+
+// openLocked repairs (rolling back past keep when keep >= 0) and opens the
+// tidwall log; the caller holds lgMu exclusively or owns l alone.
+func (l *Log) openLocked(keep int64) (*RepairReport, error) {
+	rep, err := repair(l.dir, keep, l.opts.MaxRecordBytes)
+	if rep != nil {
+		l.opts.Logger.Warn("wal: repaired log", "dir", l.dir, "report", rep.String())
+	}
+	if err != nil {
+		return rep, fmt.Errorf("wal: repair: %w", err)
+	}
+	lg, err := twal.Open(l.dir, &twal.Options{
+		NoSync:           true, // this package fsyncs itself, outside tidwall's lock
+		SegmentSize:      l.opts.SegmentSize,
+		LogFormat:        twal.Binary,
+		SegmentCacheSize: 2,
+		AllowEmpty:       true,
+		DirPerms:         0o750,
+		FilePerms:        0o640,
+	})
+	if err != nil {
+		return rep, fmt.Errorf("wal: open: %w", err)
+	}
+	first, err1 := lg.FirstIndex()
+	last, err2 := lg.LastIndex()
+	if err := errors.Join(err1, err2); err != nil {
+		lg.Close()
+		return rep, fmt.Errorf("wal: open: %w", err)
+	}
+	segs, err := listSegments(l.dir)
+	if err != nil || len(segs) == 0 {
+		lg.Close()
+		return rep, fmt.Errorf("wal: list segments after open: %v", err)
+	}
+	tail := segs[len(segs)-1]
+	st, err := os.Stat(filepath.Join(l.dir, tail.name))
+	if err != nil {
+		lg.Close()
+		return rep, fmt.Errorf("wal: stat tail: %w", err)
+	}
+	if err := syncDir(l.dir); err != nil { // tidwall may have created segment 1
+		lg.Close()
+		return rep, err
+	}
+	l.lg, l.last, l.tailStart, l.tailBytes = lg, last, tail.index, int(st.Size())
+	l.setTailFile()
+	l.first.Store(first)
+	l.durable.Store(last)
+	return rep, nil
+}
+
+func (l *Log) setTailFile() {
+	if l.tailFile != nil {
+		l.tailFile.Close()
+		l.tailFile = nil
+	}
+	f, err := os.Open(filepath.Join(l.dir, segName(l.tailStart)))
+	if err == nil {
+		l.tailFile = f
+	}
+}
+
+func segName(index uint64) string { return fmt.Sprintf("%020d", index) }
+
+// Append writes payload as one record and returns its index once the record
+// is fsynced (group commit: it shares the write and the fsync with the
+// Appends that arrived meanwhile). onAssign, if not nil, is called with the
+// index from the writer goroutine before the record is written, so a caller
+// can register interest in the index before any reader can see it; after a
+// failed write the index is never visible. Errors: ErrRecordTooLarge,
+// ErrClosed, or the wrapped I/O error of a failed write (disk full...).
+func (l *Log) Append(payload []byte, onAssign func(uint64)) (uint64, error) {
+	if len(payload) > l.opts.MaxRecordBytes {
+		return 0, ErrRecordTooLarge
+	}
+	r := &appendReq{data: payload, onAssign: onAssign, done: make(chan error, 1)}
+	select {
+	case l.reqs <- r:
+	case <-l.stop:
+		return 0, ErrClosed
+	}
+	if err := <-r.done; err != nil {
+		return 0, err
+	}
+	return r.index, nil
+}
+
+func (l *Log) writer() {
+	defer close(l.done)
+	batch := make([]*appendReq, 0, 256)
+	for {
+		var r *appendReq
+		select {
+		case r = <-l.reqs:
+		case <-l.stop:
+			return
+		}
+		batch = append(batch[:0], r)
+		size := len(r.data)
+	collect:
+		for size < l.opts.MaxBatchBytes {
+			select {
+			case r2 := <-l.reqs:
+				batch = append(batch, r2)
+				size += len(r2.data)
+			default:
+				break collect
+			}
+		}
+		err := l.writeBatch(batch)
+		for _, r := range batch {
+			r.done <- err
+		}
+	}
+}
+
+// writeBatch writes and fsyncs one group commit. On failure the handle is
+// failed, the log is rolled back to l.last and reopened (fail-stop).
+func (l *Log) writeBatch(batch []*appendReq) error {
+	l.lgMu.Lock() // exclusive only around a reopen; cheap when uncontended
+	if l.broken != nil || l.lg == nil {
+		if err := l.reopenLocked(); err != nil {
+			l.lgMu.Unlock()
+			return err
+		}
+	}
+	l.lgMu.Unlock()
+
+	l.lgMu.RLock()
+	var b twal.Batch
+	idx := l.last
+	bytes := l.tailBytes
+	tailStart := l.tailStart
+	rolled := false
+	// Mirror tidwall's roll rule to learn which segment the batch ends in.
+	if bytes > l.opts.SegmentSize {
+		bytes, tailStart, rolled = 0, idx+1, true
+	}
+	for _, r := range batch {
+		idx++
+		r.index = idx
+		rec := EncodeRecord(make([]byte, 0, len(r.data)+headerSize), r.data)
+		b.Write(idx, rec)
+		bytes += uvarintLen(uint64(len(rec))) + len(rec)
+		if bytes >= l.opts.SegmentSize {
+			bytes, tailStart, rolled = 0, idx+1, true
+		}
+		if r.onAssign != nil {
+			r.onAssign(idx)
+		}
+	}
+	err := l.lg.WriteBatch(&b)
+	l.lgMu.RUnlock()
+	if err == nil {
+		if rolled || tailStart != l.tailStart {
+			l.tailStart = tailStart
+			l.setTailFile()
+		}
+		err = l.sync(rolled)
+	}
+	if err != nil {
+		err = fmt.Errorf("wal: write: %w", err)
+		l.opts.Logger.Error("wal: write failed; failing the handle and rolling back", "dir", l.dir, "durable", l.last, "err", err)
+		l.lgMu.Lock()
+		l.broken = err
+		if rerr := l.reopenLocked(); rerr != nil {
+			l.opts.Logger.Error("wal: reopen after failed write", "err", rerr)
+		}
+		l.lgMu.Unlock()
+		return err
+	}
+	l.last, l.tailBytes = idx, bytes
+	l.durable.Store(idx)
+	select {
+	case l.notify <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+func (l *Log) sync(dir bool) error {
+	if l.opts.NoSync {
+		return nil
+	}
+	start := time.Now()
+	if l.tailFile == nil {
+		return errors.New("tail segment not open")
+	}
+	if err := l.tailFile.Sync(); err != nil {
+		return err
+	}
+	if dir {
+		if err := syncDir(l.dir); err != nil {
+			return err
+		}
+	}
+	d := time.Since(start)
+	if l.opts.ObserveSync != nil {
+		l.opts.ObserveSync(d)
+	}
+	if d > slowSync {
+		l.opts.Logger.Warn("wal: slow fsync", "took", d)
+	}
+	return nil
+}
+
+// reopenLocked closes the current handle (never written again) and reopens
+// the log rolled back to the last durable index. Caller holds lgMu.
+func (l *Log) reopenLocked() error {
+	if l.lg != nil {
+		_ = l.lg.Close()
+		l.lg = nil
+	}
+	if _, err := l.openLocked(int64(l.last)); err != nil {
+		l.broken = err
+		return err
+	}
+	l.broken = nil
+	return nil
+}
+
+func uvarintLen(x uint64) int {
+	n := 1
+	for x >= 0x80 {
+		x >>= 7
+		n++
+	}
+	return n
+}
+
+// DurableIndex is the highest fsynced index (0 when the log is empty).
+func (l *Log) DurableIndex() uint64 { return l.durable.Load() }
+
+// FirstIndex is the lowest index still in the log (1 on a new log; after
+// truncation, the first kept index; DurableIndex+1 when empty).
+func (l *Log) FirstIndex() uint64 { return l.first.Load() }
+
+// Notify returns a channel that receives (coalesced) after new records
+// become durable.
+func (l *Log) Notify() <-chan struct{} { return l.notify }
+
+// Read returns the payload of the record at index. Errors: ErrNotFound
+// (outside [FirstIndex, DurableIndex]), ErrCorruptRecord, ErrUnknownVersion,
+// ErrClosed, or an I/O error.
+func (l *Log) Read(index uint64) ([]byte, error) {
+	if index > l.durable.Load() || index < l.first.Load() {
+		return nil, ErrNotFound
+	}
+	l.readMu.Lock()
+	defer l.readMu.Unlock()
+	l.lgMu.RLock()
+	defer l.lgMu.RUnlock()
+	if l.lg == nil {
+		return nil, ErrClosed
+	}
+	rec, err := l.lg.Read(index)
+	if err != nil {
+		if errors.Is(err, twal.ErrNotFound) {
+			return nil, ErrNotFound
+		}
+		return nil, fmt.Errorf("wal: read %d: %w", index, err)
+	}
+	p, err := DecodeRecord(rec)
+	if err != nil {
+		return nil, fmt.Errorf("wal: read %d: %w", index, err)
+	}
+	return p, nil
+}
+
+// TruncateProjected removes sealed segments (never the tail) whose entries
+// are all <= checkpoint and whose file was last written more than retention
+// ago. It returns how many segments it removed.
+func (l *Log) TruncateProjected(checkpoint uint64, retention time.Duration) (int, error) {
+	segs, err := listSegments(l.dir)
+	if err != nil {
+		return 0, err
+	}
+	// Segment i (not the tail) covers [segs[i].index, segs[i+1].index-1].
+	keepFrom := uint64(0)
+	removed := 0
+	for i := 0; i+1 < len(segs)-1; i++ { // keep at least the last sealed segment's successor
+		next := segs[i+1]
+		if next.index-1 > checkpoint {
+			break
+		}
+		st, err := os.Stat(filepath.Join(l.dir, segs[i].name))
+		if err != nil || time.Since(st.ModTime()) < retention {
+			break
+		}
+		keepFrom = next.index
+		removed++
+	}
+	if removed == 0 {
+		return 0, nil
+	}
+	l.readMu.Lock()
+	defer l.readMu.Unlock()
+	l.lgMu.RLock()
+	defer l.lgMu.RUnlock()
+	if l.lg == nil {
+		return 0, ErrClosed
+	}
+	if err := l.lg.TruncateFront(keepFrom); err != nil {
+		return 0, fmt.Errorf("wal: truncate front to %d: %w", keepFrom, err)
+	}
+	l.first.Store(keepFrom)
+	return removed, syncDir(l.dir)
+}
+
+// Close stops the writer after in-flight appends, fsyncs and closes the
+// log. It is idempotent.
+func (l *Log) Close() error {
+	var err error
+	l.stopOnce.Do(func() {
+		close(l.stop)
+		<-l.done
+		l.lgMu.Lock()
+		defer l.lgMu.Unlock()
+		if l.tailFile != nil {
+			l.tailFile.Close()
+		}
+		if l.lg != nil {
+			err = l.lg.Close()
+			l.lg = nil
+		}
+	})
+	return err
+}

@@ -130,7 +130,8 @@ func (s *Store) project(ctx context.Context, tx pgx.Tx, brokerID uuid.UUID, walI
 		return nil, fmt.Errorf("%w: locked %d of %d", ErrPartitionGone, locked, len(lockIDs))
 	}
 
-	// 2. Probe the dedup sidecar for every key of a deduplicating partition.
+	// 2. Probe the dedup sidecar for every key of a deduplicating partition
+	// (window 0 = no probe).
 	known := make(map[dedupKey]*dedupEntry)
 	var probePIDs []uuid.UUID
 	var probeTx [][]byte
@@ -176,17 +177,18 @@ func (s *Store) project(ctx context.Context, tx pgx.Tx, brokerID uuid.UUID, walI
 	for i := range items {
 		it := &items[i]
 		ps := parts[ids[i]]
-		if ps.window > 0 {
-			k := dedupKey{ps.id, it.Message.TransactionID}
-			if e := known[k]; e != nil && it.AcceptedAtMicros-e.acceptedAt < ps.window {
-				out[i] = Outcome{Duplicate: true, MessageID: e.id, Offset: e.offset}
-				if !e.inBatch {
-					checkSeg = append(checkSeg, i)
-				}
-				continue
+		k := dedupKey{ps.id, it.Message.TransactionID}
+		if e := known[k]; ps.window > 0 && e != nil && it.AcceptedAtMicros-e.acceptedAt < ps.window {
+			out[i] = Outcome{Duplicate: true, MessageID: e.id, Offset: e.offset}
+			if !e.inBatch {
+				checkSeg = append(checkSeg, i)
 			}
-			known[k] = &dedupEntry{offset: ps.next, id: it.Message.ID, acceptedAt: it.AcceptedAtMicros, inBatch: true}
+			continue
 		}
+		// Every stored message gets a sidecar entry, also where the window is
+		// 0: the window governs the probe, so turning dedup back on sees the
+		// history (spec/producing.md caution on /configure).
+		known[k] = &dedupEntry{offset: ps.next, id: it.Message.ID, acceptedAt: it.AcceptedAtMicros, inBatch: true}
 		out[i] = Outcome{MessageID: it.Message.ID, Offset: ps.next}
 		ps.msgs = append(ps.msgs, it.Message)
 		ps.next++

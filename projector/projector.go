@@ -77,8 +77,10 @@ type Projector struct {
 	reg   *ingest.Registry
 	log   *slog.Logger
 
-	paused     atomic.Bool
-	healthy    atomic.Bool
+	paused atomic.Bool
+	// unhealthy is set by a failed PostgreSQL step and cleared by a
+	// successful one; a projector that has not tried yet is not unhealthy.
+	unhealthy  atomic.Bool
 	cursor     atomic.Uint64 // next WAL index to project
 	checkpoint atomic.Uint64 // last committed WAL index
 	wake       chan struct{}
@@ -167,13 +169,13 @@ func (p *Projector) Resume() {
 func (p *Projector) Paused() bool { return p.paused.Load() }
 
 // Healthy reports whether the last PostgreSQL round-trip of the loop
-// succeeded.
-func (p *Projector) Healthy() bool { return p.healthy.Load() }
+// succeeded (true before the first one).
+func (p *Projector) Healthy() bool { return !p.unhealthy.Load() }
 
 // Accepting implements ingest.Gate: pushes wait for a verdict only while
 // the projector runs, PostgreSQL answers, and the backlog is short.
 func (p *Projector) Accepting() bool {
-	return !p.paused.Load() && p.healthy.Load() && p.Backlog() <= p.cfg.MaxWaitBacklog
+	return !p.paused.Load() && !p.unhealthy.Load() && p.Backlog() <= p.cfg.MaxWaitBacklog
 }
 
 // Backlog is the number of durable WAL records not yet committed to
@@ -211,7 +213,7 @@ func (p *Projector) run(ctx context.Context) {
 	idle := time.NewTimer(time.Second)
 	defer idle.Stop()
 	fail := func(err error) {
-		p.healthy.Store(false)
+		p.unhealthy.Store(true)
 		p.reg.FailAll()
 		known = false
 		p.mu.Lock()
@@ -252,7 +254,7 @@ func (p *Projector) run(ctx context.Context) {
 				if err := p.ping(ctx); err != nil {
 					fail(err)
 				} else {
-					p.healthy.Store(true)
+					p.unhealthy.Store(false)
 				}
 			case <-ctx.Done():
 			}
@@ -302,7 +304,7 @@ func (p *Projector) loadCursor(ctx context.Context) error {
 	if next > 0 {
 		p.checkpoint.Store(next - 1)
 	}
-	p.healthy.Store(true)
+	p.unhealthy.Store(false)
 	p.log.Debug("projector: cursor loaded", "cursor", next)
 	return nil
 }
@@ -348,7 +350,7 @@ func (p *Projector) projectOnce(ctx context.Context, cursor uint64) error {
 	}
 	p.cursor.Store(last + 1)
 	p.checkpoint.Store(last)
-	p.healthy.Store(true)
+	p.unhealthy.Store(false)
 	p.mu.Lock()
 	p.lastErr = nil
 	p.mu.Unlock()

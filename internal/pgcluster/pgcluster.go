@@ -27,9 +27,9 @@ import (
 
 // Cluster is one throwaway PostgreSQL server.
 type Cluster struct {
-	Dir  string // data directory root (data/ and sock/ inside)
-	Port int
-	bin  string
+	Dir   string // data directory root (data/ and sock/ inside)
+	Port  int
+	bin   string
 	runAs string // "" or "postgres"
 }
 

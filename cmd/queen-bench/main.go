@@ -1,0 +1,127 @@
+// Command queen-bench pushes load at a broker's POST /api/v1/push, reports
+// throughput, latency percentiles and memory, then reads the queue back
+// from PostgreSQL and verifies that every accepted item is stored exactly
+// once, in each producer's order (see package bench).
+//
+//	queen-bench -url http://127.0.0.1:6632 -producers 8 -batch 100 -duration 10s -pg postgres://…
+//
+// Exit status: 0 when the run completed and verification (if any) found no
+// problem, 1 on a run or verification error, 2 for bad flags, 3 when
+// verification found problems.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/queenmq/queen-go/bench"
+	"github.com/queenmq/queen-go/pg"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	fs := flag.NewFlagSet("queen-bench", flag.ContinueOnError)
+	var cfg bench.Config
+	fs.StringVar(&cfg.URL, "url", bench.DefaultURL, "broker base URL")
+	fs.IntVar(&cfg.Producers, "producers", bench.DefaultProducers, "concurrent producers (one request in flight each)")
+	fs.IntVar(&cfg.Batch, "batch", bench.DefaultBatch, "items per push")
+	fs.IntVar(&cfg.Partitions, "partitions", bench.DefaultPartitions, "partitions p0..pN-1, used round-robin")
+	fs.IntVar(&cfg.PayloadBytes, "payload", bench.DefaultPayloadBytes, "payload size in bytes (a JSON object)")
+	fs.DurationVar(&cfg.Duration, "duration", bench.DefaultDuration, "how long to push")
+	fs.StringVar(&cfg.Queue, "queue", "", "queue name (default bench-<unix time>)")
+	fs.DurationVar(&cfg.RequestTimeout, "timeout", bench.DefaultRequestTimeout, "timeout of one push request")
+	fs.IntVar(&cfg.BrokerPID, "broker-pid", 0, "broker PID on this host, to report its peak RSS (VmHWM)")
+	pgURL := fs.String("pg", os.Getenv("QUEEN_PG_URL"), "PostgreSQL URL for verification (default $QUEEN_PG_URL; empty skips verification)")
+	verifyTimeout := fs.Duration("verify-timeout", bench.DefaultVerifyTimeout, "how long to wait for accepted items to be stored")
+	asJSON := fs.Bool("json", false, "also print the report as JSON")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "queen-bench: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	for _, v := range []struct {
+		name string
+		n    int
+	}{{"producers", cfg.Producers}, {"batch", cfg.Batch}, {"partitions", cfg.Partitions}} {
+		if v.n < 1 {
+			fmt.Fprintf(os.Stderr, "queen-bench: -%s must be at least 1\n", v.name)
+			return 2
+		}
+	}
+	if cfg.PayloadBytes < 1 || cfg.Duration <= 0 || cfg.RequestTimeout <= 0 {
+		fmt.Fprintln(os.Stderr, "queen-bench: -payload, -duration and -timeout must be positive")
+		return 2
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	fmt.Fprintf(os.Stderr, "queen-bench: pushing to %s for %s (%d producers, batch %d)\n",
+		cfg.URL, cfg.Duration, cfg.Producers, cfg.Batch)
+	r, err := bench.Run(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "queen-bench:", err)
+		if errors.Is(err, bench.ErrConfig) {
+			return 2
+		}
+		return 1
+	}
+
+	code := 0
+	if *pgURL == "" {
+		fmt.Fprintln(os.Stderr, "queen-bench: no -pg and no QUEEN_PG_URL: verification skipped")
+	} else {
+		v, err := verify(ctx, *pgURL, r, *verifyTimeout)
+		switch {
+		case err != nil:
+			fmt.Fprintln(os.Stderr, "queen-bench: verify:", err)
+			code = 1
+		case !v.OK():
+			code = 3
+		}
+		r.Verify = v
+	}
+	if err := r.WriteText(os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "queen-bench:", err)
+		return 1
+	}
+	if *pgURL == "" {
+		fmt.Println("\nverify: skipped (no -pg and no QUEEN_PG_URL)")
+	}
+	if *asJSON {
+		b, err := json.MarshalIndent(r, "", "  ")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "queen-bench:", err)
+			return 1
+		}
+		fmt.Printf("\n%s\n", b)
+	}
+	return code
+}
+
+func verify(ctx context.Context, url string, r *bench.Report, timeout time.Duration) (*bench.VerifyResult, error) {
+	store, err := pg.Open(pg.Config{URL: url})
+	if err != nil {
+		return nil, err
+	}
+	defer store.Close()
+	if n := r.Status.Buffered; n > 0 {
+		fmt.Fprintf(os.Stderr, "queen-bench: verify: %d items were answered buffered; waiting up to %s for them\n", n, timeout)
+	}
+	return bench.Verify(ctx, store, r.Ledger, timeout)
+}

@@ -72,7 +72,7 @@ func TestCaseP14bCommitWhoseAnswerNeverCame(t *testing.T) {
 	c, url := testenv.OwnCluster(t)
 	b := testenv.StartBroker(t, url, "", nil)
 	base := "http://" + b.Addr()
-	l := &load{queue: "p14b", partitions: 4, perPush: 20, producers: 4, retry: true, bases: []string{base}}
+	l := &load{queue: "p14b", partitions: 4, perPush: 20, producers: 4, interval: 10 * time.Millisecond, retry: true, bases: []string{base}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { l.run(ctx, t); close(done) }()

@@ -15,6 +15,7 @@ import (
 	"github.com/fasthttp/router"
 	json "github.com/goccy/go-json"
 	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/pprofhandler"
 
 	"github.com/queenmq/queen-go/ingest"
 	"github.com/queenmq/queen-go/pg"
@@ -65,6 +66,8 @@ type Config struct {
 	IdleTimeout  time.Duration
 	// MaxConns bounds concurrent connections (0 = fasthttp's default).
 	MaxConns int
+	// Pprof serves Go's profiles under /debug/pprof/ (QUEEN_PPROF=true).
+	Pprof bool
 	Logger   *slog.Logger
 }
 
@@ -97,6 +100,9 @@ func New(cfg Config, b Broker) *Server {
 	r.GET("/health", s.health)
 	r.GET("/api/v1/system/maintenance", s.getMaintenance)
 	r.POST("/api/v1/system/maintenance", s.postMaintenance)
+	if cfg.Pprof {
+		r.GET("/debug/pprof/{profile:*}", pprofhandler.PprofHandler)
+	}
 	r.GlobalOPTIONS = func(ctx *fasthttp.RequestCtx) { cors(ctx); ctx.SetStatusCode(fasthttp.StatusNoContent) }
 	r.NotFound = func(ctx *fasthttp.RequestCtx) { writeErr(ctx, fasthttp.StatusNotFound, "not found") }
 	r.MethodNotAllowed = func(ctx *fasthttp.RequestCtx) {

@@ -9,7 +9,18 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
+
+// pgUUIDs converts ids for binary encoding (google/uuid's driver.Valuer
+// path costs an error allocation per element in pgx).
+func pgUUIDs(ids []uuid.UUID) []pgtype.UUID {
+	out := make([]pgtype.UUID, len(ids))
+	for i, id := range ids {
+		out[i] = pgtype.UUID{Bytes: id, Valid: true}
+	}
+	return out
+}
 
 // ErrPartitionGone is returned (wrapped) by Project when a cached partition
 // row vanished (its queue was deleted); the cache entry is dropped, so the
@@ -104,20 +115,20 @@ func (s *Store) project(ctx context.Context, tx pgx.Tx, brokerID uuid.UUID, walI
 	// 1. Lock the touched partitions in a fixed (id) order.
 	rows, err := tx.Query(ctx, `SELECT p.id, p.next_offset, q.dedup_window_seconds
 		FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
-		WHERE p.id = ANY($1) ORDER BY p.id FOR UPDATE OF p`, lockIDs)
+		WHERE p.id = ANY($1) ORDER BY p.id FOR UPDATE OF p`, pgUUIDs(lockIDs))
 	if err != nil {
 		return nil, err
 	}
 	locked := 0
 	for rows.Next() {
-		var id uuid.UUID
+		var id pgtype.UUID
 		var next int64
 		var window int32
 		if err := rows.Scan(&id, &next, &window); err != nil {
 			rows.Close()
 			return nil, err
 		}
-		ps := parts[id]
+		ps := parts[uuid.UUID(id.Bytes)]
 		ps.next, ps.base, ps.window = next, next, int64(window)*int64(time.Second/time.Microsecond)
 		locked++
 	}
@@ -150,12 +161,12 @@ func (s *Store) project(ctx context.Context, tx pgx.Tx, brokerID uuid.UUID, walI
 	if len(probePIDs) > 0 {
 		rows, err := tx.Query(ctx, `SELECT d.partition_id, d.transaction_id, d.msg_offset, d.message_id, d.accepted_at
 			FROM unnest($1::uuid[], $2::bytea[]) AS k(pid, txid)
-			JOIN queen.dedup d ON d.partition_id = k.pid AND d.transaction_id = k.txid`, probePIDs, probeTx)
+			JOIN queen.dedup d ON d.partition_id = k.pid AND d.transaction_id = k.txid`, pgUUIDs(probePIDs), probeTx)
 		if err != nil {
 			return nil, err
 		}
 		for rows.Next() {
-			var pid, mid uuid.UUID
+			var pid, mid pgtype.UUID
 			var txid []byte
 			var off int64
 			var at time.Time
@@ -163,7 +174,7 @@ func (s *Store) project(ctx context.Context, tx pgx.Tx, brokerID uuid.UUID, walI
 				rows.Close()
 				return nil, err
 			}
-			known[dedupKey{pid, string(txid)}] = &dedupEntry{offset: off, id: mid, acceptedAt: at.UnixMicro()}
+			known[dedupKey{pid.Bytes, string(txid)}] = &dedupEntry{offset: off, id: mid.Bytes, acceptedAt: at.UnixMicro()}
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
@@ -208,7 +219,7 @@ func (s *Store) project(ctx context.Context, tx pgx.Tx, brokerID uuid.UUID, walI
 				SELECT 1 FROM (SELECT s.last_offset FROM queen.segments s
 					WHERE s.partition_id = k.pid AND s.base_offset <= k.off
 					ORDER BY s.base_offset DESC LIMIT 1) seg
-				WHERE seg.last_offset >= k.off)`, pids, offs)
+				WHERE seg.last_offset >= k.off)`, pgUUIDs(pids), offs)
 		if err != nil {
 			return nil, err
 		}
@@ -243,9 +254,9 @@ func (s *Store) project(ctx context.Context, tx pgx.Tx, brokerID uuid.UUID, walI
 	}
 	if len(segPID) > 0 {
 		b.Queue(`UPDATE queen.partitions p SET next_offset = v.next, last_message_at = now()
-			FROM unnest($1::uuid[], $2::bigint[]) AS v(id, next) WHERE p.id = v.id`, segPID, addOne(segLast))
+			FROM unnest($1::uuid[], $2::bigint[]) AS v(id, next) WHERE p.id = v.id`, pgUUIDs(segPID), addOne(segLast))
 		b.Queue(`INSERT INTO queen.segments (partition_id, base_offset, last_offset, body)
-			SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bytea[])`, segPID, segBase, segLast, segBody)
+			SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bytea[])`, pgUUIDs(segPID), segBase, segLast, segBody)
 	}
 	var dPID, dMID []uuid.UUID
 	var dTx [][]byte
@@ -276,10 +287,10 @@ func (s *Store) project(ctx context.Context, tx pgx.Tx, brokerID uuid.UUID, walI
 			SELECT * FROM unnest($1::uuid[], $2::bytea[], $3::bigint[], $4::uuid[], $5::timestamptz[])
 			ON CONFLICT (partition_id, transaction_id) DO UPDATE
 			SET msg_offset = excluded.msg_offset, message_id = excluded.message_id, accepted_at = excluded.accepted_at`,
-			dPID, dTx, dOff, dMID, dAt)
+			pgUUIDs(dPID), dTx, dOff, pgUUIDs(dMID), dAt)
 	}
 	b.Queue(`INSERT INTO queen.projector_checkpoints (broker_id, wal_index, updated_at) VALUES ($1, $2, now())
-		ON CONFLICT (broker_id) DO UPDATE SET wal_index = excluded.wal_index, updated_at = now()`, brokerID, int64(walIndex))
+		ON CONFLICT (broker_id) DO UPDATE SET wal_index = excluded.wal_index, updated_at = now()`, pgtype.UUID{Bytes: brokerID, Valid: true}, int64(walIndex))
 	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
 		return nil, err
 	}

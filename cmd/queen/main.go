@@ -4,7 +4,7 @@
 //	queen dev      the same, but with a throwaway local PostgreSQL when no
 //	               database is configured (QUEEN_PG_URL / PG_HOST unset);
 //	               the WAL goes to a temporary directory unless
-//	               FILE_BUFFER_DIR is set
+//	               FILE_BUFFER_DIR is set, and HOST defaults to 127.0.0.1
 //
 // Environment (Queen's names where they exist):
 //
@@ -21,6 +21,7 @@
 //	QUEEN_MAX_CONNS        concurrent HTTP connections (fasthttp default 262144)
 //	DB_POOL_SIZE           PostgreSQL pool size (10)
 //	LOG_LEVEL              debug, info, warn, error (info)
+//	QUEEN_PPROF            "true" serves Go's pprof under /debug/pprof/ (off)
 //
 // SIGTERM or SIGINT shuts down gracefully: stop accepting, finish in-flight
 // requests (30 s at most), stop the projector, flush and close the WAL.
@@ -138,6 +139,7 @@ func run(args []string) error {
 		return err
 	}
 	walDir := env("FILE_BUFFER_DIR", "/var/lib/queen/buffers")
+	host := env("HOST", "0.0.0.0")
 	pgURL := pgURLFromEnv()
 
 	if dev {
@@ -156,12 +158,16 @@ func run(args []string) error {
 			if err != nil {
 				return err
 			}
+			defer os.RemoveAll(d) // throwaway, like the database
 			walDir = d
+		}
+		if os.Getenv("HOST") == "" {
+			host = "127.0.0.1" // a dev broker listens on loopback only
 		}
 	}
 
 	b, err := broker.Start(broker.Config{
-		Addr:           net.JoinHostPort(env("HOST", "0.0.0.0"), strconv.Itoa(port)),
+		Addr:           net.JoinHostPort(host, strconv.Itoa(port)),
 		PGURL:          pgURL,
 		WALDir:         walDir,
 		MaxBodyBytes:   maxBody,
@@ -169,7 +175,7 @@ func run(args []string) error {
 		Projector:      projector.Config{WALRetention: walRetention(retention)},
 		VerdictTimeout: time.Duration(verdictMS) * time.Millisecond,
 		PoolSize:       int32(pool),
-		HTTP:           fastapi.Config{MaxConns: maxConns},
+		HTTP:           fastapi.Config{MaxConns: maxConns, Pprof: os.Getenv("QUEEN_PPROF") == "true"},
 		Logger:         logger,
 	})
 	if err != nil {

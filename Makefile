@@ -1,0 +1,25 @@
+# Two commands for a newcomer: `make run` and `make test` (see README.md).
+GO ?= go
+FUZZTIME ?= 30s
+
+.PHONY: run test build bench fuzz
+
+## run: start the broker on :6632 (a throwaway PostgreSQL when none is configured)
+run:
+	$(GO) run ./cmd/queen dev
+
+## test: every test against real, throwaway PostgreSQL servers
+test:
+	bash scripts/test.sh
+
+## build: the broker and bench binaries into bin/
+build:
+	$(GO) build -o bin/queen ./cmd/queen
+	$(GO) build -o bin/queen-bench ./cmd/queen-bench
+
+## fuzz: each fuzz target for FUZZTIME (CI runs it briefly)
+fuzz:
+	$(GO) test -run='^$$' -fuzz='^FuzzDecodeRecord$$' -fuzztime=$(FUZZTIME) ./wal/
+	$(GO) test -run='^$$' -fuzz='^FuzzScanSegment$$' -fuzztime=$(FUZZTIME) ./wal/
+	$(GO) test -run='^$$' -fuzz='^FuzzDecodeRecord$$' -fuzztime=$(FUZZTIME) ./ingest/
+	$(GO) test -run='^$$' -fuzz='^FuzzParseBody$$' -fuzztime=$(FUZZTIME) ./ingest/

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The project's one test command: README.md, `make test` and .ci/run all run
+# this script. It makes sure PostgreSQL's binaries are installed (the tests
+# start their own throwaway servers with them; nothing needs to be running),
+# then vets and runs every test with the race detector.
+#
+#   scripts/test.sh                 all packages
+#   scripts/test.sh ./wal/ -run X   extra arguments go to `go test`
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+have_pg() {
+  [ -n "${PG_BIN:-}" ] && [ -x "$PG_BIN/pg_ctl" ] && return 0
+  command -v pg_ctl >/dev/null 2>&1 && return 0
+  ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1
+}
+if ! have_pg; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "test.sh: installing PostgreSQL (Debian package)"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+  else
+    echo "test.sh: PostgreSQL binaries not found: install PostgreSQL 15+ or set PG_BIN" >&2
+    exit 1
+  fi
+fi
+if [ "$(id -u)" = 0 ] && ! id postgres >/dev/null 2>&1; then
+  echo "test.sh: running as root needs a 'postgres' user (initdb refuses root)" >&2
+  exit 1
+fi
+
+go vet ./...
+if [ $# -gt 0 ]; then
+  exec go test -race -count=1 -timeout 25m "$@"
+fi
+exec go test -race -count=1 -timeout 25m ./...

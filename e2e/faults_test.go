@@ -191,6 +191,11 @@ func TestCaseP15TornWALTail(t *testing.T) {
 	if err := os.Truncate(newest, st.Size()-10); err != nil {
 		t.Fatal(err)
 	}
+	if out, err := exec.Command(brokerBinary(t), "wal", "verify", filepath.Join(walDir, "wal")).CombinedOutput(); err == nil {
+		t.Fatalf("wal verify passed a torn segment:\n%s", out)
+	} else if !strings.Contains(string(out), "PROBLEM") {
+		t.Fatalf("wal verify did not name the problem:\n%s", out)
+	}
 	if err := c.Restart(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -209,6 +214,9 @@ func TestCaseP15TornWALTail(t *testing.T) {
 		t.Errorf("evidence files: %v", ev)
 	}
 	p2.term(t)
+	if out, err := exec.Command(brokerBinary(t), "wal", "verify", filepath.Join(walDir, "wal")).CombinedOutput(); err != nil {
+		t.Fatalf("wal verify after repair: %v\n%s", err, out)
+	}
 }
 
 // TestDiskFull fills the WAL's (small tmpfs) disk: pushes answer failed,

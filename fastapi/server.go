@@ -67,8 +67,8 @@ type Config struct {
 	// MaxConns bounds concurrent connections (0 = fasthttp's default).
 	MaxConns int
 	// Pprof serves Go's profiles under /debug/pprof/ (QUEEN_PPROF=true).
-	Pprof bool
-	Logger   *slog.Logger
+	Pprof  bool
+	Logger *slog.Logger
 }
 
 // Server is the HTTP server.

@@ -13,6 +13,7 @@ package projector
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -84,6 +85,7 @@ type Projector struct {
 	cursor     atomic.Uint64 // next WAL index to project
 	checkpoint atomic.Uint64 // last committed WAL index
 	wake       chan struct{}
+	cur        *wal.Cursor // owned by the loop
 
 	mu      sync.Mutex
 	cancel  context.CancelFunc
@@ -123,7 +125,8 @@ func New(cfg Config, w *wal.Log, store *pg.Store, reg *ingest.Registry) *Project
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Projector{cfg: cfg, wal: w, store: store, reg: reg, log: cfg.Logger, wake: make(chan struct{}, 1)}
+	return &Projector{cfg: cfg, wal: w, store: store, reg: reg, log: cfg.Logger, wake: make(chan struct{}, 1),
+		cur: w.NewCursor(1)}
 }
 
 // Start launches the loop. It returns an error only if already started.
@@ -300,6 +303,7 @@ func (p *Projector) loadCursor(ctx context.Context) error {
 		}
 		next = first
 	}
+	p.cur.Seek(next)
 	p.cursor.Store(next)
 	if next > 0 {
 		p.checkpoint.Store(next - 1)
@@ -316,32 +320,31 @@ type entry struct {
 
 // projectOnce projects one batch starting at cursor.
 func (p *Projector) projectOnce(ctx context.Context, cursor uint64) error {
-	durable := p.wal.DurableIndex()
+	if p.cur.Position() != cursor {
+		p.cur.Seek(cursor)
+	}
+	batch, err := p.cur.Next(p.cfg.MaxBatchEntries, p.cfg.MaxBatchBytes)
+	if err != nil {
+		return err // a corrupt record stalls projection loudly; it is never skipped
+	}
+	if len(batch) == 0 {
+		return nil
+	}
 	var items []pg.ProjectItem
-	var entries []entry
-	bytes := 0
-	idx := cursor
-	for ; idx <= durable && len(entries) < p.cfg.MaxBatchEntries; idx++ {
-		raw, err := p.wal.Read(idx)
+	entries := make([]entry, 0, len(batch))
+	for _, e := range batch {
+		rec, err := ingest.DecodeRecord(e.Payload)
 		if err != nil {
-			return err // a corrupt record stalls projection loudly; it is never skipped
+			return fmt.Errorf("WAL record %d: %w", e.Index, err)
 		}
-		if len(entries) > 0 && bytes+len(raw) > p.cfg.MaxBatchBytes {
-			break
-		}
-		rec, err := ingest.DecodeRecord(raw)
-		if err != nil {
-			return err
-		}
-		bytes += len(raw)
 		for _, it := range rec.Items {
 			items = append(items, pg.ProjectItem{Queue: it.Queue, Partition: it.Partition, AcceptedAtMicros: rec.AcceptedAt,
 				Message: pg.Message{ID: it.MessageID, TransactionID: it.TransactionID, CreatedAtMicros: rec.AcceptedAt,
 					ProducerSub: it.ProducerSub, Payload: it.Payload}})
 		}
-		entries = append(entries, entry{index: idx, n: len(rec.Items)})
+		entries = append(entries, entry{index: e.Index, n: len(rec.Items)})
 	}
-	last := idx - 1
+	last := batch[len(batch)-1].Index
 	tctx, cancel := context.WithTimeout(ctx, p.cfg.TxTimeout)
 	defer cancel()
 	out, err := p.store.Project(tctx, p.cfg.BrokerID, last, items)

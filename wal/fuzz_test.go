@@ -22,6 +22,13 @@ func FuzzDecodeRecord(f *testing.F) {
 	v2[0] = 2
 	f.Add(v2, uint(1))
 	f.Fuzz(func(t *testing.T, data []byte, bit uint) {
+		// DecodeRecord has no length-dependent branch past the header, but
+		// hash/crc32 switches code paths at 504 and 4032 bytes; inputs that
+		// reach them count as new coverage and the fuzzer's quadratic
+		// minimisation of such inputs stalls a 30 s run at 0 execs/s.
+		if len(data) > 500 {
+			data = data[:500]
+		}
 		// Arbitrary input: no panic; what decodes re-encodes to the input.
 		if p, err := DecodeRecord(data); err == nil {
 			if re := EncodeRecord(nil, p); !bytes.Equal(re, data) {

@@ -1,6 +1,9 @@
 // Command queen is the broker.
 //
 //	queen          run the broker, configured by environment
+//	queen wal verify [DIR]
+//	               check every WAL record's checksum (read-only); DIR
+//	               defaults to $FILE_BUFFER_DIR/wal; exit 1 on a problem
 //	queen dev      the same, but with a throwaway local PostgreSQL when no
 //	               database is configured (QUEEN_PG_URL / PG_HOST unset);
 //	               the WAL goes to a temporary directory unless
@@ -35,6 +38,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"time"
@@ -106,9 +110,12 @@ func run(args []string) error {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	slog.SetDefault(logger)
 
+	if len(args) > 0 && args[0] == "wal" {
+		return walCommand(args[1:])
+	}
 	dev := len(args) > 0 && args[0] == "dev"
 	if len(args) > 0 && !dev {
-		return fmt.Errorf("unknown command %q (want no argument or \"dev\")", args[0])
+		return fmt.Errorf("unknown command %q (want none, \"dev\" or \"wal verify [DIR]\")", args[0])
 	}
 	port, err := envInt("PORT", 6632)
 	if err != nil {
@@ -188,4 +195,30 @@ func run(args []string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	return b.Stop(ctx)
+}
+
+func walCommand(args []string) error {
+	if len(args) == 0 || args[0] != "verify" {
+		return fmt.Errorf("usage: queen wal verify [DIR]")
+	}
+	dir := filepath.Join(env("FILE_BUFFER_DIR", "/var/lib/queen/buffers"), "wal")
+	if len(args) > 1 {
+		dir = args[1]
+	}
+	reports, ok, err := wal.Verify(dir, 0)
+	if err != nil {
+		return err
+	}
+	for _, r := range reports {
+		status := "ok"
+		if r.Problem != "" {
+			status = "PROBLEM: " + r.Problem
+		}
+		fmt.Printf("%s first=%d records=%d bytes=%d %s\n", r.Name, r.FirstIndex, r.Records, r.Bytes, status)
+	}
+	if !ok {
+		return fmt.Errorf("wal verify: problems found in %s", dir)
+	}
+	fmt.Printf("wal verify: %d segments ok\n", len(reports))
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -128,8 +129,8 @@ func TestCaseP05OnlyExactKeyDeduplicates(t *testing.T) {
 	}
 }
 
+// TestCaseP07BodyLimit413 is not parallel: it measures the heap.
 func TestCaseP07BodyLimit413(t *testing.T) {
-	t.Parallel()
 	const limit = 1 << 20
 	s := setup(t, func(c *broker.Config) { c.MaxBodyBytes = limit })
 	over := make([]byte, limit+1)
@@ -159,6 +160,14 @@ func TestCaseP07BodyLimit413(t *testing.T) {
 		_, _ = b.ReadFrom(resp.Body)
 		return resp.StatusCode, b.Bytes()
 	}
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapInuse
+	}
+	send("length") // warm pools
+	before := heap()
 	for i := 0; i < 100; i++ {
 		for _, mode := range []string{"length", "chunked", "expect"} {
 			code, rb := send(mode)
@@ -167,6 +176,11 @@ func TestCaseP07BodyLimit413(t *testing.T) {
 				t.Fatalf("attempt %d %s: %d %s", i, mode, code, rb)
 			}
 		}
+	}
+	if after := heap(); after > before+32<<20 {
+		t.Errorf("heap grew from %d to %d bytes over 300 rejected bodies", before, after)
+	} else {
+		t.Logf("heap in use %d → %d bytes over 300 rejected bodies", before, after)
 	}
 	// A body of exactly the limit is accepted.
 	exact := []byte(`{"items":[{"queue":"big","payload":"`)

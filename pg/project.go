@@ -88,22 +88,20 @@ func (s *Store) Project(ctx context.Context, brokerID uuid.UUID, walIndex uint64
 	if err != nil {
 		return nil, err
 	}
-	tx, err := s.pool.Begin(ctx)
+	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer tx.Rollback(context.Background()) //nolint:errcheck // no-op after commit
-	out, err := s.project(ctx, tx, brokerID, walIndex, items, ids)
-	if err != nil {
-		return nil, err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return nil, fmt.Errorf("pg: commit (outcome unknown): %w", err)
-	}
-	return out, nil
+	// A connection released inside a transaction (any error below) is
+	// closed by the pool, which rolls the transaction back.
+	defer conn.Release()
+	return s.project(ctx, conn.Conn(), brokerID, walIndex, items, ids)
 }
 
-func (s *Store) project(ctx context.Context, tx pgx.Tx, brokerID uuid.UUID, walIndex uint64, items []ProjectItem, ids []uuid.UUID) ([]Outcome, error) {
+// project runs the transaction in two round trips (plus one when a
+// duplicate's original may be gone): BEGIN + lock + probe, then the writes
+// + COMMIT, each sent as one pipelined batch.
+func (s *Store) project(ctx context.Context, conn *pgx.Conn, brokerID uuid.UUID, walIndex uint64, items []ProjectItem, ids []uuid.UUID) ([]Outcome, error) {
 	parts := make(map[uuid.UUID]*partState)
 	lockIDs := make([]uuid.UUID, 0, 8)
 	for _, id := range ids {
@@ -112,20 +110,46 @@ func (s *Store) project(ctx context.Context, tx pgx.Tx, brokerID uuid.UUID, walI
 			lockIDs = append(lockIDs, id)
 		}
 	}
-	// 1. Lock the touched partitions in a fixed (id) order.
-	rows, err := tx.Query(ctx, `SELECT p.id, p.next_offset, q.dedup_window_seconds
+	known := make(map[dedupKey]*dedupEntry)
+	var probePIDs []uuid.UUID
+	var probeTx [][]byte
+	for i := range items {
+		k := dedupKey{ids[i], items[i].Message.TransactionID}
+		if _, ok := known[k]; !ok {
+			known[k] = nil
+			probePIDs = append(probePIDs, k.pid)
+			probeTx = append(probeTx, []byte(k.txid))
+		}
+	}
+	// 1. Lock the touched partitions in a fixed (id) order, then probe the
+	// dedup sidecar for the batch's keys (the probe runs after the lock is
+	// held, so it sees every commit made before it).
+	var b1 pgx.Batch
+	b1.Queue("BEGIN")
+	b1.Queue(`SELECT p.id, p.next_offset, q.dedup_window_seconds
 		FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
 		WHERE p.id = ANY($1) ORDER BY p.id FOR UPDATE OF p`, pgUUIDs(lockIDs))
-	if err != nil {
+	b1.Queue(`SELECT d.partition_id, d.transaction_id, d.msg_offset, d.message_id, d.accepted_at
+		FROM unnest($1::uuid[], $2::bytea[]) AS k(pid, txid)
+		JOIN queen.dedup d ON d.partition_id = k.pid AND d.transaction_id = k.txid`, pgUUIDs(probePIDs), probeTx)
+	br := conn.SendBatch(ctx, &b1)
+	if _, err := br.Exec(); err != nil {
+		br.Close()
 		return nil, err
 	}
 	locked := 0
+	rows, err := br.Query()
+	if err != nil {
+		br.Close()
+		return nil, err
+	}
 	for rows.Next() {
 		var id pgtype.UUID
 		var next int64
 		var window int32
 		if err := rows.Scan(&id, &next, &window); err != nil {
 			rows.Close()
+			br.Close()
 			return nil, err
 		}
 		ps := parts[uuid.UUID(id.Bytes)]
@@ -134,52 +158,37 @@ func (s *Store) project(ctx context.Context, tx pgx.Tx, brokerID uuid.UUID, walI
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
+		br.Close()
+		return nil, err
+	}
+	rows, err = br.Query()
+	if err != nil {
+		br.Close()
+		return nil, err
+	}
+	for rows.Next() {
+		var pid, mid pgtype.UUID
+		var txid []byte
+		var off int64
+		var at time.Time
+		if err := rows.Scan(&pid, &txid, &off, &mid, &at); err != nil {
+			rows.Close()
+			br.Close()
+			return nil, err
+		}
+		known[dedupKey{pid.Bytes, string(txid)}] = &dedupEntry{offset: off, id: mid.Bytes, acceptedAt: at.UnixMicro()}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		br.Close()
+		return nil, err
+	}
+	if err := br.Close(); err != nil {
 		return nil, err
 	}
 	if locked != len(lockIDs) {
 		s.forgetPartitions(items)
 		return nil, fmt.Errorf("%w: locked %d of %d", ErrPartitionGone, locked, len(lockIDs))
-	}
-
-	// 2. Probe the dedup sidecar for every key of a deduplicating partition
-	// (window 0 = no probe).
-	known := make(map[dedupKey]*dedupEntry)
-	var probePIDs []uuid.UUID
-	var probeTx [][]byte
-	for i := range items {
-		ps := parts[ids[i]]
-		if ps.window == 0 {
-			continue
-		}
-		k := dedupKey{ps.id, items[i].Message.TransactionID}
-		if _, ok := known[k]; !ok {
-			known[k] = nil
-			probePIDs = append(probePIDs, k.pid)
-			probeTx = append(probeTx, []byte(k.txid))
-		}
-	}
-	if len(probePIDs) > 0 {
-		rows, err := tx.Query(ctx, `SELECT d.partition_id, d.transaction_id, d.msg_offset, d.message_id, d.accepted_at
-			FROM unnest($1::uuid[], $2::bytea[]) AS k(pid, txid)
-			JOIN queen.dedup d ON d.partition_id = k.pid AND d.transaction_id = k.txid`, pgUUIDs(probePIDs), probeTx)
-		if err != nil {
-			return nil, err
-		}
-		for rows.Next() {
-			var pid, mid pgtype.UUID
-			var txid []byte
-			var off int64
-			var at time.Time
-			if err := rows.Scan(&pid, &txid, &off, &mid, &at); err != nil {
-				rows.Close()
-				return nil, err
-			}
-			known[dedupKey{pid.Bytes, string(txid)}] = &dedupEntry{offset: off, id: mid.Bytes, acceptedAt: at.UnixMicro()}
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, err
-		}
 	}
 
 	// 3. Decide each item in WAL order and allocate offsets.
@@ -214,7 +223,7 @@ func (s *Store) project(ctx context.Context, tx pgx.Tx, brokerID uuid.UUID, walI
 		for j, i := range checkSeg {
 			pids[j], offs[j] = ids[i], out[i].Offset
 		}
-		rows, err := tx.Query(ctx, `SELECT k.ord FROM unnest($1::uuid[], $2::bigint[]) WITH ORDINALITY AS k(pid, off, ord)
+		rows, err := conn.Query(ctx, `SELECT k.ord FROM unnest($1::uuid[], $2::bigint[]) WITH ORDINALITY AS k(pid, off, ord)
 			WHERE NOT EXISTS (
 				SELECT 1 FROM (SELECT s.last_offset FROM queen.segments s
 					WHERE s.partition_id = k.pid AND s.base_offset <= k.off
@@ -291,8 +300,12 @@ func (s *Store) project(ctx context.Context, tx pgx.Tx, brokerID uuid.UUID, walI
 	}
 	b.Queue(`INSERT INTO queen.projector_checkpoints (broker_id, wal_index, updated_at) VALUES ($1, $2, now())
 		ON CONFLICT (broker_id) DO UPDATE SET wal_index = excluded.wal_index, updated_at = now()`, pgtype.UUID{Bytes: brokerID, Valid: true}, int64(walIndex))
-	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
-		return nil, err
+	b.Queue("COMMIT")
+	if err := conn.SendBatch(ctx, &b).Close(); err != nil {
+		return nil, fmt.Errorf("pg: write and commit (outcome unknown): %w", err)
+	}
+	if st := conn.PgConn().TxStatus(); st != 'I' {
+		return nil, fmt.Errorf("pg: commit did not end the transaction (status %q)", st)
 	}
 	return out, nil
 }

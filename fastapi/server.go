@@ -36,6 +36,7 @@ const (
 
 // Broker is what the HTTP layer needs from the broker.
 type Broker interface {
+	Consumer
 	// Push runs a push body through the pipeline (see ingest.Pipeline.Push).
 	Push(ctx context.Context, body []byte, producerSub *string) ([]ingest.Result, error)
 	// Configure stores a queue's options (full replace).
@@ -75,6 +76,7 @@ type Config struct {
 type Server struct {
 	cfg Config
 	b   Broker
+	c   Consumer
 	srv *fasthttp.Server
 	log *slog.Logger
 }
@@ -93,13 +95,22 @@ func New(cfg Config, b Broker) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Server{cfg: cfg, b: b, log: cfg.Logger}
+	s := &Server{cfg: cfg, b: b, c: b, log: cfg.Logger}
+	// The router matches the raw path, so a queue named "a/b" arrives as
+	// one segment a%2Fb and is decoded by the handler (pathName).
 	r := router.New()
 	r.POST("/api/v1/push", s.push)
 	r.POST("/api/v1/configure", s.configure)
 	r.GET("/health", s.health)
 	r.GET("/api/v1/system/maintenance", s.getMaintenance)
 	r.POST("/api/v1/system/maintenance", s.postMaintenance)
+	r.GET("/api/v1/system/maintenance/pop", s.getPopMaintenance)
+	r.POST("/api/v1/system/maintenance/pop", s.postPopMaintenance)
+	r.GET("/api/v1/pop/queue/{queue}", s.pop)
+	r.GET("/api/v1/pop/queue/{queue}/partition/{partition}", s.pop)
+	r.POST("/api/v1/ack", s.ack)
+	r.POST("/api/v1/ack/batch", s.ackBatch)
+	r.POST("/api/v1/lease/{leaseId}/extend", s.extendLease)
 	if cfg.Pprof {
 		r.GET("/debug/pprof/{profile:*}", pprofhandler.PprofHandler)
 	}

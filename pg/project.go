@@ -298,6 +298,11 @@ func (s *Store) project(ctx context.Context, conn *pgx.Conn, brokerID uuid.UUID,
 			SET msg_offset = excluded.msg_offset, message_id = excluded.message_id, accepted_at = excluded.accepted_at`,
 			pgUUIDs(dPID), dTx, dOff, pgUUIDs(dMID), dAt)
 	}
+	if len(segPID) > 0 {
+		// Wake long-polling pops on every broker (pg/listen.go).
+		b.Queue(`SELECT pg_notify($1, q.name) FROM queen.queues q
+			WHERE q.id IN (SELECT p.queue_id FROM queen.partitions p WHERE p.id = ANY($2))`, NotifyChannel, pgUUIDs(segPID))
+	}
 	b.Queue(`INSERT INTO queen.projector_checkpoints (broker_id, wal_index, updated_at) VALUES ($1, $2, now())
 		ON CONFLICT (broker_id) DO UPDATE SET wal_index = excluded.wal_index, updated_at = now()`, pgtype.UUID{Bytes: brokerID, Valid: true}, int64(walIndex))
 	b.Queue("COMMIT")

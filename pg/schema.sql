@@ -74,3 +74,46 @@ CREATE TABLE IF NOT EXISTS queen.system_state (
     value      jsonb NOT NULL,
     updated_at timestamptz NOT NULL DEFAULT now()
 );
+
+-- Consumer cursors: one row per (partition, consumer group). Everything
+-- below cursor_offset is consumed; a lease covers cursor_offset..lease_end.
+CREATE TABLE IF NOT EXISTS queen.consumer_cursors (
+    partition_id     uuid NOT NULL REFERENCES queen.partitions(id) ON DELETE CASCADE,
+    consumer_group   text NOT NULL,
+    cursor_offset    bigint NOT NULL DEFAULT 0,
+    lease_id         uuid,
+    lease_expires_at timestamptz,
+    lease_end        bigint,
+    acked            bigint[] NOT NULL DEFAULT '{}',
+    retry_count      integer NOT NULL DEFAULT 0,
+    last_consumed_at timestamptz,
+    total_consumed   bigint NOT NULL DEFAULT 0,
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (partition_id, consumer_group)
+);
+CREATE INDEX IF NOT EXISTS consumer_cursors_lease ON queen.consumer_cursors (lease_id) WHERE lease_id IS NOT NULL;
+
+-- Subscriptions of named consumer groups: where a group starts in a
+-- partition it has no cursor for yet (mode all | new | timestamp).
+CREATE TABLE IF NOT EXISTS queen.consumer_groups (
+    queue_id          uuid NOT NULL REFERENCES queen.queues(id) ON DELETE CASCADE,
+    consumer_group    text NOT NULL,
+    subscription_mode text NOT NULL,
+    subscription_from timestamptz,
+    created_at        timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (queue_id, consumer_group)
+);
+
+-- Dead letters: messages a group gave up on (retries exhausted or dlq ack).
+CREATE TABLE IF NOT EXISTS queen.dead_letters (
+    id             bigserial PRIMARY KEY,
+    partition_id   uuid NOT NULL REFERENCES queen.partitions(id) ON DELETE CASCADE,
+    consumer_group text NOT NULL,
+    msg_offset     bigint NOT NULL,
+    message_id     uuid NOT NULL,
+    transaction_id bytea NOT NULL,
+    error          text,
+    retry_count    integer NOT NULL DEFAULT 0,
+    failed_at      timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS dead_letters_partition ON queen.dead_letters (partition_id, consumer_group);

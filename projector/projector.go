@@ -66,7 +66,10 @@ type Config struct {
 	DedupGrace time.Duration
 	// MaxWaitBacklog: see DefaultMaxWaitBacklog.
 	MaxWaitBacklog uint64
-	Logger         *slog.Logger
+	// OnCommit, when set, is called after each committed batch with the
+	// names of the queues it stored messages in (long-poll wake-ups).
+	OnCommit func(queues []string)
+	Logger   *slog.Logger
 }
 
 // Projector is the WAL → PostgreSQL loop. Start it once; Stop is
@@ -237,6 +240,9 @@ func (p *Projector) run(ctx context.Context) {
 		}
 		if !known {
 			if err := p.loadCursor(ctx); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
 				fail(err)
 				continue
 			}
@@ -357,6 +363,19 @@ func (p *Projector) projectOnce(ctx context.Context, cursor uint64) error {
 	p.mu.Lock()
 	p.lastErr = nil
 	p.mu.Unlock()
+	if p.cfg.OnCommit != nil {
+		seen := make(map[string]bool)
+		var qs []string
+		for i := range items {
+			if !out[i].Duplicate && !seen[items[i].Queue] {
+				seen[items[i].Queue] = true
+				qs = append(qs, items[i].Queue)
+			}
+		}
+		if len(qs) > 0 {
+			p.cfg.OnCommit(qs)
+		}
+	}
 	k := 0
 	for _, e := range entries {
 		v := make([]ingest.Verdict, e.n)

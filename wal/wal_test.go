@@ -568,6 +568,39 @@ func TestTruncateProjectedRetention(t *testing.T) {
 	mustRead(t, b.log, segs[oldSegs].index, testPayload(int(segs[oldSegs].index), 100))
 }
 
+// TestTruncateProjectedRetentionCountsDataAge: tidwall's TruncateFront
+// rewrites the first kept segment (a .START copy renamed over it), which
+// resets its mtime. Segments whose data is older than the retention must
+// still go on the next call.
+func TestTruncateProjectedRetentionCountsDataAge(t *testing.T) {
+	t.Parallel()
+	opts := Options{SegmentSize: tinySegment, NoSync: true, Logger: discardLogger()}
+	b := setup(t, opts)
+	const n = 45
+	for i := 1; i <= n; i++ {
+		mustAppend(t, b.log, testPayload(i, 100), uint64(i))
+	}
+	segs := segmentFiles(t, b.dir)
+	old := time.Now().Add(-2 * time.Hour)
+	for _, s := range segs {
+		if err := os.Chtimes(filepath.Join(b.dir, s.name), old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if removed, err := b.log.TruncateProjected(10, time.Hour); err != nil || removed == 0 {
+		t.Fatalf("first TruncateProjected = %d, %v", removed, err)
+	}
+	first := b.log.FirstIndex()
+	removed, err := b.log.TruncateProjected(n, time.Hour)
+	if err != nil {
+		t.Fatalf("second TruncateProjected: %v", err)
+	}
+	if removed == 0 {
+		t.Fatalf("second TruncateProjected removed nothing: segment %d, written 2h ago, counts as new "+
+			"because TruncateFront rewrote it (FirstIndex still %d)", first, b.log.FirstIndex())
+	}
+}
+
 // TestFailStopDiskFull fills a small tmpfs under the log: Appends of the
 // failed batch fail, none of their records is ever readable, and once space
 // is freed the log goes on at the next index.
@@ -662,6 +695,126 @@ func TestFailStopDiskFull(t *testing.T) {
 		mustNotFound(t, l2, good+2)
 		assertNoSegmentHolds(t, dir, failedMarker)
 		mustAppend(t, l2, testPayload(good+2, 10), good+2)
+	})
+}
+
+// TestConcurrentReadsDuringAppends: tidwall/wal panics under concurrent
+// readers; Read serialises them, also while the writer rolls segments.
+func TestConcurrentReadsDuringAppends(t *testing.T) {
+	t.Parallel()
+	testAllPermutations(t, func(t *testing.T, opts Options) {
+		b := setup(t, opts)
+		l := b.log
+		const n = 300
+		stop := make(chan struct{})
+		var readers sync.WaitGroup
+		for r := 0; r < 8; r++ {
+			readers.Add(1)
+			go func() {
+				defer readers.Done()
+				for k := uint64(r); ; k += 7 {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					d := l.DurableIndex()
+					if d == 0 {
+						continue
+					}
+					idx := 1 + k%d
+					p, err := l.Read(idx)
+					if err != nil {
+						t.Errorf("Read(%d) with DurableIndex %d: %v", idx, d, err)
+						return
+					}
+					if want := testPayload(int(idx), 40+int(idx)%60); !bytes.Equal(p, want) {
+						t.Errorf("Read(%d) = %q, want %q", idx, head(p), head(want))
+						return
+					}
+				}
+			}()
+		}
+		var writers sync.WaitGroup
+		var next sync.Mutex // one appender at a time, so payload i lands at index i
+		for w := 0; w < 4; w++ {
+			writers.Add(1)
+			go func() {
+				defer writers.Done()
+				for {
+					next.Lock()
+					i := int(l.DurableIndex()) + 1
+					if i > n {
+						next.Unlock()
+						return
+					}
+					_, err := l.Append(testPayload(i, 40+i%60), nil)
+					next.Unlock()
+					if err != nil {
+						t.Errorf("Append %d: %v", i, err)
+						return
+					}
+				}
+			}()
+		}
+		writers.Wait()
+		close(stop)
+		readers.Wait()
+		if got := l.DurableIndex(); got != n {
+			t.Fatalf("DurableIndex = %d, want %d", got, n)
+		}
+	})
+}
+
+// TestCloseDuringAppends: every Append racing with Close either returns
+// ErrClosed or an index whose record survives the reopen.
+func TestCloseDuringAppends(t *testing.T) {
+	t.Parallel()
+	testAllPermutations(t, func(t *testing.T, opts Options) {
+		b := setup(t, opts)
+		const appenders = 8
+		var mu sync.Mutex
+		done := make(map[uint64][]byte) // index -> payload of a successful Append
+		var wg sync.WaitGroup
+		for g := 0; g < appenders; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for k := 0; ; k++ {
+					p := testPayload(g*100000+k, 30)
+					idx, err := b.log.Append(p, nil)
+					if errors.Is(err, ErrClosed) {
+						return
+					}
+					if err != nil {
+						t.Errorf("Append: %v", err)
+						return
+					}
+					mu.Lock()
+					if _, dup := done[idx]; dup {
+						t.Errorf("index %d returned twice", idx)
+					}
+					done[idx] = p
+					mu.Unlock()
+				}
+			}()
+		}
+		for b.log.DurableIndex() < 50 {
+			waitOrTimeout(t, b.log.Notify())
+		}
+		closeLog(t, b.log)
+		wg.Wait()
+
+		l, rep := openLog(t, b.dir, opts)
+		if rep != nil {
+			t.Fatalf("reopen after Close reported a repair: %s", rep)
+		}
+		if got := l.DurableIndex(); got != uint64(len(done)) {
+			t.Fatalf("DurableIndex after reopen = %d, %d appends succeeded", got, len(done))
+		}
+		for idx, p := range done {
+			mustRead(t, l, idx, p)
+		}
 	})
 }
 
@@ -785,157 +938,4 @@ func cutFiles(t *testing.T, dir string) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-// TestTruncateProjectedRetentionCountsDataAge: tidwall's TruncateFront
-// rewrites the first kept segment (a .START copy renamed over it), which
-// resets its mtime. Segments whose data is older than the retention must
-// still go on the next call.
-func TestTruncateProjectedRetentionCountsDataAge(t *testing.T) {
-	t.Parallel()
-	opts := Options{SegmentSize: tinySegment, NoSync: true, Logger: discardLogger()}
-	b := setup(t, opts)
-	const n = 45
-	for i := 1; i <= n; i++ {
-		mustAppend(t, b.log, testPayload(i, 100), uint64(i))
-	}
-	segs := segmentFiles(t, b.dir)
-	old := time.Now().Add(-2 * time.Hour)
-	for _, s := range segs {
-		if err := os.Chtimes(filepath.Join(b.dir, s.name), old, old); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if removed, err := b.log.TruncateProjected(10, time.Hour); err != nil || removed == 0 {
-		t.Fatalf("first TruncateProjected = %d, %v", removed, err)
-	}
-	first := b.log.FirstIndex()
-	removed, err := b.log.TruncateProjected(n, time.Hour)
-	if err != nil {
-		t.Fatalf("second TruncateProjected: %v", err)
-	}
-	if removed == 0 {
-		t.Fatalf("second TruncateProjected removed nothing: segment %d, written 2h ago, counts as new "+
-			"because TruncateFront rewrote it (FirstIndex still %d)", first, b.log.FirstIndex())
-	}
-}
-
-// TestConcurrentReadsDuringAppends: tidwall/wal panics under concurrent
-// readers; Read serialises them, also while the writer rolls segments.
-func TestConcurrentReadsDuringAppends(t *testing.T) {
-	t.Parallel()
-	testAllPermutations(t, func(t *testing.T, opts Options) {
-		b := setup(t, opts)
-		l := b.log
-		const n = 300
-		stop := make(chan struct{})
-		var readers sync.WaitGroup
-		for r := 0; r < 8; r++ {
-			readers.Add(1)
-			go func() {
-				defer readers.Done()
-				for k := uint64(r); ; k += 7 {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					d := l.DurableIndex()
-					if d == 0 {
-						continue
-					}
-					idx := 1 + k%d
-					p, err := l.Read(idx)
-					if err != nil {
-						t.Errorf("Read(%d) with DurableIndex %d: %v", idx, d, err)
-						return
-					}
-					if want := testPayload(int(idx), 40+int(idx)%60); !bytes.Equal(p, want) {
-						t.Errorf("Read(%d) = %q, want %q", idx, head(p), head(want))
-						return
-					}
-				}
-			}()
-		}
-		var writers sync.WaitGroup
-		var next sync.Mutex // one appender at a time, so payload i lands at index i
-		for w := 0; w < 4; w++ {
-			writers.Add(1)
-			go func() {
-				defer writers.Done()
-				for {
-					next.Lock()
-					i := int(l.DurableIndex()) + 1
-					if i > n {
-						next.Unlock()
-						return
-					}
-					_, err := l.Append(testPayload(i, 40+i%60), nil)
-					next.Unlock()
-					if err != nil {
-						t.Errorf("Append %d: %v", i, err)
-						return
-					}
-				}
-			}()
-		}
-		writers.Wait()
-		close(stop)
-		readers.Wait()
-		if got := l.DurableIndex(); got != n {
-			t.Fatalf("DurableIndex = %d, want %d", got, n)
-		}
-	})
-}
-
-// TestCloseDuringAppends: every Append racing with Close either returns
-// ErrClosed or an index whose record survives the reopen.
-func TestCloseDuringAppends(t *testing.T) {
-	t.Parallel()
-	testAllPermutations(t, func(t *testing.T, opts Options) {
-		b := setup(t, opts)
-		const appenders = 8
-		var mu sync.Mutex
-		done := make(map[uint64][]byte) // index -> payload of a successful Append
-		var wg sync.WaitGroup
-		for g := 0; g < appenders; g++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for k := 0; ; k++ {
-					p := testPayload(g*100000+k, 30)
-					idx, err := b.log.Append(p, nil)
-					if errors.Is(err, ErrClosed) {
-						return
-					}
-					if err != nil {
-						t.Errorf("Append: %v", err)
-						return
-					}
-					mu.Lock()
-					if _, dup := done[idx]; dup {
-						t.Errorf("index %d returned twice", idx)
-					}
-					done[idx] = p
-					mu.Unlock()
-				}
-			}()
-		}
-		for b.log.DurableIndex() < 50 {
-			waitOrTimeout(t, b.log.Notify())
-		}
-		closeLog(t, b.log)
-		wg.Wait()
-
-		l, rep := openLog(t, b.dir, opts)
-		if rep != nil {
-			t.Fatalf("reopen after Close reported a repair: %s", rep)
-		}
-		if got := l.DurableIndex(); got != uint64(len(done)) {
-			t.Fatalf("DurableIndex after reopen = %d, %d appends succeeded", got, len(done))
-		}
-		for idx, p := range done {
-			mustRead(t, l, idx, p)
-		}
-	})
 }

@@ -19,14 +19,19 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/queenmq/queen-go/fastapi"
+	"github.com/queenmq/queen-go/internal/waker"
 	"github.com/queenmq/queen-go/ingest"
 	"github.com/queenmq/queen-go/pg"
 	"github.com/queenmq/queen-go/projector"
 	"github.com/queenmq/queen-go/wal"
 )
 
-// maintenanceKey is the system_state key of push maintenance mode.
-const maintenanceKey = "maintenance_mode"
+// maintenanceKey and popMaintenanceKey are the system_state keys of push
+// and pop maintenance mode.
+const (
+	maintenanceKey    = "maintenance_mode"
+	popMaintenanceKey = "pop_maintenance_mode"
+)
 
 // flagRefresh is how often the maintenance flag is re-read from
 // PostgreSQL, so that a flag set through another broker takes effect here.
@@ -64,6 +69,8 @@ type Broker struct {
 	http      *fastapi.Server
 	ln        net.Listener
 
+	waker       *waker.Waker
+	popMaint    atomic.Bool
 	maintenance atomic.Bool
 	flagDirty   atomic.Bool // set locally but not yet persisted
 	walHealthy  atomic.Bool
@@ -138,7 +145,13 @@ func Start(cfg Config) (*Broker, error) {
 	}
 	b.Store = store
 	reg := ingest.NewRegistry()
+	b.waker = waker.New()
 	pc := cfg.Projector
+	pc.OnCommit = func(queues []string) {
+		for _, q := range queues {
+			b.waker.Wake(q)
+		}
+	}
 	pc.BrokerID = id
 	pc.Logger = cfg.Logger
 	b.Projector = projector.New(pc, w, store, reg)
@@ -158,8 +171,12 @@ func Start(cfg Config) (*Broker, error) {
 		cancel()
 		return nil, err
 	}
-	b.bg.Add(1)
+	b.bg.Add(2)
 	go b.flagLoop(ctx)
+	go func() {
+		defer b.bg.Done()
+		b.Store.Listen(ctx, b.waker.Wake, b.log)
+	}()
 
 	hc := cfg.HTTP
 	hc.MaxBodyBytes = cfg.MaxBodyBytes
@@ -180,6 +197,9 @@ func Start(cfg Config) (*Broker, error) {
 func (b *Broker) readFlag(ctx context.Context) (bool, error) {
 	if err := b.Store.EnsureSchema(ctx); err != nil {
 		return false, err
+	}
+	if pop, err := b.Store.GetFlag(ctx, popMaintenanceKey); err == nil {
+		b.popMaint.Store(pop)
 	}
 	return b.Store.GetFlag(ctx, maintenanceKey)
 }
@@ -284,4 +304,50 @@ func (b *Broker) Stop(ctx context.Context) error {
 		b.Store.Close()
 	})
 	return errors.Join(errs...)
+}
+
+// Pop implements fastapi.Consumer.
+func (b *Broker) Pop(ctx context.Context, req pg.PopRequest) (*pg.PopResult, error) {
+	if err := b.Store.EnsureSchema(ctx); err != nil {
+		return nil, err
+	}
+	return b.Store.Pop(ctx, req)
+}
+
+// Ack implements fastapi.Consumer; a released lease wakes waiting pops.
+func (b *Broker) Ack(ctx context.Context, reqs []pg.AckRequest) ([]pg.AckResult, error) {
+	if err := b.Store.EnsureSchema(ctx); err != nil {
+		return nil, err
+	}
+	res, err := b.Store.Ack(ctx, reqs)
+	if err != nil {
+		return nil, err
+	}
+	woken := map[string]bool{}
+	for _, r := range res {
+		if r.LeaseReleased && !woken[r.QueueName] {
+			woken[r.QueueName] = true
+			b.waker.Wake(r.QueueName)
+			b.Store.NotifyQueue(ctx, r.QueueName)
+		}
+	}
+	return res, nil
+}
+
+// ExtendLease implements fastapi.Consumer.
+func (b *Broker) ExtendLease(ctx context.Context, leaseID uuid.UUID, seconds int) (time.Time, string, error) {
+	return b.Store.ExtendLease(ctx, leaseID, seconds)
+}
+
+// WaitChan implements fastapi.Consumer.
+func (b *Broker) WaitChan(queue string) <-chan struct{} { return b.waker.Chan(queue) }
+
+// PopMaintenance implements fastapi.Consumer.
+func (b *Broker) PopMaintenance() bool { return b.popMaint.Load() }
+
+// SetPopMaintenance implements fastapi.Consumer: effective at once here,
+// persisted for other brokers (the error says persisting failed).
+func (b *Broker) SetPopMaintenance(ctx context.Context, on bool) error {
+	b.popMaint.Store(on)
+	return b.Store.SetFlag(ctx, popMaintenanceKey, on)
 }

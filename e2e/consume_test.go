@@ -1,0 +1,409 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	json "github.com/goccy/go-json"
+
+	"github.com/queenmq/queen-go/internal/testenv"
+)
+
+type popMsg struct {
+	ID            string          `json:"id"`
+	TransactionID string          `json:"transactionId"`
+	TraceID       *string         `json:"traceId"`
+	Data          json.RawMessage `json:"data"`
+	ProducerSub   *string         `json:"producerSub"`
+	CreatedAt     string          `json:"createdAt"`
+	PartitionID   string          `json:"partitionId"`
+	Partition     string          `json:"partition"`
+	Queue         string          `json:"queue"`
+	Offset        int64           `json:"offset"`
+	LeaseID       string          `json:"leaseId"`
+	ConsumerGroup string          `json:"consumerGroup"`
+}
+
+type popResp struct {
+	Success           bool     `json:"success"`
+	Queue             string   `json:"queue"`
+	Partition         string   `json:"partition"`
+	PartitionID       string   `json:"partitionId"`
+	LeaseID           string   `json:"leaseId"`
+	ConsumerGroup     string   `json:"consumerGroup"`
+	PartitionsClaimed int      `json:"partitionsClaimed"`
+	Messages          []popMsg `json:"messages"`
+	raw               []byte
+}
+
+// pop GETs a pop path (already escaped) with query and returns the status
+// and the decoded body (zero on 204).
+func pop(t testing.TB, base, path, query string) (int, popResp) {
+	t.Helper()
+	u := base + path
+	if query != "" {
+		u += "?" + query
+	}
+	resp, err := testenv.Client.Get(u)
+	if err != nil {
+		t.Fatalf("GET %s: %v", u, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var r popResp
+	if resp.StatusCode == http.StatusOK {
+		if err := json.Unmarshal(b, &r); err != nil {
+			t.Fatalf("pop body %s: %v", b, err)
+		}
+		r.raw = b
+	}
+	return resp.StatusCode, r
+}
+
+func popPath(queue, partition string) string {
+	p := "/api/v1/pop/queue/" + url.PathEscape(queue)
+	if partition != "" {
+		p += "/partition/" + url.PathEscape(partition)
+	}
+	return p
+}
+
+type ackResp struct {
+	Success       bool    `json:"success"`
+	Error         *string `json:"error"`
+	LeaseReleased bool    `json:"leaseReleased"`
+	DLQ           bool    `json:"dlq"`
+}
+
+func ack(t testing.TB, base string, m popMsg, status, group string) ackResp {
+	t.Helper()
+	b, _ := json.Marshal(map[string]any{"transactionId": m.TransactionID, "partitionId": m.PartitionID,
+		"leaseId": m.LeaseID, "status": status, "consumerGroup": group})
+	code, rb := post(t, base, "/api/v1/ack", b)
+	var res []ackResp
+	if code != http.StatusOK || json.Unmarshal(rb, &res) != nil || len(res) != 1 {
+		t.Fatalf("ack: %d %s", code, rb)
+	}
+	return res[0]
+}
+
+func pushN(t testing.TB, base, queue, partition string, from, to int) {
+	t.Helper()
+	var items []item
+	for i := from; i <= to; i++ {
+		items = append(items, item{queue, partition, map[string]int{"n": i}, fmt.Sprintf("m-%d", i)})
+	}
+	for _, r := range push(t, base, body(items...)) {
+		if r.Status != Q {
+			t.Fatalf("push: %s", r.Status)
+		}
+	}
+}
+
+func TestCaseC01AutoAckNeverRedelivers(t *testing.T) {
+	t.Parallel()
+	s := setup(t, nil)
+	configure(t, s.base, "qa", map[string]any{"leaseTime": 1})
+	for _, batch := range []int{1, 5} {
+		group := fmt.Sprintf("g%d", batch)
+		if batch == 1 {
+			pushN(t, s.base, "qa", "P", 1, 20)
+		} else {
+			pushN(t, s.base, "qa", "P", 21, 40) // the new group g5 reads all 40 from the start
+		}
+		var got []string
+		for i := 0; i < 25; i++ {
+			code, r := pop(t, s.base, popPath("qa", "P"), fmt.Sprintf("consumerGroup=%s&batch=%d&autoAck=true", group, batch))
+			if code == http.StatusOK {
+				for _, m := range r.Messages {
+					got = append(got, m.TransactionID)
+				}
+			}
+		}
+		want := 20
+		if batch == 5 {
+			want = 40
+		}
+		if len(got) != want {
+			t.Fatalf("batch %d: got %d messages, want %d", batch, len(got), want)
+		}
+		for i, id := range got {
+			if id != fmt.Sprintf("m-%d", i+1) {
+				t.Fatalf("batch %d: message %d is %s", batch, i, id)
+			}
+		}
+		time.Sleep(1500 * time.Millisecond)
+		if code, _ := pop(t, s.base, popPath("qa", "P"), "consumerGroup="+group+"&autoAck=true"); code != http.StatusNoContent {
+			t.Fatalf("late pop: %d, want 204", code)
+		}
+	}
+}
+
+func TestCaseC02LeasedMessageBlocksPartition(t *testing.T) {
+	t.Parallel()
+	s := setup(t, nil)
+	configure(t, s.base, "qb", map[string]any{"leaseTime": 3, "retryLimit": 2})
+	push(t, s.base, body(item{"qb", "A", 1, "M1"}, item{"qb", "A", 2, "M2"}, item{"qb", "A", 3, "M3"}))
+	q := "consumerGroup=g1&batch=1"
+	code, r := pop(t, s.base, popPath("qb", "A"), q)
+	if code != 200 || r.Messages[0].TransactionID != "M1" {
+		t.Fatalf("first pop: %d %+v", code, r)
+	}
+	if code, _ := pop(t, s.base, popPath("qb", "A"), q); code != http.StatusNoContent {
+		t.Fatalf("M2 leaked past a leased M1: %d", code)
+	}
+	time.Sleep(3500 * time.Millisecond)
+	code, r2 := pop(t, s.base, popPath("qb", "A"), q)
+	if code != 200 || r2.Messages[0].TransactionID != "M1" {
+		t.Fatalf("after lease expiry: %d %+v", code, r2)
+	}
+	// The old lease cannot ack any more.
+	if a := ack(t, s.base, r.Messages[0], "completed", "g1"); a.Success {
+		t.Fatal("ack under an expired lease succeeded")
+	}
+	if a := ack(t, s.base, r2.Messages[0], "completed", "g1"); !a.Success {
+		t.Fatalf("ack M1: %+v", a)
+	}
+	// M2: one delivery plus retryLimit (2) redeliveries, failed each time.
+	for i := 0; i < 3; i++ {
+		code, r := pop(t, s.base, popPath("qb", "A"), q)
+		if code != 200 || r.Messages[0].TransactionID != "M2" {
+			t.Fatalf("delivery %d of M2: %d %+v", i+1, code, r)
+		}
+		a := ack(t, s.base, r.Messages[0], "failed", "g1")
+		if !a.Success || a.DLQ != (i == 2) {
+			t.Fatalf("failed ack %d: %+v", i+1, a)
+		}
+	}
+	code, r = pop(t, s.base, popPath("qb", "A"), q)
+	if code != 200 || r.Messages[0].TransactionID != "M3" {
+		t.Fatalf("after DLQ: %d %+v", code, r)
+	}
+	ack(t, s.base, r.Messages[0], "completed", "g1")
+	if code, _ := pop(t, s.base, popPath("qb", "A"), q); code != http.StatusNoContent {
+		t.Fatalf("M1 came back: %d", code)
+	}
+	var n int
+	if err := s.store.Pool().QueryRow(context.Background(), `SELECT count(*) FROM queen.dead_letters d
+		JOIN queen.partitions p ON p.id = d.partition_id WHERE p.name = 'A' AND d.consumer_group = 'g1'`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("dead letters: %d %v", n, err)
+	}
+}
+
+func TestCaseC03SubscriptionModes(t *testing.T) {
+	t.Parallel()
+	s := setup(t, nil)
+	pushN(t, s.base, "qc", "P", 1, 10)
+	if code, _ := pop(t, s.base, popPath("qc", "P"), "consumerGroup=newbie&subscriptionMode=new&batch=100"); code != http.StatusNoContent {
+		t.Fatalf("new group saw history: %d", code)
+	}
+	pushN(t, s.base, "qc", "P", 11, 11)
+	code, r := pop(t, s.base, popPath("qc", "P"), "consumerGroup=newbie&batch=100&autoAck=true")
+	if code != 200 || len(r.Messages) != 1 || r.Messages[0].TransactionID != "m-11" {
+		t.Fatalf("new group after a push: %d %+v", code, r.Messages)
+	}
+	code, r = pop(t, s.base, popPath("qc", "P"), "consumerGroup=old&subscriptionFrom=1970-01-01T00:00:00Z&batch=100&autoAck=true")
+	if code != 200 || len(r.Messages) != 11 {
+		t.Fatalf("timestamp group: %d %d", code, len(r.Messages))
+	}
+	code, r = pop(t, s.base, popPath("qc", "P"), "consumerGroup=dflt&batch=100&autoAck=true")
+	if code != 200 || len(r.Messages) != 11 {
+		t.Fatalf("default-mode group: %d %d", code, len(r.Messages))
+	}
+}
+
+func TestCaseC04LeaseTimeAndMultiPartition(t *testing.T) {
+	t.Parallel()
+	s := setup(t, nil)
+	configure(t, s.base, "qh", map[string]any{"leaseTime": 2})
+	push(t, s.base, body(item{"qh", "P", 1, "M1"}))
+	if code, _ := pop(t, s.base, popPath("qh", "P"), ""); code != 200 {
+		t.Fatal("first pop")
+	}
+	time.Sleep(3 * time.Second)
+	code, r := pop(t, s.base, popPath("qh", "P"), "")
+	if code != 200 || r.Messages[0].TransactionID != "M1" {
+		t.Fatalf("after 3 s: %d", code)
+	}
+	// One pop claims two partitions under one lease; extending it moves both.
+	configure(t, s.base, "qm", map[string]any{"leaseTime": 2})
+	push(t, s.base, body(item{"qm", "A", 1, "a1"}, item{"qm", "B", 2, "b1"}))
+	code, r = pop(t, s.base, popPath("qm", ""), "partitions=2&batch=10")
+	if code != 200 || r.PartitionsClaimed != 2 || len(r.Messages) != 2 || r.Messages[0].LeaseID != r.Messages[1].LeaseID {
+		t.Fatalf("multi-partition pop: %d %s", code, r.raw)
+	}
+	code, rb := post(t, s.base, "/api/v1/lease/"+r.LeaseID+"/extend", []byte(`{"seconds":30}`))
+	if code != 200 || !strings.Contains(string(rb), `"success":true`) {
+		t.Fatalf("extend: %d %s", code, rb)
+	}
+	time.Sleep(2500 * time.Millisecond)
+	if code, _ := pop(t, s.base, popPath("qm", ""), "partitions=2&batch=10"); code != http.StatusNoContent {
+		t.Fatalf("extended lease lapsed early: %d", code)
+	}
+	for _, m := range r.Messages {
+		if a := ack(t, s.base, m, "completed", ""); !a.Success || !a.LeaseReleased {
+			t.Fatalf("ack %s: %+v", m.TransactionID, a)
+		}
+	}
+}
+
+func TestPopPayloadAndNamesRoundTrip(t *testing.T) {
+	t.Parallel()
+	s := setup(t, nil)
+	names := []string{"with space", "a+b", "sl/ash", "ünï😀"}
+	raw := `{"b":1,  "a":2,"a":3,"s":"\u0000"}`
+	for _, n := range names {
+		bq, _ := json.Marshal(n)
+		res := push(t, s.base, []byte(`{"items":[{"queue":`+string(bq)+`,"partition":`+string(bq)+`,"payload":`+raw+`}]}`))
+		wantStatuses(t, res, Q)
+		code, r := pop(t, s.base, popPath(n, n), "autoAck=true")
+		if code != 200 || r.Queue != n || r.Partition != n || len(r.Messages) != 1 {
+			t.Fatalf("%q: %d %s", n, code, r.raw)
+		}
+		if string(r.Messages[0].Data) != raw || !strings.Contains(string(r.raw), `"data":`+raw+`,`) {
+			t.Fatalf("%q: data %s, pushed %s", n, r.Messages[0].Data, raw)
+		}
+		m := r.Messages[0]
+		if m.ID != res[0].MessageID || m.TraceID != nil || m.ProducerSub != nil || m.Offset != 0 || m.CreatedAt == "" {
+			t.Fatalf("%q: message %+v", n, m)
+		}
+	}
+}
+
+func TestLongPollWokenByPush(t *testing.T) {
+	t.Parallel()
+	s := setup(t, nil)
+	configure(t, s.base, "lp", nil)
+	start := time.Now()
+	done := make(chan popResp)
+	go func() {
+		_, r := pop(t, s.base, popPath("lp", ""), "wait=true&timeout=20000&autoAck=true")
+		done <- r
+	}()
+	time.Sleep(500 * time.Millisecond)
+	push(t, s.base, body(item{"lp", "P", 1, "w"}))
+	r := <-done
+	if len(r.Messages) != 1 || time.Since(start) > 3*time.Second {
+		t.Fatalf("long poll: %d messages after %v", len(r.Messages), time.Since(start))
+	}
+	start = time.Now()
+	if code, _ := pop(t, s.base, popPath("lp", ""), "wait=true&timeout=300"); code != http.StatusNoContent || time.Since(start) < 250*time.Millisecond {
+		t.Fatalf("long poll timeout: %d after %v", code, time.Since(start))
+	}
+}
+
+func TestPopMaintenance(t *testing.T) {
+	t.Parallel()
+	s := setup(t, nil)
+	pushN(t, s.base, "pm", "P", 1, 1)
+	if code, rb := post(t, s.base, "/api/v1/system/maintenance/pop", []byte(`{"enabled":true}`)); code != 200 {
+		t.Fatalf("%d %s", code, rb)
+	}
+	if code, _ := pop(t, s.base, popPath("pm", "P"), ""); code != http.StatusNoContent {
+		t.Fatalf("pop in pop maintenance: %d", code)
+	}
+	post(t, s.base, "/api/v1/system/maintenance/pop", []byte(`{"enabled":false}`))
+	if code, _ := pop(t, s.base, popPath("pm", "P"), ""); code != 200 {
+		t.Fatalf("pop after pop maintenance: %d", code)
+	}
+}
+
+// TestSoakProduceConsume: producers push over many partitions while
+// consumer goroutines of two groups pop and ack; every message reaches every
+// group exactly once, in order per partition.
+func TestSoakProduceConsume(t *testing.T) {
+	t.Parallel()
+	s := setup(t, nil)
+	const partitions, producers, perProducer = 8, 4, 150
+	configure(t, s.base, "soak", map[string]any{"leaseTime": 30})
+	var pwg sync.WaitGroup
+	for p := 0; p < producers; p++ {
+		pwg.Add(1)
+		go func(p int) {
+			defer pwg.Done()
+			for i := 0; i < perProducer; i += 5 {
+				var items []item
+				for k := i; k < i+5; k++ {
+					items = append(items, item{"soak", fmt.Sprintf("p%d", k%partitions), map[string]int{"p": p, "s": k}, fmt.Sprintf("%d-%d", p, k)})
+				}
+				push(t, s.base, body(items...))
+			}
+		}(p)
+	}
+	total := producers * perProducer
+	type seen struct {
+		mu    sync.Mutex
+		ids   map[string]int
+		order map[string]int // partition/producer → last seq
+		bad   []string
+	}
+	consume := func(group string, workers int) *seen {
+		sn := &seen{ids: map[string]int{}, order: map[string]int{}}
+		var wg sync.WaitGroup
+		deadline := time.Now().Add(60 * time.Second)
+		for w := 0; w < workers; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for time.Now().Before(deadline) {
+					sn.mu.Lock()
+					n := len(sn.ids)
+					sn.mu.Unlock()
+					if n >= total {
+						return
+					}
+					code, r := pop(t, s.base, popPath("soak", ""), "consumerGroup="+group+"&batch=7&wait=true&timeout=500")
+					if code != 200 {
+						continue
+					}
+					sn.mu.Lock()
+					for _, m := range r.Messages {
+						sn.ids[m.TransactionID]++
+						var v struct{ P, S int }
+						_ = json.Unmarshal(m.Data, &v)
+						k := fmt.Sprintf("%s/%d", m.Partition, v.P)
+						if last, ok := sn.order[k]; ok && v.S <= last {
+							sn.bad = append(sn.bad, fmt.Sprintf("%s: %d after %d", k, v.S, last))
+						}
+						sn.order[k] = v.S
+					}
+					sn.mu.Unlock()
+					for _, m := range r.Messages {
+						if a := ack(t, s.base, m, "completed", group); !a.Success {
+							t.Errorf("ack %s: %+v", m.TransactionID, a)
+						}
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		return sn
+	}
+	var g1, g2 *seen
+	var cwg sync.WaitGroup
+	cwg.Add(2)
+	go func() { defer cwg.Done(); g1 = consume("g1", 3) }()
+	go func() { defer cwg.Done(); g2 = consume("g2", 3) }()
+	pwg.Wait()
+	cwg.Wait()
+	for name, g := range map[string]*seen{"g1": g1, "g2": g2} {
+		if len(g.ids) != total {
+			t.Errorf("%s received %d distinct messages, want %d", name, len(g.ids), total)
+		}
+		for id, n := range g.ids {
+			if n != 1 {
+				t.Errorf("%s got %s %d times", name, id, n)
+			}
+		}
+		if len(g.bad) > 0 {
+			t.Errorf("%s order violations: %v", name, g.bad[:min(5, len(g.bad))])
+		}
+	}
+}

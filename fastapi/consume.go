@@ -1,0 +1,425 @@
+package fastapi
+
+import (
+	"context"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	json "github.com/goccy/go-json"
+	"github.com/google/uuid"
+	"github.com/valyala/fasthttp"
+
+	"github.com/queenmq/queen-go/ingest"
+	"github.com/queenmq/queen-go/pg"
+)
+
+// Pop defaults (Queen's DEFAULT_TIMEOUT and DEFAULT_BATCH_SIZE).
+const (
+	DefaultPopTimeout = 30 * time.Second
+	// MaxPopBatch caps one pop's batch.
+	MaxPopBatch = 10000
+	// popRecheck bounds how long a waiting pop goes without looking again
+	// when no wake-up comes (a lease that lapses wakes nobody).
+	popRecheck = 5 * time.Second
+)
+
+// Consumer is what the consume routes need from the broker.
+type Consumer interface {
+	Pop(ctx context.Context, req pg.PopRequest) (*pg.PopResult, error)
+	Ack(ctx context.Context, reqs []pg.AckRequest) ([]pg.AckResult, error)
+	ExtendLease(ctx context.Context, leaseID uuid.UUID, seconds int) (time.Time, string, error)
+	// WaitChan returns a channel closed when queue may have news.
+	WaitChan(queue string) <-chan struct{}
+	PopMaintenance() bool
+	SetPopMaintenance(ctx context.Context, on bool) error
+}
+
+func boolArg(a *fasthttp.Args, name string) bool {
+	v := string(a.Peek(name))
+	return v == "true" || v == "1"
+}
+
+func intArg(a *fasthttp.Args, name string, def, lo, hi int) int {
+	v := a.Peek(name)
+	if len(v) == 0 {
+		return def
+	}
+	n, err := strconv.Atoi(string(v))
+	if err != nil {
+		return def // Queen: a bad int falls back to the default
+	}
+	return min(max(n, lo), hi)
+}
+
+// pathName decodes a percent-encoded path segment ("+" stays "+") and
+// checks it as a name.
+func pathName(ctx *fasthttp.RequestCtx, key string) (string, bool) {
+	raw, _ := ctx.UserValue(key).(string)
+	s, err := url.PathUnescape(raw)
+	if err != nil || ingest.ValidateName(s) != nil {
+		writeErr(ctx, fasthttp.StatusBadRequest, "invalid "+key+" name")
+		return "", false
+	}
+	return s, true
+}
+
+func (s *Server) pop(ctx *fasthttp.RequestCtx) {
+	queue, ok := pathName(ctx, "queue")
+	if !ok {
+		return
+	}
+	partition := ""
+	if ctx.UserValue("partition") != nil {
+		if partition, ok = pathName(ctx, "partition"); !ok {
+			return
+		}
+	}
+	a := ctx.QueryArgs()
+	group := string(a.Peek("consumerGroup"))
+	if group == "" {
+		group = pg.QueueModeGroup
+	} else if ingest.ValidateName(group) != nil {
+		writeErr(ctx, fasthttp.StatusBadRequest, "invalid consumerGroup name")
+		return
+	}
+	req := pg.PopRequest{Queue: queue, Partition: partition, Group: group,
+		Batch:      intArg(a, "batch", 1, 1, MaxPopBatch),
+		Partitions: intArg(a, "partitions", 1, 1, 1000),
+		AutoAck:    boolArg(a, "autoAck")}
+	switch mode := string(a.Peek("subscriptionMode")); mode {
+	case "new", "new-only":
+		req.SubscriptionMode = pg.SubscribeNew
+	}
+	if from := string(a.Peek("subscriptionFrom")); from == "now" {
+		req.SubscriptionMode = pg.SubscribeNew
+	} else if from != "" {
+		t, err := time.Parse(time.RFC3339Nano, from)
+		if err != nil {
+			writeErr(ctx, fasthttp.StatusBadRequest, "subscriptionFrom must be an ISO 8601 timestamp or \"now\"")
+			return
+		}
+		req.SubscriptionFrom = &t
+	}
+	wait := boolArg(a, "wait")
+	timeout := time.Duration(intArg(a, "timeout", int(DefaultPopTimeout/time.Millisecond), 0, 3600_000)) * time.Millisecond
+	deadline := time.Now().Add(timeout)
+	for {
+		if s.c.PopMaintenance() {
+			ctx.SetStatusCode(fasthttp.StatusNoContent)
+			return
+		}
+		ch := s.c.WaitChan(queue)
+		pctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		res, err := s.c.Pop(pctx, req)
+		cancel()
+		if err != nil {
+			s.log.Error("pop failed", "queue", queue, "err", err)
+			writeErr(ctx, fasthttp.StatusServiceUnavailable, "database unavailable")
+			return
+		}
+		if len(res.Messages) > 0 {
+			writePop(ctx, req, res)
+			return
+		}
+		left := time.Until(deadline)
+		if !wait || left <= 0 {
+			ctx.SetStatusCode(fasthttp.StatusNoContent)
+			return
+		}
+		t := time.NewTimer(min(left, popRecheck))
+		select {
+		case <-ch:
+		case <-t.C:
+		case <-ctx.Done(): // server shutdown
+			t.Stop()
+			ctx.SetStatusCode(fasthttp.StatusNoContent)
+			return
+		}
+		t.Stop()
+	}
+}
+
+// writePop writes the pop response by hand so that each message's data is
+// the pushed payload byte-for-byte (a JSON encoder would re-encode it).
+func writePop(ctx *fasthttp.RequestCtx, req pg.PopRequest, res *pg.PopResult) {
+	lease := ""
+	if res.LeaseID != uuid.Nil {
+		lease = res.LeaseID.String()
+	}
+	b := make([]byte, 0, 256+len(res.Messages)*256)
+	b = append(b, `{"success":true,"queue":`...)
+	b = appendJSONString(b, req.Queue)
+	b = append(b, `,"partition":`...)
+	b = appendJSONString(b, res.Claimed[0].Name)
+	b = append(b, `,"partitionId":"`...)
+	b = append(b, res.Claimed[0].ID.String()...)
+	b = append(b, `","leaseId":`...)
+	b = appendJSONString(b, lease)
+	b = append(b, `,"consumerGroup":`...)
+	b = appendJSONString(b, req.Group)
+	b = append(b, `,"partitionsClaimed":`...)
+	b = strconv.AppendInt(b, int64(len(res.Claimed)), 10)
+	b = append(b, `,"messages":[`...)
+	for i, m := range res.Messages {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendMessage(b, &m, req.Group, lease)
+	}
+	b = append(b, "]}"...)
+	cors(ctx)
+	ctx.SetContentType("application/json")
+	ctx.SetStatusCode(fasthttp.StatusOK)
+	ctx.SetBody(b)
+}
+
+func appendMessage(b []byte, m *pg.PoppedMessage, group, lease string) []byte {
+	b = append(b, `{"id":"`...)
+	b = append(b, m.ID.String()...)
+	b = append(b, `","transactionId":`...)
+	b = appendJSONString(b, m.TransactionID)
+	b = append(b, `,"traceId":`...)
+	if m.TraceID != nil {
+		b = append(b, '"')
+		b = append(b, m.TraceID.String()...)
+		b = append(b, '"')
+	} else {
+		b = append(b, "null"...)
+	}
+	b = append(b, `,"data":`...)
+	b = append(b, m.Payload...)
+	b = append(b, `,"producerSub":`...)
+	if m.ProducerSub != nil {
+		b = appendJSONString(b, *m.ProducerSub)
+	} else {
+		b = append(b, "null"...)
+	}
+	b = append(b, `,"createdAt":"`...)
+	b = time.UnixMicro(m.CreatedAtMicros).UTC().AppendFormat(b, "2006-01-02T15:04:05.000000Z")
+	b = append(b, `","partitionId":"`...)
+	b = append(b, m.PartitionID.String()...)
+	b = append(b, `","partition":`...)
+	b = appendJSONString(b, m.Partition)
+	b = append(b, `,"queue":`...)
+	b = appendJSONString(b, m.Queue)
+	b = append(b, `,"offset":`...)
+	b = strconv.AppendInt(b, m.Offset, 10)
+	b = append(b, `,"leaseId":`...)
+	b = appendJSONString(b, lease)
+	b = append(b, `,"consumerGroup":`...)
+	b = appendJSONString(b, group)
+	return append(b, '}')
+}
+
+func appendJSONString(b []byte, s string) []byte {
+	enc, _ := json.Marshal(s)
+	return append(b, enc...)
+}
+
+type ackBody struct {
+	TransactionID *string `json:"transactionId"`
+	PartitionID   *string `json:"partitionId"`
+	Status        string  `json:"status"`
+	ConsumerGroup string  `json:"consumerGroup"`
+	Error         string  `json:"error"`
+	LeaseID       *string `json:"leaseId"`
+}
+
+type ackResult struct {
+	Index         int     `json:"index"`
+	TransactionID string  `json:"transactionId"`
+	Success       bool    `json:"success"`
+	Error         *string `json:"error"`
+	QueueName     string  `json:"queueName,omitempty"`
+	PartitionName string  `json:"partitionName,omitempty"`
+	LeaseReleased bool    `json:"leaseReleased"`
+	DLQ           bool    `json:"dlq"`
+}
+
+// toAckRequest validates one ack item; the message is a 400 error text.
+func toAckRequest(a ackBody, group string) (pg.AckRequest, string) {
+	if a.TransactionID == nil || *a.TransactionID == "" {
+		return pg.AckRequest{}, "transactionId is required"
+	}
+	if a.PartitionID == nil {
+		return pg.AckRequest{}, "partitionId is required"
+	}
+	pid, err := uuid.Parse(*a.PartitionID)
+	if err != nil {
+		return pg.AckRequest{}, "partitionId must be a UUID"
+	}
+	r := pg.AckRequest{TransactionID: *a.TransactionID, PartitionID: pid, Status: strings.ToLower(a.Status), Error: a.Error}
+	switch r.Status {
+	case "", pg.AckCompleted, pg.AckSuccess, pg.AckFailed, pg.AckDLQ, pg.AckRetry:
+	default:
+		return r, "status must be one of completed, success, failed, dlq, retry"
+	}
+	if a.LeaseID != nil && *a.LeaseID != "" {
+		l, err := uuid.Parse(*a.LeaseID)
+		if err != nil {
+			return r, "leaseId must be a UUID"
+		}
+		r.LeaseID = &l
+	}
+	r.Group = group
+	if r.Group == "" {
+		r.Group = a.ConsumerGroup
+	}
+	if r.Group == "" {
+		r.Group = pg.QueueModeGroup
+	}
+	return r, ""
+}
+
+func (s *Server) ack(ctx *fasthttp.RequestCtx) {
+	body, err := s.readBody(ctx)
+	if err != nil {
+		writeErr(ctx, fasthttp.StatusRequestEntityTooLarge, "request body exceeds QUEEN_MAX_BODY_BYTES")
+		return
+	}
+	var a ackBody
+	if err := decodeObject(body, &a); err != nil {
+		writeErr(ctx, fasthttp.StatusBadRequest, err.Error())
+		return
+	}
+	r, msg := toAckRequest(a, "")
+	if msg != "" {
+		writeErr(ctx, fasthttp.StatusBadRequest, msg)
+		return
+	}
+	s.runAcks(ctx, []pg.AckRequest{r})
+}
+
+func (s *Server) ackBatch(ctx *fasthttp.RequestCtx) {
+	body, err := s.readBody(ctx)
+	if err != nil {
+		writeErr(ctx, fasthttp.StatusRequestEntityTooLarge, "request body exceeds QUEEN_MAX_BODY_BYTES")
+		return
+	}
+	var a struct {
+		ConsumerGroup   string     `json:"consumerGroup"`
+		Acknowledgments *[]ackBody `json:"acknowledgments"`
+	}
+	if err := decodeObject(body, &a); err != nil {
+		writeErr(ctx, fasthttp.StatusBadRequest, err.Error())
+		return
+	}
+	if a.Acknowledgments == nil {
+		writeErr(ctx, fasthttp.StatusBadRequest, "acknowledgments (array) is required")
+		return
+	}
+	reqs := make([]pg.AckRequest, 0, len(*a.Acknowledgments))
+	for i, it := range *a.Acknowledgments {
+		r, msg := toAckRequest(it, a.ConsumerGroup)
+		if msg != "" {
+			writeErr(ctx, fasthttp.StatusBadRequest, "acknowledgments["+strconv.Itoa(i)+"]: "+msg)
+			return
+		}
+		reqs = append(reqs, r)
+	}
+	s.runAcks(ctx, reqs)
+}
+
+func (s *Server) runAcks(ctx *fasthttp.RequestCtx, reqs []pg.AckRequest) {
+	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := s.c.Ack(c, reqs)
+	if err != nil {
+		s.log.Error("ack failed", "err", err)
+		writeErr(ctx, fasthttp.StatusServiceUnavailable, "database unavailable")
+		return
+	}
+	out := make([]ackResult, len(res))
+	for i, r := range res {
+		out[i] = ackResult{Index: i, TransactionID: reqs[i].TransactionID, Success: r.Success, QueueName: r.QueueName,
+			PartitionName: r.PartitionName, LeaseReleased: r.LeaseReleased, DLQ: r.DLQ}
+		if r.Error != "" {
+			e := r.Error
+			out[i].Error = &e
+		}
+	}
+	writeJSON(ctx, fasthttp.StatusOK, out)
+}
+
+func (s *Server) extendLease(ctx *fasthttp.RequestCtx) {
+	raw, _ := ctx.UserValue("leaseId").(string)
+	id, err := uuid.Parse(raw)
+	if err != nil {
+		writeErr(ctx, fasthttp.StatusBadRequest, "leaseId must be a UUID")
+		return
+	}
+	body, err := s.readBody(ctx)
+	if err != nil {
+		writeErr(ctx, fasthttp.StatusRequestEntityTooLarge, "request body exceeds QUEEN_MAX_BODY_BYTES")
+		return
+	}
+	var a struct {
+		Seconds *int `json:"seconds"`
+	}
+	if err := decodeObject(body, &a); err != nil {
+		writeErr(ctx, fasthttp.StatusBadRequest, err.Error())
+		return
+	}
+	secs := 60
+	if a.Seconds != nil {
+		if *a.Seconds < 1 || *a.Seconds > 86400 {
+			writeErr(ctx, fasthttp.StatusBadRequest, "seconds must be 1..86400")
+			return
+		}
+		secs = *a.Seconds
+	}
+	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	exp, msg, err := s.c.ExtendLease(c, id, secs)
+	if err != nil {
+		s.log.Error("lease extend failed", "err", err)
+		writeErr(ctx, fasthttp.StatusServiceUnavailable, "database unavailable")
+		return
+	}
+	r := map[string]any{"index": 0, "leaseId": id.String(), "success": msg == "", "error": nil, "expiresAt": nil}
+	if msg != "" {
+		r["error"] = msg
+	} else {
+		r["expiresAt"] = exp.UTC().Format(time.RFC3339Nano)
+	}
+	writeJSON(ctx, fasthttp.StatusOK, []any{r})
+}
+
+func (s *Server) getPopMaintenance(ctx *fasthttp.RequestCtx) {
+	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"popMaintenanceMode": s.c.PopMaintenance(),
+		"message": popMaintenanceMessage(s.c.PopMaintenance())})
+}
+
+func popMaintenanceMessage(on bool) string {
+	if on {
+		return "pop maintenance mode enabled: pops answer 204"
+	}
+	return "pop maintenance mode disabled"
+}
+
+func (s *Server) postPopMaintenance(ctx *fasthttp.RequestCtx) {
+	body, err := s.readBody(ctx)
+	if err != nil {
+		writeErr(ctx, fasthttp.StatusRequestEntityTooLarge, "request body exceeds QUEEN_MAX_BODY_BYTES")
+		return
+	}
+	var req struct {
+		Enabled *bool `json:"enabled"`
+	}
+	if err := decodeObject(body, &req); err != nil {
+		writeErr(ctx, fasthttp.StatusBadRequest, err.Error())
+		return
+	}
+	if req.Enabled == nil {
+		writeErr(ctx, fasthttp.StatusBadRequest, "\"enabled\" (boolean) is required")
+		return
+	}
+	c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.c.SetPopMaintenance(c, *req.Enabled); err != nil {
+		s.log.Warn("pop maintenance: could not persist the flag", "err", err)
+	}
+	s.getPopMaintenance(ctx)
+}

@@ -1,0 +1,645 @@
+package pg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// QueueModeGroup is the consumer group of queue mode (competing consumers
+// sharing one cursor), Queen's default group name.
+const QueueModeGroup = "__QUEUE_MODE__"
+
+// Subscription modes of a named consumer group (where it starts in a
+// partition it has no cursor for).
+const (
+	SubscribeAll       = "all"       // from the first stored offset
+	SubscribeNew       = "new"       // from the group's creation time
+	SubscribeTimestamp = "timestamp" // from a given time
+)
+
+// DefaultLeaseSeconds is the lease of a queue whose leaseTime is 0.
+const DefaultLeaseSeconds = 60
+
+// PopRequest asks for messages of one queue for one consumer group.
+type PopRequest struct {
+	Queue string
+	// Partition is the partition name, or "" for any partition.
+	Partition string
+	// Group is the consumer group (QueueModeGroup for queue mode).
+	Group string
+	// Batch is the most messages to return in total (>= 1).
+	Batch int
+	// Partitions is how many partitions a wildcard pop may claim (>= 1).
+	Partitions int
+	// AutoAck moves the cursor past what is delivered in the pop's own
+	// transaction (at-most-once); no lease is taken.
+	AutoAck bool
+	// SubscriptionMode and SubscriptionFrom fix where a new named group
+	// starts (SubscribeAll by default); ignored once the group exists.
+	SubscriptionMode string
+	SubscriptionFrom *time.Time
+}
+
+// PoppedMessage is one delivered message.
+type PoppedMessage struct {
+	StoredMessage
+	LeaseID uuid.UUID // uuid.Nil for autoAck
+}
+
+// PopResult is what a pop delivered; Messages is empty when there was
+// nothing to deliver (HTTP 204).
+type PopResult struct {
+	LeaseID  uuid.UUID
+	Messages []PoppedMessage
+	// Claimed are the partitions that delivered messages, in claim order.
+	Claimed []ClaimedPartition
+}
+
+// ClaimedPartition names a partition a pop delivered from.
+type ClaimedPartition struct {
+	ID   uuid.UUID
+	Name string
+}
+
+type queueRow struct {
+	id                      uuid.UUID
+	name                    string
+	leaseTime, retryLimit   int
+	delayed, windowBuffer   int
+	encryptionEnabled       bool
+	dedupWindow             int
+}
+
+func (s *Store) queueByName(ctx context.Context, tx pgx.Tx, name string) (*queueRow, error) {
+	var q queueRow
+	var id pgtype.UUID
+	err := tx.QueryRow(ctx, `SELECT id, name, lease_time, retry_limit, delayed_processing, window_buffer,
+		encryption_enabled, dedup_window_seconds FROM queen.queues WHERE name = $1`, name).
+		Scan(&id, &q.name, &q.leaseTime, &q.retryLimit, &q.delayed, &q.windowBuffer, &q.encryptionEnabled, &q.dedupWindow)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	q.id = id.Bytes
+	if q.leaseTime <= 0 {
+		q.leaseTime = DefaultLeaseSeconds
+	}
+	return &q, nil
+}
+
+// Pop delivers up to req.Batch messages in exact offset order per
+// partition, under one lease per (partition, group) (DESIGN.md §4): a
+// partition whose lease for the group is live delivers nothing; an expired
+// lease counts as a failed delivery of the message at the cursor and, past
+// the queue's retryLimit, sends it to the DLQ and moves the cursor past it.
+func (s *Store) Pop(ctx context.Context, req PopRequest) (*PopResult, error) {
+	if req.Batch < 1 {
+		req.Batch = 1
+	}
+	if req.Partitions < 1 || req.Partition != "" {
+		req.Partitions = 1
+	}
+	res := &PopResult{}
+	if !req.AutoAck {
+		id, err := uuid.NewV7()
+		if err != nil {
+			return nil, err
+		}
+		res.LeaseID = id
+	}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		res.Messages, res.Claimed = nil, nil
+		q, err := s.queueByName(ctx, tx, req.Queue)
+		if err != nil || q == nil {
+			return err
+		}
+		if req.Group != QueueModeGroup {
+			if err := ensureSubscription(ctx, tx, q.id, req); err != nil {
+				return err
+			}
+		}
+		type cand struct {
+			id   uuid.UUID
+			name string
+		}
+		var cands []cand
+		if req.Partition != "" {
+			var id pgtype.UUID
+			err := tx.QueryRow(ctx, `SELECT id FROM queen.partitions WHERE queue_id = $1 AND name = $2`, q.id, req.Partition).Scan(&id)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			cands = append(cands, cand{id.Bytes, req.Partition})
+		} else {
+			// Partitions with something past the group's cursor and no live
+			// lease, least recently consumed first.
+			rows, err := tx.Query(ctx, `SELECT p.id, p.name FROM queen.partitions p
+				LEFT JOIN queen.consumer_cursors c ON c.partition_id = p.id AND c.consumer_group = $2
+				WHERE p.queue_id = $1 AND p.next_offset > coalesce(c.cursor_offset, 0)
+				  AND (c.lease_id IS NULL OR c.lease_expires_at <= now())
+				ORDER BY c.last_consumed_at NULLS FIRST, p.id LIMIT $3`, q.id, req.Group, req.Partitions*4+16)
+			if err != nil {
+				return err
+			}
+			for rows.Next() {
+				var id pgtype.UUID
+				var name string
+				if err := rows.Scan(&id, &name); err != nil {
+					rows.Close()
+					return err
+				}
+				cands = append(cands, cand{id.Bytes, name})
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return err
+			}
+		}
+		budget := req.Batch
+		for _, c := range cands {
+			if budget == 0 || len(res.Claimed) == req.Partitions {
+				break
+			}
+			msgs, err := s.popPartition(ctx, tx, q, c.id, c.name, req, res.LeaseID, budget, req.Partition == "")
+			if err != nil {
+				return err
+			}
+			if len(msgs) > 0 {
+				res.Claimed = append(res.Claimed, ClaimedPartition{c.id, c.name})
+				res.Messages = append(res.Messages, msgs...)
+				budget -= len(msgs)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pg: pop: %w", err)
+	}
+	return res, nil
+}
+
+// ensureSubscription records a named group's subscription on first use
+// (the mode is fixed at first join).
+func ensureSubscription(ctx context.Context, tx pgx.Tx, queueID uuid.UUID, req PopRequest) error {
+	mode, from := SubscribeAll, (*time.Time)(nil)
+	switch {
+	case req.SubscriptionFrom != nil:
+		mode, from = SubscribeTimestamp, req.SubscriptionFrom
+	case req.SubscriptionMode == SubscribeNew:
+		mode = SubscribeNew
+	}
+	if mode == SubscribeNew {
+		_, err := tx.Exec(ctx, `INSERT INTO queen.consumer_groups (queue_id, consumer_group, subscription_mode, subscription_from)
+			VALUES ($1, $2, $3, now()) ON CONFLICT DO NOTHING`, queueID, req.Group, mode)
+		return err
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO queen.consumer_groups (queue_id, consumer_group, subscription_mode, subscription_from)
+		VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`, queueID, req.Group, mode, from)
+	return err
+}
+
+type cursorRow struct {
+	offset     int64
+	leaseID    *uuid.UUID
+	live       bool
+	leaseEnd   int64
+	retries    int
+	acked      []int64
+	nextOffset int64
+	lastMsgAt  *time.Time
+}
+
+// lockCursor returns the group's cursor row for a partition, locked,
+// creating it where the group's subscription says it starts. skipLocked
+// makes a wildcard pop pass over partitions another pop is working on
+// (nil, nil).
+func lockCursor(ctx context.Context, tx pgx.Tx, queueID, partID uuid.UUID, group string, skipLocked bool) (*cursorRow, error) {
+	lock := "FOR UPDATE OF c"
+	if skipLocked {
+		lock += " SKIP LOCKED"
+	}
+	q := `SELECT c.cursor_offset, c.lease_id, coalesce(c.lease_expires_at > now(), false), coalesce(c.lease_end, -1),
+		c.retry_count, c.acked, p.next_offset, p.last_message_at
+		FROM queen.consumer_cursors c JOIN queen.partitions p ON p.id = c.partition_id
+		WHERE c.partition_id = $1 AND c.consumer_group = $2 ` + lock
+	for attempt := 0; attempt < 2; attempt++ {
+		var c cursorRow
+		var lease pgtype.UUID
+		err := tx.QueryRow(ctx, q, partID, group).Scan(&c.offset, &lease, &c.live, &c.leaseEnd, &c.retries, &c.acked, &c.nextOffset, &c.lastMsgAt)
+		if err == nil {
+			if lease.Valid {
+				id := uuid.UUID(lease.Bytes)
+				c.leaseID = &id
+			}
+			return &c, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return nil, err
+		}
+		if attempt == 1 {
+			return nil, nil // locked by another pop (SKIP LOCKED)
+		}
+		start, err := startOffset(ctx, tx, queueID, partID, group)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO queen.consumer_cursors (partition_id, consumer_group, cursor_offset)
+			VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`, partID, group, start); err != nil {
+			return nil, err
+		}
+	}
+	return nil, nil
+}
+
+// startOffset is where a group without a cursor starts in a partition:
+// offset 0 for queue mode and SubscribeAll, else the first segment
+// committed at or after the subscription time.
+func startOffset(ctx context.Context, tx pgx.Tx, queueID, partID uuid.UUID, group string) (int64, error) {
+	if group == QueueModeGroup {
+		return 0, nil
+	}
+	var mode string
+	var from *time.Time
+	err := tx.QueryRow(ctx, `SELECT subscription_mode, subscription_from FROM queen.consumer_groups
+		WHERE queue_id = $1 AND consumer_group = $2`, queueID, group).Scan(&mode, &from)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && (mode == SubscribeAll || from == nil)) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	var off int64
+	err = tx.QueryRow(ctx, `SELECT coalesce(
+			(SELECT min(base_offset) FROM queen.segments WHERE partition_id = $1 AND created_at >= $2),
+			(SELECT next_offset FROM queen.partitions WHERE id = $1))`, partID, *from).Scan(&off)
+	return off, err
+}
+
+// fetch returns the stored messages of a partition with offsets in
+// [from, to], in order; offsets whose segment is gone are skipped.
+func fetch(ctx context.Context, tx pgx.Tx, partID uuid.UUID, from, to int64) ([]StoredMessage, error) {
+	rows, err := tx.Query(ctx, `SELECT base_offset, last_offset, body FROM queen.segments
+		WHERE partition_id = $1 AND base_offset <= $3 AND base_offset >= coalesce(
+			(SELECT s.base_offset FROM queen.segments s WHERE s.partition_id = $1 AND s.base_offset <= $2
+			 ORDER BY s.base_offset DESC LIMIT 1), $2)
+		ORDER BY base_offset`, partID, from, to)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []StoredMessage
+	for rows.Next() {
+		var base, last int64
+		var body []byte
+		if err := rows.Scan(&base, &last, &body); err != nil {
+			return nil, err
+		}
+		msgs, err := DecodeSegment(body)
+		if err != nil {
+			return nil, fmt.Errorf("partition %s offset %d: %w", partID, base, err)
+		}
+		for i := range msgs {
+			off := base + int64(i)
+			if off >= from && off <= to {
+				out = append(out, StoredMessage{PartitionID: partID, Offset: off, Message: msgs[i]})
+			}
+		}
+	}
+	return out, rows.Err()
+}
+
+// popPartition delivers up to budget messages of one partition; see Pop.
+func (s *Store) popPartition(ctx context.Context, tx pgx.Tx, q *queueRow, partID uuid.UUID, partName string,
+	req PopRequest, leaseID uuid.UUID, budget int, skipLocked bool) ([]PoppedMessage, error) {
+	c, err := lockCursor(ctx, tx, q.id, partID, req.Group, skipLocked)
+	if err != nil || c == nil {
+		return nil, err
+	}
+	if c.leaseID != nil && c.live {
+		return nil, nil // one lease per (partition, group)
+	}
+	cursor, retries := c.offset, c.retries
+	if c.leaseID != nil && c.leaseEnd >= cursor {
+		// The lease lapsed with messages unacked: a failed delivery.
+		retries++
+		if retries > q.retryLimit {
+			moved, err := deadLetter(ctx, tx, partID, req.Group, cursor, "lease expired: retries exhausted", retries-1)
+			if err != nil {
+				return nil, err
+			}
+			if moved {
+				cursor++
+			}
+			retries = 0
+		}
+	}
+	var msgs []StoredMessage
+	if cursor < c.nextOffset && !windowActive(q, c.lastMsgAt) {
+		to := min(cursor+int64(budget)-1, c.nextOffset-1)
+		msgs, err = fetch(ctx, tx, partID, cursor, to)
+		if err != nil {
+			return nil, err
+		}
+		if q.delayed > 0 {
+			cutoff := time.Now().Add(-time.Duration(q.delayed) * time.Second).UnixMicro()
+			n := 0
+			for n < len(msgs) && msgs[n].CreatedAtMicros <= cutoff {
+				n++
+			}
+			msgs = msgs[:n]
+		}
+		if len(msgs) == 0 && cursor <= to {
+			// Nothing deliverable: either delayed, or retention removed the
+			// offsets at the cursor. Skip what retention removed.
+			if first, err := firstStoredOffset(ctx, tx, partID, cursor); err != nil {
+				return nil, err
+			} else if first > cursor {
+				cursor = first
+			}
+		}
+	}
+	if len(msgs) == 0 {
+		_, err := tx.Exec(ctx, `UPDATE queen.consumer_cursors SET cursor_offset = greatest(cursor_offset, $3),
+			retry_count = $4, lease_id = NULL, lease_expires_at = NULL, lease_end = NULL, acked = '{}'
+			WHERE partition_id = $1 AND consumer_group = $2`, partID, req.Group, cursor, retries)
+		return nil, err
+	}
+	// A lease covers a contiguous run from the cursor: stop at a gap.
+	for i := 1; i < len(msgs); i++ {
+		if msgs[i].Offset != msgs[i-1].Offset+1 {
+			msgs = msgs[:i]
+			break
+		}
+	}
+	first, last := msgs[0].Offset, msgs[len(msgs)-1].Offset
+	if req.AutoAck {
+		_, err = tx.Exec(ctx, `UPDATE queen.consumer_cursors SET cursor_offset = greatest(cursor_offset, $3), retry_count = 0,
+			lease_id = NULL, lease_expires_at = NULL, lease_end = NULL, acked = '{}',
+			last_consumed_at = now(), total_consumed = total_consumed + $4
+			WHERE partition_id = $1 AND consumer_group = $2`, partID, req.Group, last+1, len(msgs))
+	} else {
+		_, err = tx.Exec(ctx, `UPDATE queen.consumer_cursors SET cursor_offset = greatest(cursor_offset, $3), retry_count = $4,
+			lease_id = $5, lease_expires_at = now() + make_interval(secs => $6), lease_end = $7, acked = '{}'
+			WHERE partition_id = $1 AND consumer_group = $2`, partID, req.Group, first, retries,
+			pgtype.UUID{Bytes: leaseID, Valid: true}, float64(q.leaseTime), last)
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]PoppedMessage, len(msgs))
+	for i, m := range msgs {
+		m.Queue, m.Partition = q.name, partName
+		out[i] = PoppedMessage{StoredMessage: m, LeaseID: leaseID}
+		if req.AutoAck {
+			out[i].LeaseID = uuid.Nil
+		}
+	}
+	return out, nil
+}
+
+func windowActive(q *queueRow, lastMsgAt *time.Time) bool {
+	return q.windowBuffer > 0 && lastMsgAt != nil && time.Since(*lastMsgAt) < time.Duration(q.windowBuffer)*time.Second
+}
+
+// firstStoredOffset is the first stored offset >= from, or from when none.
+func firstStoredOffset(ctx context.Context, tx pgx.Tx, partID uuid.UUID, from int64) (int64, error) {
+	var off *int64
+	err := tx.QueryRow(ctx, `SELECT min(base_offset) FROM queen.segments WHERE partition_id = $1 AND base_offset >= $2`,
+		partID, from).Scan(&off)
+	if err != nil || off == nil {
+		return from, err
+	}
+	return *off, nil
+}
+
+// deadLetter records the message at offset as a dead letter of group. It
+// returns false when the message no longer exists (retention removed it),
+// in which case only the cursor moves.
+func deadLetter(ctx context.Context, tx pgx.Tx, partID uuid.UUID, group string, offset int64, reason string, retries int) (bool, error) {
+	msgs, err := fetch(ctx, tx, partID, offset, offset)
+	if err != nil {
+		return false, err
+	}
+	if len(msgs) == 0 {
+		return true, nil
+	}
+	m := msgs[0]
+	_, err = tx.Exec(ctx, `INSERT INTO queen.dead_letters (partition_id, consumer_group, msg_offset, message_id, transaction_id, error, retry_count)
+		VALUES ($1, $2, $3, $4, $5, $6, $7)`, partID, group, offset, pgtype.UUID{Bytes: m.ID, Valid: true},
+		[]byte(m.TransactionID), reason, retries)
+	return err == nil, err
+}
+
+// Ack statuses (POST /api/v1/ack).
+const (
+	AckCompleted = "completed"
+	AckSuccess   = "success"
+	AckFailed    = "failed"
+	AckDLQ       = "dlq"
+	AckRetry     = "retry"
+)
+
+// AckRequest acknowledges one delivered message.
+type AckRequest struct {
+	TransactionID string
+	PartitionID   uuid.UUID
+	// LeaseID, when set, must be the live lease the message was delivered
+	// under.
+	LeaseID *uuid.UUID
+	Status  string
+	Group   string
+	Error   string
+}
+
+// AckResult is the outcome of one ack. Error is "" on success.
+type AckResult struct {
+	Success       bool
+	Error         string
+	QueueName     string
+	PartitionName string
+	LeaseReleased bool
+	DLQ           bool
+}
+
+// Ack errors reported per item (Queen's texts).
+const (
+	ErrTextNotFound     = "Message not found"
+	ErrTextInvalidLease = "Invalid or expired lease"
+	ErrTextBadStatus    = "Invalid status"
+)
+
+// Ack applies acks in one transaction, in order; each gets a result. An
+// ack is accepted only under the live lease the message was delivered
+// under (DESIGN.md §4: an ack under an expired or foreign lease changes
+// nothing). completed/success move the cursor over the contiguous acked
+// run (never backwards) and release the lease once all is acked; failed
+// releases the lease and counts a retry of the message at the cursor,
+// which goes to the DLQ past the queue's retryLimit; dlq dead-letters the
+// message and counts it as consumed; retry releases the lease without
+// counting.
+func (s *Store) Ack(ctx context.Context, reqs []AckRequest) ([]AckResult, error) {
+	out := make([]AckResult, len(reqs))
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		for i, r := range reqs {
+			res, err := ackOne(ctx, tx, r)
+			if err != nil {
+				return err
+			}
+			out[i] = res
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pg: ack: %w", err)
+	}
+	return out, nil
+}
+
+func ackOne(ctx context.Context, tx pgx.Tx, r AckRequest) (AckResult, error) {
+	var res AckResult
+	switch r.Status {
+	case "", AckCompleted, AckSuccess, AckFailed, AckDLQ, AckRetry:
+	default:
+		res.Error = ErrTextBadStatus
+		return res, nil
+	}
+	var queueID pgtype.UUID
+	var retryLimit int
+	err := tx.QueryRow(ctx, `SELECT q.id, q.name, p.name, q.retry_limit FROM queen.partitions p
+		JOIN queen.queues q ON q.id = p.queue_id WHERE p.id = $1`, r.PartitionID).
+		Scan(&queueID, &res.QueueName, &res.PartitionName, &retryLimit)
+	if errors.Is(err, pgx.ErrNoRows) {
+		res.Error = ErrTextNotFound
+		return res, nil
+	}
+	if err != nil {
+		return res, err
+	}
+	c, err := lockCursor(ctx, tx, queueID.Bytes, r.PartitionID, r.Group, false)
+	if err != nil {
+		return res, err
+	}
+	if c == nil || c.leaseID == nil || !c.live || (r.LeaseID != nil && *r.LeaseID != *c.leaseID) {
+		res.Error = ErrTextInvalidLease
+		return res, nil
+	}
+	msgs, err := fetch(ctx, tx, r.PartitionID, c.offset, c.leaseEnd)
+	if err != nil {
+		return res, err
+	}
+	off := int64(-1)
+	for _, m := range msgs {
+		if m.TransactionID == r.TransactionID && !slices.Contains(c.acked, m.Offset) {
+			off = m.Offset
+			break
+		}
+	}
+	if off < 0 {
+		res.Error = ErrTextNotFound
+		return res, nil
+	}
+	cursor, retries, acked := c.offset, c.retries, c.acked
+	release := false
+	consumed := 0
+	switch r.Status {
+	case "", AckCompleted, AckSuccess, AckDLQ:
+		if r.Status == AckDLQ {
+			reason := r.Error
+			if reason == "" {
+				reason = "sent to DLQ by consumer"
+			}
+			if _, err := deadLetter(ctx, tx, r.PartitionID, r.Group, off, reason, retries); err != nil {
+				return res, err
+			}
+			res.DLQ = true
+		}
+		acked = append(acked, off)
+		for slices.Contains(acked, cursor) {
+			acked = slices.DeleteFunc(acked, func(x int64) bool { return x == cursor })
+			cursor++
+			consumed++
+		}
+		if consumed > 0 {
+			retries = 0
+		}
+		release = cursor > c.leaseEnd
+	case AckFailed:
+		retries++
+		if retries > retryLimit {
+			reason := r.Error
+			if reason == "" {
+				reason = "Retries exhausted"
+			}
+			if _, err := deadLetter(ctx, tx, r.PartitionID, r.Group, cursor, reason, retries-1); err != nil {
+				return res, err
+			}
+			res.DLQ = true
+			cursor++
+			consumed++
+			retries = 0
+		}
+		release = true
+	case AckRetry:
+		release = true
+	}
+	if release {
+		acked = nil
+		_, err = tx.Exec(ctx, `UPDATE queen.consumer_cursors SET cursor_offset = greatest(cursor_offset, $3), retry_count = $4,
+			lease_id = NULL, lease_expires_at = NULL, lease_end = NULL, acked = '{}',
+			last_consumed_at = CASE WHEN $5 > 0 THEN now() ELSE last_consumed_at END, total_consumed = total_consumed + $5
+			WHERE partition_id = $1 AND consumer_group = $2`, r.PartitionID, r.Group, cursor, retries, consumed)
+	} else {
+		if acked == nil {
+			acked = []int64{}
+		}
+		_, err = tx.Exec(ctx, `UPDATE queen.consumer_cursors SET cursor_offset = greatest(cursor_offset, $3), retry_count = $4,
+			acked = $5, last_consumed_at = CASE WHEN $6 > 0 THEN now() ELSE last_consumed_at END,
+			total_consumed = total_consumed + $6
+			WHERE partition_id = $1 AND consumer_group = $2`, r.PartitionID, r.Group, cursor, retries, acked, consumed)
+	}
+	if err != nil {
+		return res, err
+	}
+	res.Success, res.LeaseReleased = true, release
+	return res, nil
+}
+
+// ExtendLease pushes the expiry of every live cursor row under leaseID to
+// at least now + seconds. It returns the new expiry, or an error text:
+// "Lease not found" or "Lease already expired".
+func (s *Store) ExtendLease(ctx context.Context, leaseID uuid.UUID, seconds int) (time.Time, string, error) {
+	var exp *time.Time
+	err := s.pool.QueryRow(ctx, `UPDATE queen.consumer_cursors
+		SET lease_expires_at = greatest(lease_expires_at, now() + make_interval(secs => $2))
+		WHERE lease_id = $1 AND lease_expires_at > now() RETURNING lease_expires_at`,
+		pgtype.UUID{Bytes: leaseID, Valid: true}, float64(seconds)).Scan(&exp)
+	if err == nil && exp != nil {
+		// More rows may have been updated (a multi-partition lease); one
+		// expiry is reported.
+		return *exp, "", nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) && err != nil {
+		return time.Time{}, "", err
+	}
+	var n int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM queen.consumer_cursors WHERE lease_id = $1`,
+		pgtype.UUID{Bytes: leaseID, Valid: true}).Scan(&n); err != nil {
+		return time.Time{}, "", err
+	}
+	if n > 0 {
+		return time.Time{}, "Lease already expired", nil
+	}
+	return time.Time{}, "Lease not found", nil
+}

@@ -37,6 +37,7 @@ const (
 // Broker is what the HTTP layer needs from the broker.
 type Broker interface {
 	Consumer
+	Transactor
 	// Push runs a push body through the pipeline (see ingest.Pipeline.Push).
 	Push(ctx context.Context, body []byte, producerSub *string) ([]ingest.Result, error)
 	// Configure stores a queue's options (full replace).
@@ -77,6 +78,7 @@ type Server struct {
 	cfg Config
 	b   Broker
 	c   Consumer
+	t   Transactor
 	srv *fasthttp.Server
 	log *slog.Logger
 }
@@ -95,7 +97,7 @@ func New(cfg Config, b Broker) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Server{cfg: cfg, b: b, c: b, log: cfg.Logger}
+	s := &Server{cfg: cfg, b: b, c: b, t: b, log: cfg.Logger}
 	// The router matches the raw path, so a queue named "a/b" arrives as
 	// one segment a%2Fb and is decoded by the handler (pathName).
 	r := router.New()
@@ -110,6 +112,7 @@ func New(cfg Config, b Broker) *Server {
 	r.GET("/api/v1/pop/queue/{queue}/partition/{partition}", s.pop)
 	r.POST("/api/v1/ack", s.ack)
 	r.POST("/api/v1/ack/batch", s.ackBatch)
+	r.POST("/api/v1/transaction", s.transaction)
 	r.POST("/api/v1/lease/{leaseId}/extend", s.extendLease)
 	if cfg.Pprof {
 		r.GET("/debug/pprof/{profile:*}", pprofhandler.PprofHandler)

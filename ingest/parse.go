@@ -7,6 +7,7 @@ import (
 	"unicode/utf8"
 
 	json "github.com/goccy/go-json"
+	"github.com/google/uuid"
 )
 
 // Limits of the push body (DESIGN.md §3).
@@ -40,6 +41,9 @@ type ParsedItem struct {
 	TransactionID string
 	// Payload aliases the body.
 	Payload []byte
+	// TraceID is set only by ParseTransactionItems (spec/producing.md:
+	// traceId is read only inside /api/v1/transaction).
+	TraceID *uuid.UUID
 }
 
 // ParseBody validates a push body and returns its items in body order.
@@ -94,7 +98,7 @@ func ParseBody(body []byte) (items []ParsedItem, err error) {
 	}
 	items = make([]ParsedItem, 0, len(elems))
 	for i, raw := range elems {
-		it, err := parseItem(i, raw)
+		it, err := parseItem(i, raw, false)
 		if err != nil {
 			return nil, err
 		}
@@ -103,7 +107,34 @@ func ParseBody(body []byte) (items []ParsedItem, err error) {
 	return items, nil
 }
 
-func parseItem(i int, raw json.RawMessage) (ParsedItem, error) {
+// ParseTransactionItems validates the "items" array of a push operation of
+// POST /api/v1/transaction: the rules of ParseBody, plus "traceId", when
+// present and not null, must be a UUID string. Errors are
+// *ValidationError.
+func ParseTransactionItems(raw []byte) (items []ParsedItem, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			items, err = nil, bad("malformed JSON")
+		}
+	}()
+	if kind(raw) != '[' {
+		return nil, bad("\"items\" must be an array")
+	}
+	var elems []json.RawMessage
+	if err := json.Unmarshal(raw, &elems); err != nil {
+		return nil, bad("malformed JSON: %s", jsonErr(err))
+	}
+	for i, e := range elems {
+		it, err := parseItem(i, e, true)
+		if err != nil {
+			return nil, err
+		}
+		items = append(items, it)
+	}
+	return items, nil
+}
+
+func parseItem(i int, raw json.RawMessage, allowTrace bool) (ParsedItem, error) {
 	var it ParsedItem
 	if kind(raw) != '{' {
 		return it, bad("items[%d] must be an object", i)
@@ -133,6 +164,17 @@ func parseItem(i int, raw json.RawMessage) (ParsedItem, error) {
 			return it, bad("items[%d].partition %s", i, err)
 		}
 		it.Partition = name
+	}
+	if t, ok := fields["traceId"]; ok && allowTrace && kind(t) != 'n' {
+		var str string
+		if kind(t) != '"' || json.Unmarshal(t, &str) != nil {
+			return it, bad("items[%d].traceId must be a UUID string", i)
+		}
+		id, err := uuid.Parse(str)
+		if err != nil {
+			return it, bad("items[%d].traceId must be a UUID string", i)
+		}
+		it.TraceID = &id
 	}
 	if t, ok := fields["transactionId"]; ok {
 		switch kind(t) {

@@ -69,12 +69,12 @@ type ClaimedPartition struct {
 }
 
 type queueRow struct {
-	id                      uuid.UUID
-	name                    string
-	leaseTime, retryLimit   int
-	delayed, windowBuffer   int
-	encryptionEnabled       bool
-	dedupWindow             int
+	id                    uuid.UUID
+	name                  string
+	leaseTime, retryLimit int
+	delayed, windowBuffer int
+	encryptionEnabled     bool
+	dedupWindow           int
 }
 
 func (s *Store) queueByName(ctx context.Context, tx pgx.Tx, name string) (*queueRow, error) {

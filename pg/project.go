@@ -95,13 +95,33 @@ func (s *Store) Project(ctx context.Context, brokerID uuid.UUID, walIndex uint64
 	// A connection released inside a transaction (any error below) is
 	// closed by the pool, which rolls the transaction back.
 	defer conn.Release()
-	return s.project(ctx, conn.Conn(), brokerID, walIndex, items, ids)
+	out, err := s.project(ctx, conn.Conn(), true, items, ids, func(b *pgx.Batch) {
+		b.Queue(`INSERT INTO queen.projector_checkpoints (broker_id, wal_index, updated_at) VALUES ($1, $2, now())
+		ON CONFLICT (broker_id) DO UPDATE SET wal_index = excluded.wal_index, updated_at = now()`,
+			pgtype.UUID{Bytes: brokerID, Valid: true}, int64(walIndex))
+		b.Queue("COMMIT")
+	})
+	if err != nil {
+		return nil, err
+	}
+	if st := conn.Conn().PgConn().TxStatus(); st != 'I' {
+		return nil, fmt.Errorf("pg: commit did not end the transaction (status %q)", st)
+	}
+	return out, nil
 }
 
-// project runs the transaction in two round trips (plus one when a
-// duplicate's original may be gone): BEGIN + lock + probe, then the writes
-// + COMMIT, each sent as one pipelined batch.
-func (s *Store) project(ctx context.Context, conn *pgx.Conn, brokerID uuid.UUID, walIndex uint64, items []ProjectItem, ids []uuid.UUID) ([]Outcome, error) {
+// batcher is what project needs: a *pgx.Conn or a pgx.Tx.
+type batcher interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// project stores items in two round trips (plus one when a duplicate's
+// original may be gone): lock + probe, then the writes, each sent as one
+// pipelined batch. begin puts BEGIN in front of the first batch; finish,
+// when set, appends the caller's statements (checkpoint, COMMIT) to the
+// second.
+func (s *Store) project(ctx context.Context, conn batcher, begin bool, items []ProjectItem, ids []uuid.UUID, finish func(*pgx.Batch)) ([]Outcome, error) {
 	parts := make(map[uuid.UUID]*partState)
 	lockIDs := make([]uuid.UUID, 0, 8)
 	for _, id := range ids {
@@ -125,7 +145,9 @@ func (s *Store) project(ctx context.Context, conn *pgx.Conn, brokerID uuid.UUID,
 	// dedup sidecar for the batch's keys (the probe runs after the lock is
 	// held, so it sees every commit made before it).
 	var b1 pgx.Batch
-	b1.Queue("BEGIN")
+	if begin {
+		b1.Queue("BEGIN")
+	}
 	b1.Queue(`SELECT p.id, p.next_offset, q.dedup_window_seconds
 		FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
 		WHERE p.id = ANY($1) ORDER BY p.id FOR UPDATE OF p`, pgUUIDs(lockIDs))
@@ -133,9 +155,11 @@ func (s *Store) project(ctx context.Context, conn *pgx.Conn, brokerID uuid.UUID,
 		FROM unnest($1::uuid[], $2::bytea[]) AS k(pid, txid)
 		JOIN queen.dedup d ON d.partition_id = k.pid AND d.transaction_id = k.txid`, pgUUIDs(probePIDs), probeTx)
 	br := conn.SendBatch(ctx, &b1)
-	if _, err := br.Exec(); err != nil {
-		br.Close()
-		return nil, err
+	if begin {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return nil, err
+		}
 	}
 	locked := 0
 	rows, err := br.Query()
@@ -303,14 +327,14 @@ func (s *Store) project(ctx context.Context, conn *pgx.Conn, brokerID uuid.UUID,
 		b.Queue(`SELECT pg_notify($1, q.name) FROM queen.queues q
 			WHERE q.id IN (SELECT p.queue_id FROM queen.partitions p WHERE p.id = ANY($2))`, NotifyChannel, pgUUIDs(segPID))
 	}
-	b.Queue(`INSERT INTO queen.projector_checkpoints (broker_id, wal_index, updated_at) VALUES ($1, $2, now())
-		ON CONFLICT (broker_id) DO UPDATE SET wal_index = excluded.wal_index, updated_at = now()`, pgtype.UUID{Bytes: brokerID, Valid: true}, int64(walIndex))
-	b.Queue("COMMIT")
+	if finish != nil {
+		finish(&b)
+	}
+	if b.Len() == 0 {
+		return out, nil
+	}
 	if err := conn.SendBatch(ctx, &b).Close(); err != nil {
 		return nil, fmt.Errorf("pg: write and commit (outcome unknown): %w", err)
-	}
-	if st := conn.PgConn().TxStatus(); st != 'I' {
-		return nil, fmt.Errorf("pg: commit did not end the transaction (status %q)", st)
 	}
 	return out, nil
 }

@@ -19,8 +19,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/queenmq/queen-go/fastapi"
-	"github.com/queenmq/queen-go/internal/waker"
 	"github.com/queenmq/queen-go/ingest"
+	"github.com/queenmq/queen-go/internal/waker"
 	"github.com/queenmq/queen-go/pg"
 	"github.com/queenmq/queen-go/projector"
 	"github.com/queenmq/queen-go/wal"
@@ -350,4 +350,31 @@ func (b *Broker) PopMaintenance() bool { return b.popMaint.Load() }
 func (b *Broker) SetPopMaintenance(ctx context.Context, on bool) error {
 	b.popMaint.Store(on)
 	return b.Store.SetFlag(ctx, popMaintenanceKey, on)
+}
+
+// Transaction implements fastapi.Transactor: pushes and acks in one
+// PostgreSQL transaction (see pg.Store.Transaction for why transactional
+// pushes bypass the WAL); stored queues and released leases wake pops.
+func (b *Broker) Transaction(ctx context.Context, pushes []pg.ProjectItem, acks []pg.AckRequest) (*pg.TxResult, error) {
+	if err := b.Store.EnsureSchema(ctx); err != nil {
+		return nil, err
+	}
+	res, err := b.Store.Transaction(ctx, pushes, acks)
+	if err != nil {
+		return nil, err
+	}
+	woken := map[string]bool{}
+	for _, p := range pushes {
+		woken[p.Queue] = true
+	}
+	for _, a := range res.Acks {
+		if a.LeaseReleased {
+			woken[a.QueueName] = true
+		}
+	}
+	for q := range woken {
+		b.waker.Wake(q)
+		b.Store.NotifyQueue(ctx, q)
+	}
+	return res, nil
 }

@@ -1,0 +1,80 @@
+package e2e
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	json "github.com/goccy/go-json"
+)
+
+func txCall(t testing.TB, base string, ops ...map[string]any) (int, map[string]any) {
+	t.Helper()
+	b, _ := json.Marshal(map[string]any{"operations": ops})
+	code, rb := post(t, base, "/api/v1/transaction", b)
+	var r map[string]any
+	_ = json.Unmarshal(rb, &r)
+	return code, r
+}
+
+func TestTransactionPushAndAckAtomic(t *testing.T) {
+	t.Parallel()
+	s := setup(t, nil)
+	push(t, s.base, body(item{"tx1", "P", 1, "M1"}, item{"tx1", "P", 2, "M2"}))
+	_, r := pop(t, s.base, popPath("tx1", "P"), "")
+	m1 := r.Messages[0]
+	trace := "0190c1d2-0000-7000-8000-000000000001"
+	next := map[string]any{"type": "push", "items": []map[string]any{{"queue": "tx2", "partition": "Q", "payload": map[string]int{"from": 1}, "traceId": trace, "transactionId": "N1"}}}
+
+	// A refused ack (wrong lease) rolls the push back too.
+	code, res := txCall(t, s.base, next, map[string]any{"type": "ack", "transactionId": m1.TransactionID,
+		"partitionId": m1.PartitionID, "leaseId": "0190c1d2-0000-7000-8000-00000000dead"})
+	if code != 200 || res["success"] != false || res["error"] == "" {
+		t.Fatalf("rollback: %d %v", code, res)
+	}
+	if n := len(readQueue(t, s.store, "tx2")); n != 0 {
+		t.Fatalf("rolled-back push stored %d messages", n)
+	}
+	code, res = txCall(t, s.base, next, map[string]any{"type": "ack", "transactionId": m1.TransactionID,
+		"partitionId": m1.PartitionID, "leaseId": m1.LeaseID})
+	if code != 200 || res["success"] != true {
+		t.Fatalf("commit: %d %v", code, res)
+	}
+	_, r = pop(t, s.base, popPath("tx1", "P"), "")
+	if len(r.Messages) != 1 || r.Messages[0].TransactionID != "M2" {
+		t.Fatalf("after the transactional ack: %+v", r.Messages)
+	}
+	_, r = pop(t, s.base, popPath("tx2", "Q"), "")
+	if len(r.Messages) != 1 || r.Messages[0].TraceID == nil || *r.Messages[0].TraceID != trace {
+		t.Fatalf("transactional push: %s", r.raw)
+	}
+	// A duplicate push aborts the transaction.
+	code, res = txCall(t, s.base, next)
+	if code != 200 || res["success"] != false || !strings.Contains(fmt.Sprint(res["error"]), "duplicate") {
+		t.Fatalf("duplicate: %d %v", code, res)
+	}
+	// Client mistakes are 400 and apply nothing.
+	for _, bad := range []string{`{}`, `{"operations":[]}`, `{"operations":[{"type":"nope"}]}`,
+		`{"operations":[{"type":"push","items":[{"queue":"tx3","payload":1,"traceId":"not-a-uuid"}]}]}`,
+		`{"operations":[{"type":"push","items":[{"queue":"tx3","payload":1}]},{"type":"ack","partitionId":"x"}]}`} {
+		if code, rb := post(t, s.base, "/api/v1/transaction", []byte(bad)); code != http.StatusBadRequest {
+			t.Errorf("%s: %d %s, want 400", bad, code, rb)
+		}
+	}
+	if n := len(readQueue(t, s.store, "tx3")); n != 0 {
+		t.Fatalf("rejected transactions stored %d", n)
+	}
+	// Plain pushes and transactional pushes share one offset sequence.
+	push(t, s.base, body(item{"tx2", "Q", 2, "N2"}))
+	txCall(t, s.base, map[string]any{"type": "push", "items": []map[string]any{{"queue": "tx2", "partition": "Q", "payload": 3, "transactionId": "N3"}}})
+	msgs := readPartition(t, s.store, "tx2", "Q")
+	if got := fmt.Sprint(txids(msgs)); got != "[N1 N2 N3]" {
+		t.Fatalf("partition holds %s", got)
+	}
+	for i, m := range msgs {
+		if m.Offset != int64(i) {
+			t.Fatalf("offsets %d at %d", m.Offset, i)
+		}
+	}
+}

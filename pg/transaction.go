@@ -1,0 +1,85 @@
+package pg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// TxAbort is returned by Transaction when an operation's outcome rolls
+// the whole transaction back (a duplicate push, a refused ack); Msg says
+// which, for the {"success": false, "error": ...} reply.
+type TxAbort struct{ Msg string }
+
+func (e *TxAbort) Error() string { return "transaction rolled back: " + e.Msg }
+
+// TxResult is what a committed Transaction did: one Outcome per push item
+// (with its partition id) and one AckResult per ack.
+type TxResult struct {
+	Pushes       []Outcome
+	PartitionIDs []uuid.UUID
+	Acks         []AckResult
+}
+
+// Transaction stores pushes and applies acks in ONE PostgreSQL
+// transaction, all or nothing (POST /api/v1/transaction).
+//
+// Transactional pushes do not go through the WAL: the WAL cannot commit
+// atomically with acks in PostgreSQL, so these items are written directly
+// in this transaction, through the same projection code as the projector
+// (partition rows locked in id order, dedup probe, consecutive offsets), so
+// partition order and offsets stay exact beside concurrent projectors.
+// Their durability is PostgreSQL's commit; with PostgreSQL away the route
+// fails instead of buffering. A push that is a duplicate inside its
+// queue's dedup window, or an ack that does not succeed, rolls everything
+// back with *TxAbort.
+func (s *Store) Transaction(ctx context.Context, pushes []ProjectItem, acks []AckRequest) (*TxResult, error) {
+	res := &TxResult{}
+	var err error
+	if len(pushes) > 0 {
+		if res.PartitionIDs, err = s.partitionIDs(ctx, pushes); err != nil {
+			return nil, err
+		}
+	}
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if len(pushes) > 0 {
+			out, err := s.project(ctx, tx, false, pushes, res.PartitionIDs, func(b *pgx.Batch) {})
+			if err != nil {
+				return err
+			}
+			for i, o := range out {
+				if o.Duplicate {
+					return &TxAbort{Msg: fmt.Sprintf("push %d: transactionId %q is a duplicate in partition %q",
+						i, pushes[i].Message.TransactionID, pushes[i].Partition)}
+				}
+			}
+			res.Pushes = out
+		}
+		res.Acks = make([]AckResult, len(acks))
+		for i, a := range acks {
+			r, err := ackOne(ctx, tx, a)
+			if err != nil {
+				return err
+			}
+			if !r.Success {
+				return &TxAbort{Msg: fmt.Sprintf("ack %d (%s): %s", i, a.TransactionID, r.Error)}
+			}
+			res.Acks[i] = r
+		}
+		return nil
+	})
+	var abort *TxAbort
+	if errors.As(err, &abort) {
+		return nil, abort
+	}
+	if err != nil {
+		if errors.Is(err, ErrPartitionGone) {
+			s.forgetPartitions(pushes)
+		}
+		return nil, fmt.Errorf("pg: transaction: %w", err)
+	}
+	return res, nil
+}

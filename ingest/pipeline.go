@@ -71,9 +71,13 @@ func (r *Registry) register(index uint64) chan []Verdict {
 	return ch
 }
 
-func (r *Registry) release(index uint64) {
+// release drops the waiter for index if it is still ch: after a failed
+// write the index is reused by the next record, whose waiter must stay.
+func (r *Registry) release(index uint64, ch chan []Verdict) {
 	r.mu.Lock()
-	delete(r.waiters, index)
+	if r.waiters[index] == ch {
+		delete(r.waiters, index)
+	}
 	r.mu.Unlock()
 }
 
@@ -168,12 +172,12 @@ func (p *Pipeline) Push(ctx context.Context, body []byte, producerSub *string) (
 	index, err := p.WAL.Append(payload, func(i uint64) { assigned, ch = i, p.Registry.register(i) })
 	if err != nil {
 		if ch != nil {
-			p.Registry.release(assigned)
+			p.Registry.release(assigned, ch)
 		}
 		return setAll(res, StatusFailed), nil
 	}
 	if !p.Gate.Accepting() || p.Maintenance() {
-		p.Registry.release(index)
+		p.Registry.release(index, ch)
 		return setAll(res, StatusBuffered), nil
 	}
 	timeout := p.VerdictTimeout
@@ -186,9 +190,9 @@ func (p *Pipeline) Push(ctx context.Context, body []byte, producerSub *string) (
 	select {
 	case verdicts = <-ch:
 	case <-t.C:
-		p.Registry.release(index)
+		p.Registry.release(index, ch)
 	case <-ctx.Done():
-		p.Registry.release(index)
+		p.Registry.release(index, ch)
 	}
 	if len(verdicts) != len(res) {
 		return setAll(res, StatusBuffered), nil

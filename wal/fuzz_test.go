@@ -97,7 +97,7 @@ func addSegmentSeeds(f *testing.F) {
 func FuzzScanSegment(f *testing.F) {
 	addSegmentSeeds(f)
 	f.Fuzz(func(t *testing.T, data []byte, maxRecord uint16, maxEntries int8) {
-		good, n, reason := scanSegment(data, int(maxRecord), int(maxEntries))
+		good, n, reason := scanSegment(data, int(maxEntries))
 		if good < 0 || good > int64(len(data)) {
 			t.Fatalf("good offset %d outside [0, %d]", good, len(data))
 		}
@@ -123,7 +123,7 @@ func FuzzScanSegment(f *testing.F) {
 		if count != n {
 			t.Fatalf("kept prefix holds %d entries, scan says %d", count, n)
 		}
-		g2, n2, r2 := scanSegment(data[:good], int(maxRecord), -1)
+		g2, n2, r2 := scanSegment(data[:good], -1)
 		if g2 != good || n2 != n || r2 != "" {
 			t.Fatalf("rescan of the kept prefix: good %d n %d reason %q; want %d %d \"\"", g2, n2, r2, good, n)
 		}
@@ -143,7 +143,7 @@ func FuzzOpenSegment(f *testing.F) {
 		if err := os.WriteFile(filepath.Join(dir, segName(1)), data, 0o640); err != nil {
 			t.Fatal(err)
 		}
-		good, n, _ := scanSegment(data, int(maxRecord), -1)
+		good, n, _ := scanSegment(data, -1)
 		l, rep, err := Open(dir, Options{NoSync: true, MaxRecordBytes: int(maxRecord), Logger: discardLogger()})
 		if err != nil {
 			t.Fatalf("Open: %v (report %s)", err, rep)

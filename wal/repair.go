@@ -72,7 +72,10 @@ func listSegments(dir string) ([]segFile, error) {
 // after the last entry that verifies, how many entries verified, and why
 // the scan stopped early ("" when the whole file verified). maxEntries >= 0
 // stops after that many entries (used to roll back to a durable index).
-func scanSegment(data []byte, maxRecord int, maxEntries int) (good int64, n int, reason string) {
+// A record is judged by its length fitting the file and its checksum only,
+// never by a size limit: a limit lowered between runs must not cut records
+// that were acknowledged.
+func scanSegment(data []byte, maxEntries int) (good int64, n int, reason string) {
 	pos := 0
 	for pos < len(data) {
 		if maxEntries >= 0 && n == maxEntries {
@@ -82,7 +85,7 @@ func scanSegment(data []byte, maxRecord int, maxEntries int) (good int64, n int,
 		if k <= 0 {
 			return int64(pos), n, "torn length prefix"
 		}
-		if size > uint64(maxRecord)+headerSize || size > uint64(len(data)-pos-k) {
+		if size > uint64(len(data)-pos-k) {
 			return int64(pos), n, "torn record (length runs past end of file)"
 		}
 		rec := data[pos+k : pos+k+int(size)]
@@ -99,7 +102,7 @@ func scanSegment(data []byte, maxRecord int, maxEntries int) (good int64, n int,
 // first record that does not verify and, when keep >= 0, also removes every
 // entry with an index above keep (the rollback after a failed write). It
 // returns what it cut, or nil when it cut nothing.
-func repair(dir string, keep int64, maxRecord int) (*RepairReport, error) {
+func repair(dir string, keep int64) (*RepairReport, error) {
 	segs, err := listSegments(dir)
 	if err != nil {
 		return nil, err
@@ -137,7 +140,7 @@ func repair(dir string, keep int64, maxRecord int) (*RepairReport, error) {
 			maxEntries = int(uint64(keep) + 1 - tail.index)
 		}
 	}
-	good, n, reason := scanSegment(data, maxRecord, maxEntries)
+	good, n, reason := scanSegment(data, maxEntries)
 	if good == int64(len(data)) {
 		return rep, syncDirIf(dir, rep != nil)
 	}

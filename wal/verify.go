@@ -21,14 +21,10 @@ type SegmentReport struct {
 
 // Verify reads every segment in dir (read-only; nothing is repaired) and
 // checks every record's length prefix, envelope version and checksum.
-// maxRecord is the largest payload to accept (0 = DefaultMaxRecordBytes).
 // It returns one report per segment in index order; ok is false when any
 // segment has a problem or the indexes of consecutive segments do not line
 // up.
-func Verify(dir string, maxRecord int) (reports []SegmentReport, ok bool, err error) {
-	if maxRecord <= 0 {
-		maxRecord = DefaultMaxRecordBytes
-	}
+func Verify(dir string) (reports []SegmentReport, ok bool, err error) {
 	segs, err := listSegments(dir)
 	if err != nil {
 		return nil, false, err
@@ -39,7 +35,7 @@ func Verify(dir string, maxRecord int) (reports []SegmentReport, ok bool, err er
 		if err != nil {
 			return reports, false, err
 		}
-		good, n, reason := scanSegment(data, maxRecord, -1)
+		good, n, reason := scanSegment(data, -1)
 		r := SegmentReport{Name: s.name, FirstIndex: s.index, Records: n, Bytes: int64(len(data))}
 		if reason != "" {
 			r.Problem = fmt.Sprintf("at byte %d after %d records: %s", good, n, reason)

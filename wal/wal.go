@@ -105,6 +105,15 @@ type Log struct {
 
 	first   atomic.Uint64
 	durable atomic.Uint64
+	// tail is tailStart for other goroutines (TruncateProjected).
+	tail atomic.Uint64
+	// sealedGood maps the first index of a checked sealed segment to how
+	// many of its leading records verified (see checkSealed).
+	sealedMu   sync.Mutex
+	sealedGood map[uint64]uint64
+	// lastSealed caches the range [from, to) and verified count of the
+	// sealed segment read last, so sequential reads skip the directory scan.
+	lastSealed struct{ from, to, good uint64 }
 
 	reqs     chan *appendReq
 	notify   chan struct{}
@@ -132,7 +141,7 @@ func Open(dir string, opts Options) (*Log, *RepairReport, error) {
 // openLocked repairs (rolling back past keep when keep >= 0) and opens the
 // tidwall log; the caller holds lgMu exclusively or owns l alone.
 func (l *Log) openLocked(keep int64) (*RepairReport, error) {
-	rep, err := repair(l.dir, keep, l.opts.MaxRecordBytes)
+	rep, err := repair(l.dir, keep)
 	if rep != nil {
 		l.opts.Logger.Warn("wal: repaired log", "dir", l.dir, "report", rep.String())
 	}
@@ -173,6 +182,7 @@ func (l *Log) openLocked(keep int64) (*RepairReport, error) {
 		return rep, err
 	}
 	l.lg, l.last, l.tailStart, l.tailBytes = lg, last, tail.index, int(st.Size())
+	l.tail.Store(tail.index)
 	l.setTailFile()
 	l.first.Store(first)
 	l.durable.Store(last)
@@ -284,6 +294,7 @@ func (l *Log) writeBatch(batch []*appendReq) error {
 	if err == nil {
 		if rolled || tailStart != l.tailStart {
 			l.tailStart = tailStart
+			l.tail.Store(tailStart)
 			l.setTailFile()
 		}
 		err = l.sync(rolled)
@@ -376,6 +387,9 @@ func (l *Log) Read(index uint64) ([]byte, error) {
 	if index > l.durable.Load() || index < l.first.Load() {
 		return nil, ErrNotFound
 	}
+	if err := l.checkSealed(index); err != nil {
+		return nil, fmt.Errorf("wal: read %d: %w", index, err)
+	}
 	l.readMu.Lock()
 	defer l.readMu.Unlock()
 	l.lgMu.RLock()
@@ -383,7 +397,7 @@ func (l *Log) Read(index uint64) ([]byte, error) {
 	if l.lg == nil {
 		return nil, ErrClosed
 	}
-	rec, err := l.lg.Read(index)
+	rec, err := safeRead(l.lg, index)
 	if err != nil {
 		if errors.Is(err, twal.ErrNotFound) {
 			return nil, ErrNotFound
@@ -397,9 +411,82 @@ func (l *Log) Read(index uint64) ([]byte, error) {
 	return p, nil
 }
 
-// TruncateProjected removes sealed segments (never the tail) whose entries
-// are all <= checkpoint and whose file was last written more than retention
-// ago. It returns how many segments it removed.
+// safeRead turns a tidwall panic (it trusts a segment's entry count) into
+// ErrCorruptRecord.
+func safeRead(lg *twal.Log, index uint64) (rec []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			rec, err = nil, fmt.Errorf("%w: tidwall: %v", ErrCorruptRecord, r)
+		}
+	}()
+	return lg.Read(index)
+}
+
+// checkSealed verifies, once per segment, the records of the sealed
+// segment holding index: tidwall maps an index to a record by position, so
+// a sealed segment that lost or merged records would otherwise be read as
+// the wrong records (the checksum does not cover the index). Records before
+// the first problem are served; from it on, and past a short segment's
+// end, Read returns ErrCorruptRecord.
+func (l *Log) checkSealed(index uint64) error {
+	if index >= l.tail.Load() {
+		return nil
+	}
+	l.sealedMu.Lock()
+	ls := l.lastSealed
+	l.sealedMu.Unlock()
+	if index >= ls.from && index < ls.to {
+		if index >= ls.from+ls.good {
+			return fmt.Errorf("%w: sealed segment %s verifies only up to index %d", ErrCorruptRecord, segName(ls.from), ls.from+ls.good-1)
+		}
+		return nil
+	}
+	segs, err := listSegments(l.dir)
+	if err != nil {
+		return err
+	}
+	for i := 0; i+1 < len(segs); i++ {
+		s, next := segs[i], segs[i+1]
+		if index < s.index || index >= next.index {
+			continue
+		}
+		l.sealedMu.Lock()
+		good, ok := l.sealedGood[s.index]
+		l.sealedMu.Unlock()
+		if !ok {
+			data, err := os.ReadFile(filepath.Join(l.dir, s.name))
+			if err != nil {
+				return err
+			}
+			_, n, reason := scanSegment(data, -1)
+			good = uint64(n)
+			if reason != "" || s.index+good != next.index {
+				l.opts.Logger.Error("wal: sealed segment does not verify", "segment", s.name,
+					"verified_records", n, "expected", next.index-s.index, "reason", reason)
+			}
+			l.sealedMu.Lock()
+			if l.sealedGood == nil {
+				l.sealedGood = make(map[uint64]uint64)
+			}
+			l.sealedGood[s.index] = good
+			l.sealedMu.Unlock()
+		}
+		l.sealedMu.Lock()
+		l.lastSealed.from, l.lastSealed.to, l.lastSealed.good = s.index, next.index, good
+		l.sealedMu.Unlock()
+		if index >= s.index+good {
+			return fmt.Errorf("%w: sealed segment %s verifies only up to index %d", ErrCorruptRecord, s.name, s.index+good-1)
+		}
+		return nil
+	}
+	return nil
+}
+
+// TruncateProjected removes sealed segments whose entries are all <=
+// checkpoint and whose file was last written more than retention ago. The
+// newest sealed segment and the tail are always kept (tidwall rewrites the
+// first kept segment, and the tail must never be rewritten under the
+// writer). It returns how many segments it removed.
 func (l *Log) TruncateProjected(checkpoint uint64, retention time.Duration) (int, error) {
 	segs, err := listSegments(l.dir)
 	if err != nil {
@@ -430,10 +517,28 @@ func (l *Log) TruncateProjected(checkpoint uint64, retention time.Duration) (int
 	if l.lg == nil {
 		return 0, ErrClosed
 	}
+	if keepFrom >= l.tail.Load() {
+		return 0, nil // never rewrite the tail (the writer fsyncs it by its own handle)
+	}
+	// tidwall rewrites the first kept segment; keep its mtime, which is
+	// the age retention is judged by.
+	keptPath := filepath.Join(l.dir, segName(keepFrom))
+	st, statErr := os.Stat(keptPath)
 	if err := l.lg.TruncateFront(keepFrom); err != nil {
 		return 0, fmt.Errorf("wal: truncate front to %d: %w", keepFrom, err)
 	}
+	if statErr == nil {
+		_ = os.Chtimes(keptPath, st.ModTime(), st.ModTime())
+	}
 	l.first.Store(keepFrom)
+	l.sealedMu.Lock()
+	for k := range l.sealedGood {
+		if k <= keepFrom {
+			delete(l.sealedGood, k) // rewritten or gone
+		}
+	}
+	l.lastSealed.from, l.lastSealed.to, l.lastSealed.good = 0, 0, 0
+	l.sealedMu.Unlock()
 	return removed, syncDir(l.dir)
 }
 

@@ -205,7 +205,7 @@ func walCommand(args []string) error {
 	if len(args) > 1 {
 		dir = args[1]
 	}
-	reports, ok, err := wal.Verify(dir, 0)
+	reports, ok, err := wal.Verify(dir)
 	if err != nil {
 		return err
 	}

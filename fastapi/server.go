@@ -79,12 +79,14 @@ type Server struct {
 	b   Broker
 	c   Consumer
 	t   Transactor
+	r   Resources
 	srv *fasthttp.Server
 	log *slog.Logger
 }
 
-// New builds the server and its routes.
-func New(cfg Config, b Broker) *Server {
+// New builds the server and its routes; res serves the queue,
+// consumer-group and DLQ routes.
+func New(cfg Config, b Broker, res Resources) *Server {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
@@ -97,7 +99,7 @@ func New(cfg Config, b Broker) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Server{cfg: cfg, b: b, c: b, t: b, log: cfg.Logger}
+	s := &Server{cfg: cfg, b: b, c: b, t: b, r: res, log: cfg.Logger}
 	// The router matches the raw path, so a queue named "a/b" arrives as
 	// one segment a%2Fb and is decoded by the handler (pathName).
 	r := router.New()
@@ -113,6 +115,7 @@ func New(cfg Config, b Broker) *Server {
 	r.POST("/api/v1/ack", s.ack)
 	r.POST("/api/v1/ack/batch", s.ackBatch)
 	r.POST("/api/v1/transaction", s.transaction)
+	s.routeResources(r)
 	r.POST("/api/v1/lease/{leaseId}/extend", s.extendLease)
 	if cfg.Pprof {
 		r.GET("/debug/pprof/{profile:*}", pprofhandler.PprofHandler)

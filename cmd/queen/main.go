@@ -23,6 +23,7 @@
 //	                              answering buffered (5000)
 //	QUEEN_MAX_CONNS        concurrent HTTP connections (fasthttp default 262144)
 //	DB_POOL_SIZE           PostgreSQL pool size (10)
+//	RETENTION_INTERVAL     ms between retention passes (300000)
 //	LOG_LEVEL              debug, info, warn, error (info)
 //	QUEEN_PPROF            "true" serves Go's pprof under /debug/pprof/ (off)
 //
@@ -141,6 +142,10 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	retentionMS, err := envInt("RETENTION_INTERVAL", 300000)
+	if err != nil {
+		return err
+	}
 	pool, err := envInt("DB_POOL_SIZE", 10)
 	if err != nil {
 		return err
@@ -174,16 +179,17 @@ func run(args []string) error {
 	}
 
 	b, err := broker.Start(broker.Config{
-		Addr:           net.JoinHostPort(host, strconv.Itoa(port)),
-		PGURL:          pgURL,
-		WALDir:         walDir,
-		MaxBodyBytes:   maxBody,
-		WAL:            wal.Options{SegmentSize: segBytes},
-		Projector:      projector.Config{WALRetention: walRetention(retention)},
-		VerdictTimeout: time.Duration(verdictMS) * time.Millisecond,
-		PoolSize:       int32(pool),
-		HTTP:           fastapi.Config{MaxConns: maxConns, Pprof: os.Getenv("QUEEN_PPROF") == "true"},
-		Logger:         logger,
+		Addr:              net.JoinHostPort(host, strconv.Itoa(port)),
+		PGURL:             pgURL,
+		WALDir:            walDir,
+		MaxBodyBytes:      maxBody,
+		WAL:               wal.Options{SegmentSize: segBytes},
+		Projector:         projector.Config{WALRetention: walRetention(retention)},
+		VerdictTimeout:    time.Duration(verdictMS) * time.Millisecond,
+		RetentionInterval: time.Duration(max(retentionMS, 100)) * time.Millisecond,
+		PoolSize:          int32(pool),
+		HTTP:              fastapi.Config{MaxConns: maxConns, Pprof: os.Getenv("QUEEN_PPROF") == "true"},
+		Logger:            logger,
 	})
 	if err != nil {
 		return err

@@ -53,8 +53,11 @@ type Config struct {
 	Projector      projector.Config
 	HTTP           fastapi.Config
 	VerdictTimeout time.Duration
-	PoolSize       int32
-	Logger         *slog.Logger
+	// RetentionInterval is how often a retention pass runs
+	// (RETENTION_INTERVAL; default 5 minutes).
+	RetentionInterval time.Duration
+	PoolSize          int32
+	Logger            *slog.Logger
 }
 
 // Broker is a running broker.
@@ -171,8 +174,9 @@ func Start(cfg Config) (*Broker, error) {
 		cancel()
 		return nil, err
 	}
-	b.bg.Add(2)
+	b.bg.Add(3)
 	go b.flagLoop(ctx)
+	go b.retentionLoop(ctx)
 	go func() {
 		defer b.bg.Done()
 		b.Store.Listen(ctx, b.waker.Wake, b.log)
@@ -181,7 +185,7 @@ func Start(cfg Config) (*Broker, error) {
 	hc := cfg.HTTP
 	hc.MaxBodyBytes = cfg.MaxBodyBytes
 	hc.Logger = cfg.Logger
-	b.http = fastapi.New(hc, b)
+	b.http = fastapi.New(hc, b, b.Store)
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		b.Stop(context.Background())
@@ -377,4 +381,41 @@ func (b *Broker) Transaction(ctx context.Context, pushes []pg.ProjectItem, acks 
 		b.Store.NotifyQueue(ctx, q)
 	}
 	return res, nil
+}
+
+// DefaultRetentionInterval is how often retention runs by default.
+const DefaultRetentionInterval = 5 * time.Minute
+
+// retentionLoop deletes expired segments (pg.Store.RetentionPass) on an
+// interval; one broker at a time does the work (advisory lock).
+func (b *Broker) retentionLoop(ctx context.Context) {
+	defer b.bg.Done()
+	every := b.cfg.RetentionInterval
+	if every <= 0 {
+		every = DefaultRetentionInterval
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for {
+			c, cancel := context.WithTimeout(ctx, time.Minute)
+			n, err := b.Store.RetentionPass(c, 1000)
+			cancel()
+			if err != nil {
+				b.log.Warn("retention pass failed", "err", err)
+				break
+			}
+			if n > 0 {
+				b.log.Info("retention: deleted segments", "segments", n)
+			}
+			if n < 1000 {
+				break
+			}
+		}
+	}
 }

@@ -1,0 +1,235 @@
+package e2e
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	json "github.com/goccy/go-json"
+
+	"github.com/queenmq/queen-go/internal/broker"
+	"github.com/queenmq/queen-go/internal/testenv"
+)
+
+func getJSON(t testing.TB, u string, v any) int {
+	t.Helper()
+	resp, err := testenv.Client.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if v != nil && resp.StatusCode == 200 {
+		if err := json.Unmarshal(b, v); err != nil {
+			t.Fatalf("%s: %s: %v", u, b, err)
+		}
+	}
+	return resp.StatusCode
+}
+
+func del(t testing.TB, u string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodDelete, u, nil)
+	resp, err := testenv.Client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestCaseP06DedupOutlivesConsumptionAndRetention: window 60 s, completed
+// retention 1 s. Push T, pop and ack it, push T again (duplicate naming
+// the original); after the retention sweep removed the segment, T is still
+// a duplicate, named by the all-zero UUID.
+func TestCaseP06DedupOutlivesConsumptionAndRetention(t *testing.T) {
+	t.Parallel()
+	s := setup(t, func(c *broker.Config) { c.RetentionInterval = 200 * time.Millisecond })
+	configure(t, s.base, "q6", map[string]any{"dedupWindowSeconds": 60, "retentionEnabled": true, "completedRetentionSeconds": 1})
+	first := push(t, s.base, body(item{"q6", "P", 1, "T"}))
+	_, r := pop(t, s.base, popPath("q6", "P"), "")
+	if a := ack(t, s.base, r.Messages[0], "completed", ""); !a.Success {
+		t.Fatal("ack")
+	}
+	again := push(t, s.base, body(item{"q6", "P", 2, "T"}))
+	wantStatuses(t, again, D)
+	if again[0].MessageID != first[0].MessageID {
+		t.Fatalf("duplicate names %s, want %s", again[0].MessageID, first[0].MessageID)
+	}
+	testenv.WaitFor(t, 15*time.Second, "retention removes the segment", func() bool {
+		return len(readPartition(t, s.store, "q6", "P")) == 0
+	})
+	late := push(t, s.base, body(item{"q6", "P", 3, "T"}))
+	wantStatuses(t, late, D)
+	if late[0].MessageID != "00000000-0000-0000-0000-000000000000" {
+		t.Fatalf("duplicate of a deleted original names %s", late[0].MessageID)
+	}
+}
+
+func TestRetentionAndDelayedProcessing(t *testing.T) {
+	t.Parallel()
+	s := setup(t, func(c *broker.Config) { c.RetentionInterval = 200 * time.Millisecond })
+	configure(t, s.base, "ret", map[string]any{"retentionEnabled": true, "retentionSeconds": 1})
+	pushN(t, s.base, "ret", "P", 1, 3)
+	testenv.WaitFor(t, 15*time.Second, "retention", func() bool { return len(readPartition(t, s.store, "ret", "P")) == 0 })
+	if code, _ := pop(t, s.base, popPath("ret", "P"), ""); code != http.StatusNoContent {
+		t.Fatalf("pop after retention: %d", code)
+	}
+	pushN(t, s.base, "ret", "P", 4, 4) // the cursor skips the deleted offsets
+	testenv.WaitFor(t, 5*time.Second, "message 4", func() bool {
+		code, r := pop(t, s.base, popPath("ret", "P"), "autoAck=true")
+		return code == 200 && r.Messages[0].TransactionID == "m-4"
+	})
+
+	configure(t, s.base, "dly", map[string]any{"delayedProcessing": 2})
+	pushN(t, s.base, "dly", "P", 1, 1)
+	if code, _ := pop(t, s.base, popPath("dly", "P"), ""); code != http.StatusNoContent {
+		t.Fatalf("delayed message delivered early: %d", code)
+	}
+	time.Sleep(2200 * time.Millisecond)
+	if code, _ := pop(t, s.base, popPath("dly", "P"), ""); code != 200 {
+		t.Fatalf("delayed message not delivered after the delay: %d", code)
+	}
+}
+
+func TestQueuesGroupsSeekAndDLQRoutes(t *testing.T) {
+	t.Parallel()
+	s := setup(t, nil)
+	configure(t, s.base, "rq", map[string]any{"retryLimit": 0})
+	pushN(t, s.base, "rq", "A", 1, 5)
+	pushN(t, s.base, "rq", "B", 6, 7)
+
+	var list struct {
+		Queues []struct {
+			Name       string
+			Partitions int
+			Messages   struct{ Total, Pending int64 }
+		}
+	}
+	if code := getJSON(t, s.base+"/api/v1/resources/queues", &list); code != 200 {
+		t.Fatalf("list queues: %d", code)
+	}
+	found := false
+	for _, q := range list.Queues {
+		if q.Name == "rq" {
+			found = q.Partitions == 3 && q.Messages.Total == 7 && q.Messages.Pending == 7 // A, B and Default
+		}
+	}
+	if !found {
+		t.Fatalf("queue list: %+v", list)
+	}
+	// g1 consumes A fully; g2 dead-letters the first message of B.
+	for i := 0; i < 5; i++ {
+		_, r := pop(t, s.base, popPath("rq", "A"), "consumerGroup=g1")
+		ack(t, s.base, r.Messages[0], "completed", "g1")
+	}
+	_, r := pop(t, s.base, popPath("rq", "B"), "consumerGroup=g2")
+	if a := ack(t, s.base, r.Messages[0], "failed", "g2"); !a.DLQ {
+		t.Fatalf("retryLimit 0: the first failure goes to the DLQ: %+v", a)
+	}
+	var detail struct {
+		Partitions []struct {
+			Name  string
+			Depth int64
+			Lag   map[string]int64
+		}
+	}
+	if code := getJSON(t, s.base+"/api/v1/resources/queues/rq", &detail); code != 200 {
+		t.Fatal(code)
+	}
+	for _, p := range detail.Partitions {
+		if p.Name == "A" && (p.Depth != 5 || p.Lag["g1"] != 0) {
+			t.Fatalf("partition A: %+v", p)
+		}
+		if p.Name == "B" && p.Lag["g2"] != 1 {
+			t.Fatalf("partition B: %+v", p)
+		}
+	}
+	if code := getJSON(t, s.base+"/api/v1/resources/queues/nope", nil); code != 404 {
+		t.Fatalf("missing queue: %d", code)
+	}
+	var dlq struct {
+		Messages []struct {
+			TransactionID string
+			ConsumerGroup string
+			Data          json.RawMessage
+		}
+	}
+	getJSON(t, s.base+"/api/v1/dlq?queue=rq", &dlq)
+	if len(dlq.Messages) != 1 || dlq.Messages[0].TransactionID != "m-6" || dlq.Messages[0].ConsumerGroup != "g2" || string(dlq.Messages[0].Data) != `{"n":6}` {
+		t.Fatalf("dlq: %+v", dlq)
+	}
+	var groups []struct {
+		Name, QueueName string
+		TotalLag        int64
+	}
+	getJSON(t, s.base+"/api/v1/consumer-groups", &groups)
+	if len(groups) < 2 {
+		t.Fatalf("groups: %+v", groups)
+	}
+	var g1 map[string]struct{ Partitions []map[string]any }
+	getJSON(t, s.base+"/api/v1/consumer-groups/g1", &g1)
+	if len(g1["rq"].Partitions) != 1 {
+		t.Fatalf("group g1: %+v", g1)
+	}
+	// Seek g1 back to the start of time: it reads A again.
+	code, rb := post(t, s.base, "/api/v1/consumer-groups/g1/queues/rq/seek", []byte(`{"timestamp":"1970-01-01T00:00:00Z"}`))
+	if code != 200 || !strings.Contains(string(rb), `"partitionsUpdated":1`) {
+		t.Fatalf("seek: %d %s", code, rb)
+	}
+	_, r = pop(t, s.base, popPath("rq", "A"), "consumerGroup=g1&autoAck=true&batch=10")
+	if len(r.Messages) != 5 {
+		t.Fatalf("after seek: %d messages", len(r.Messages))
+	}
+	code, rb = post(t, s.base, "/api/v1/consumer-groups/g1/queues/rq/seek", []byte(`{"toEnd":true}`))
+	if code != 200 {
+		t.Fatalf("seek to end: %d %s", code, rb)
+	}
+	if code, _ := post(t, s.base, "/api/v1/consumer-groups/g1/queues/rq/seek", []byte(`{}`)); code != 400 {
+		t.Fatalf("seek without target: %d", code)
+	}
+	// Deleting the group: it starts over by its subscription (all).
+	if code, b := del(t, s.base+"/api/v1/consumer-groups/g1"); code != 200 || !strings.Contains(b, `"deletedPartitions":1`) {
+		t.Fatalf("delete group: %d %s", code, b)
+	}
+	_, r = pop(t, s.base, popPath("rq", "A"), "consumerGroup=g1&autoAck=true&batch=10")
+	if len(r.Messages) != 5 {
+		t.Fatalf("deleted group starts over: %d messages", len(r.Messages))
+	}
+	if code, b := del(t, s.base+"/api/v1/resources/queues/rq"); code != 200 || !strings.Contains(b, `"existed":true`) {
+		t.Fatalf("delete queue: %d %s", code, b)
+	}
+	if n := len(readQueue(t, s.store, "rq")); n != 0 {
+		t.Fatalf("deleted queue still holds %d", n)
+	}
+	// Pushing to the deleted queue recreates it.
+	wantStatuses(t, push(t, s.base, body(item{"rq", "A", 1, "again"})), Q)
+}
+
+// TestCaseC03DeletedGroupAfterRestart: a deleted group does not come back
+// with its old cursor after a broker restart.
+func TestCaseC03DeletedGroupAfterRestart(t *testing.T) {
+	t.Parallel()
+	url := testenv.NewDatabase(t)
+	walDir := t.TempDir()
+	b := testenv.StartBroker(t, url, walDir, nil)
+	base := "http://" + b.Addr()
+	pushN(t, base, "qr", "P", 1, 10)
+	if code, _ := pop(t, base, popPath("qr", "P"), "consumerGroup=gone&subscriptionMode=new"); code != http.StatusNoContent {
+		t.Fatalf("new-mode group saw history: %d", code)
+	}
+	pushN(t, base, "qr", "P", 11, 12)
+	_, r := pop(t, base, popPath("qr", "P"), "consumerGroup=gone&autoAck=true&batch=100")
+	if len(r.Messages) != 2 {
+		t.Fatalf("new-mode group: %d", len(r.Messages))
+	}
+	del(t, base+"/api/v1/consumer-groups/gone")
+	b2 := testenv.StartBroker(t, url, t.TempDir(), nil)
+	_, r = pop(t, "http://"+b2.Addr(), popPath("qr", "P"), "consumerGroup=gone&subscriptionFrom=1970-01-01T00:00:00Z&autoAck=true&batch=100")
+	if len(r.Messages) != 12 {
+		t.Fatalf("re-created group after restart: %d messages, want all 12", len(r.Messages))
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/pprofhandler"
 
+	"github.com/queenmq/queen-go/auth"
 	"github.com/queenmq/queen-go/ingest"
 	"github.com/queenmq/queen-go/pg"
 )
@@ -26,7 +27,7 @@ const (
 	// DefaultMaxBodyBytes is QUEEN_MAX_BODY_BYTES' default: 64 MiB.
 	DefaultMaxBodyBytes = 64 << 20
 	// DefaultReadTimeout bounds reading one request (headers and body).
-	DefaultReadTimeout = 60 * time.Second
+	DefaultReadTimeout = 30 * time.Second
 	// DefaultIdleTimeout closes idle keep-alive connections.
 	DefaultIdleTimeout = 120 * time.Second
 	// drainLimitFactor × MaxBodyBytes is the most the server reads and
@@ -69,7 +70,9 @@ type Config struct {
 	// MaxConns bounds concurrent connections (0 = fasthttp's default).
 	MaxConns int
 	// Pprof serves Go's profiles under /debug/pprof/ (QUEEN_PPROF=true).
-	Pprof  bool
+	Pprof bool
+	// Auth, when set, wraps every route (JWT, role policy); nil = no auth.
+	Auth   *auth.Verifier
 	Logger *slog.Logger
 }
 
@@ -129,8 +132,12 @@ func New(cfg Config, b Broker, res Resources) *Server {
 		s.log.Error("http: handler panic", "path", string(ctx.Path()), "panic", v)
 		writeErr(ctx, fasthttp.StatusInternalServerError, "internal error")
 	}
+	handler := r.Handler
+	if cfg.Auth != nil {
+		handler = cfg.Auth.Middleware(handler)
+	}
 	s.srv = &fasthttp.Server{
-		Handler:           r.Handler,
+		Handler:           handler,
 		Name:              "queen-go",
 		StreamRequestBody: true, // the body limit is enforced in readBody, with a readable 413
 		// With streaming, this is only how much fasthttp reads ahead.
@@ -241,8 +248,7 @@ func (s *Server) push(ctx *fasthttp.RequestCtx) {
 		writeErr(ctx, fasthttp.StatusBadRequest, "could not read request body")
 		return
 	}
-	// producerSub stays nil until JWT auth exists (spec/producing.md).
-	res, err := s.b.Push(ctx, body, nil)
+	res, err := s.b.Push(ctx, body, producerSub(ctx))
 	var verr *ingest.ValidationError
 	switch {
 	case errors.As(err, &verr):
@@ -256,6 +262,17 @@ func (s *Server) push(ctx *fasthttp.RequestCtx) {
 	default:
 		writeJSON(ctx, fasthttp.StatusCreated, res)
 	}
+}
+
+// producerSub is the validated token's sub, or nil without auth (or with
+// a token that has no sub): spec/producing.md, "producerSub is stamped".
+func producerSub(ctx *fasthttp.RequestCtx) *string {
+	p := auth.PrincipalFrom(ctx)
+	if p == nil || p.Sub == "" {
+		return nil
+	}
+	sub := p.Sub
+	return &sub
 }
 
 func (s *Server) health(ctx *fasthttp.RequestCtx) {

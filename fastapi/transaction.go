@@ -60,6 +60,7 @@ func (s *Server) transaction(ctx *fasthttp.RequestCtx) {
 	var acks []pg.AckRequest
 	var order []slot
 	now := time.Now().UnixMicro()
+	sub := producerSub(ctx)
 	for i, op := range req.Operations {
 		switch op.Type {
 		case "push":
@@ -80,7 +81,7 @@ func (s *Server) transaction(ctx *fasthttp.RequestCtx) {
 				}
 				order = append(order, slot{true, len(pushes)})
 				pushes = append(pushes, pg.ProjectItem{Queue: it.Queue, Partition: it.Partition, AcceptedAtMicros: now,
-					Message: pg.Message{ID: id, TransactionID: txid, CreatedAtMicros: now, TraceID: it.TraceID,
+					Message: pg.Message{ID: id, TransactionID: txid, CreatedAtMicros: now, TraceID: it.TraceID, ProducerSub: sub,
 						Payload: append([]byte(nil), it.Payload...)}})
 			}
 		case "ack":

@@ -398,8 +398,16 @@ func (s *Store) popPartition(ctx context.Context, tx pgx.Tx, q *queueRow, partID
 	if err != nil {
 		return nil, err
 	}
+	plain := make([]Message, len(msgs))
+	for i := range msgs {
+		plain[i] = msgs[i].Message
+	}
+	if err := s.decrypt(plain); err != nil {
+		return nil, err
+	}
 	out := make([]PoppedMessage, len(msgs))
 	for i, m := range msgs {
+		m.Message = plain[i]
 		m.Queue, m.Partition = q.name, partName
 		out[i] = PoppedMessage{StoredMessage: m, LeaseID: leaseID}
 		if req.AutoAck {

@@ -65,6 +65,7 @@ type partState struct {
 	base    int64
 	msgs    []Message
 	touched bool
+	encrypt bool // the queue has encryptionEnabled
 }
 
 // Project stores one projector batch in one transaction and records
@@ -148,7 +149,7 @@ func (s *Store) project(ctx context.Context, conn batcher, begin bool, items []P
 	if begin {
 		b1.Queue("BEGIN")
 	}
-	b1.Queue(`SELECT p.id, p.next_offset, q.dedup_window_seconds
+	b1.Queue(`SELECT p.id, p.next_offset, q.dedup_window_seconds, q.encryption_enabled
 		FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
 		WHERE p.id = ANY($1) ORDER BY p.id FOR UPDATE OF p`, pgUUIDs(lockIDs))
 	b1.Queue(`SELECT d.partition_id, d.transaction_id, d.msg_offset, d.message_id, d.accepted_at
@@ -171,13 +172,14 @@ func (s *Store) project(ctx context.Context, conn batcher, begin bool, items []P
 		var id pgtype.UUID
 		var next int64
 		var window int32
-		if err := rows.Scan(&id, &next, &window); err != nil {
+		var encrypt bool
+		if err := rows.Scan(&id, &next, &window, &encrypt); err != nil {
 			rows.Close()
 			br.Close()
 			return nil, err
 		}
 		ps := parts[uuid.UUID(id.Bytes)]
-		ps.next, ps.base, ps.window = next, next, int64(window)*int64(time.Second/time.Microsecond)
+		ps.next, ps.base, ps.window, ps.encrypt = next, next, int64(window)*int64(time.Second/time.Microsecond), encrypt
 		locked++
 	}
 	rows.Close()
@@ -279,6 +281,11 @@ func (s *Store) project(ctx context.Context, conn batcher, begin bool, items []P
 		ps := parts[id]
 		if !ps.touched {
 			continue
+		}
+		if ps.encrypt {
+			if err := s.encrypt(ps.msgs); err != nil {
+				return nil, err
+			}
 		}
 		segPID = append(segPID, id)
 		segBase = append(segBase, ps.base)

@@ -362,6 +362,11 @@ func (s *Store) ListDeadLetters(ctx context.Context, queue, group string, limit,
 				return err
 			}
 			if len(msgs) == 1 {
+				one := []Message{msgs[0].Message}
+				if err := s.decrypt(one); err != nil {
+					return err
+				}
+				msgs[0].Message = one[0]
 				q, p := m.Queue, m.Partition
 				*m = msgs[0]
 				m.Queue, m.Partition = q, p

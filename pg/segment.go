@@ -16,7 +16,7 @@ import (
 //	count × message, in offset order:
 //	  message_id     16 bytes
 //	  created_at     varint   acceptance time, Unix microseconds
-//	  flags          byte     bit0 producer_sub, bit1 trace_id
+//	  flags          byte     bit0 producer_sub, bit1 trace_id, bit2 payload encrypted
 //	  transaction_id bytes    uvarint length + bytes
 //	  producer_sub   bytes    only with bit0
 //	  trace_id       16 bytes only with bit1
@@ -36,6 +36,9 @@ type Message struct {
 	TraceID         *uuid.UUID
 	// Payload is the pushed JSON value, byte-for-byte.
 	Payload []byte
+	// Encrypted says Payload is a crypt envelope (a queue with
+	// encryptionEnabled); Store decrypts before handing messages out.
+	Encrypted bool
 }
 
 // EncodeSegment appends the body for msgs to dst.
@@ -52,6 +55,9 @@ func EncodeSegment(dst []byte, msgs []Message) []byte {
 		}
 		if m.TraceID != nil {
 			flags |= 2
+		}
+		if m.Encrypted {
+			flags |= 4
 		}
 		dst = append(dst, flags)
 		dst = binenc.AppendString(dst, m.TransactionID)
@@ -93,6 +99,7 @@ func DecodeSegment(b []byte) ([]Message, error) {
 			m.TraceID = &t
 		}
 		m.Payload = rd.Bytes()
+		m.Encrypted = flags&4 != 0
 		if rd.Err() != nil {
 			return nil, fmt.Errorf("%w: message %d: %v", ErrBadSegment, i, rd.Err())
 		}

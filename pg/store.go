@@ -9,6 +9,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -16,6 +17,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/queenmq/queen-go/crypt"
 )
 
 //go:embed schema.sql
@@ -40,11 +43,20 @@ type Config struct {
 	PoolSize int32
 	// ConnectTimeout bounds each connection attempt (default DefaultConnectTimeout).
 	ConnectTimeout time.Duration
+	// EncryptionKey encrypts the payloads of queues with encryptionEnabled
+	// (AES-256-GCM, Queen's envelope); nil stores them in plaintext with a
+	// warning, as Queen does.
+	EncryptionKey *crypt.Key
+	// Logger receives warnings (default slog.Default()).
+	Logger *slog.Logger
 }
 
 // Store is the broker's handle on PostgreSQL. Safe for concurrent use.
 type Store struct {
-	pool *pgxpool.Pool
+	pool        *pgxpool.Pool
+	key         *crypt.Key
+	log         *slog.Logger
+	warnedNoKey sync.Once
 
 	mu       sync.Mutex
 	partIDs  map[partKey]uuid.UUID // (queue, partition) → partition id
@@ -74,7 +86,10 @@ func Open(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pg: pool: %w", err)
 	}
-	return &Store{pool: pool, partIDs: make(map[partKey]uuid.UUID)}, nil
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Store{pool: pool, key: cfg.EncryptionKey, log: cfg.Logger, partIDs: make(map[partKey]uuid.UUID)}, nil
 }
 
 // Pool exposes the pool for tools and tests.
@@ -203,9 +218,56 @@ func (s *Store) readMessages(ctx context.Context, sql string, args ...any) ([]St
 		if int64(len(msgs)) != last-base+1 {
 			return nil, fmt.Errorf("partition %s offset %d: %w: %d messages for %d offsets", pid, base, ErrBadSegment, len(msgs), last-base+1)
 		}
+		if err := s.decrypt(msgs); err != nil {
+			return nil, err
+		}
 		for i, m := range msgs {
 			out = append(out, StoredMessage{Queue: q, Partition: p, PartitionID: pid, Offset: base + int64(i), Message: m})
 		}
 	}
 	return out, rows.Err()
+}
+
+// ErrNoKey is returned when an encrypted payload must be read but the
+// broker has no QUEEN_ENCRYPTION_KEY.
+var ErrNoKey = errors.New("pg: encrypted payload but no encryption key configured")
+
+// decrypt replaces encrypted payloads by their plaintext, in place.
+func (s *Store) decrypt(msgs []Message) error {
+	for i := range msgs {
+		if !msgs[i].Encrypted {
+			continue
+		}
+		if s.key == nil {
+			return ErrNoKey
+		}
+		p, err := s.key.Decrypt(msgs[i].Payload)
+		if err != nil {
+			return fmt.Errorf("pg: decrypt message %s: %w", msgs[i].ID, err)
+		}
+		msgs[i].Payload, msgs[i].Encrypted = p, false
+	}
+	return nil
+}
+
+// encrypt replaces payloads by crypt envelopes, in place (a queue with
+// encryptionEnabled); without a key it leaves them and warns once.
+func (s *Store) encrypt(msgs []Message) error {
+	if s.key == nil {
+		s.warnedNoKey.Do(func() {
+			s.log.Warn("a queue has encryptionEnabled but QUEEN_ENCRYPTION_KEY is not set: payloads are stored in plaintext")
+		})
+		return nil
+	}
+	for i := range msgs {
+		if msgs[i].Encrypted {
+			continue
+		}
+		env, err := s.key.Encrypt(msgs[i].Payload)
+		if err != nil {
+			return err
+		}
+		msgs[i].Payload, msgs[i].Encrypted = env, true
+	}
+	return nil
 }

@@ -21,7 +21,16 @@
 //	QUEEN_WAL_SEGMENT_BYTES       WAL segment size in bytes (16777216)
 //	QUEEN_PUSH_VERDICT_TIMEOUT_MS longest wait for a PostgreSQL verdict before
 //	                              answering buffered (5000)
-//	QUEEN_MAX_CONNS        concurrent HTTP connections (fasthttp default 262144)
+//	QUEEN_MAX_CONNS        concurrent HTTP connections (fasthttp default 262144);
+//	                       over it new connections get 503 and are closed
+//	QUEEN_READ_TIMEOUT_MS  longest time to read one request, headers and body
+//	                       (30000): slow clients are cut off
+//	QUEEN_ENCRYPTION_KEY   64 hex characters: AES-256-GCM key for queues with
+//	                       encryptionEnabled (payloads encrypted in PostgreSQL)
+//	JWT_ENABLED, JWT_ALGORITHM, JWT_SECRET, JWT_PUBLIC_KEY, JWT_JWKS_URL,
+//	JWT_JWKS_REFRESH_INTERVAL, JWT_JWKS_TIMEOUT_MS, JWT_ISSUER, JWT_AUDIENCE,
+//	JWT_CLOCK_SKEW, JWT_SKIP_PATHS, JWT_ROLES_CLAIM, JWT_ROLES_ARRAY_CLAIM
+//	                       authentication (off unless JWT_ENABLED=true); see auth
 //	DB_POOL_SIZE           PostgreSQL pool size (10)
 //	RETENTION_INTERVAL     ms between retention passes (300000)
 //	LOG_LEVEL              debug, info, warn, error (info)
@@ -44,6 +53,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/queenmq/queen-go/auth"
+	"github.com/queenmq/queen-go/crypt"
 	"github.com/queenmq/queen-go/fastapi"
 	"github.com/queenmq/queen-go/internal/broker"
 	"github.com/queenmq/queen-go/internal/pgcluster"
@@ -150,6 +161,20 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	readMS, err := envInt("QUEEN_READ_TIMEOUT_MS", 30000)
+	if err != nil {
+		return err
+	}
+	authCfg, err := auth.ConfigFromEnv(os.Getenv)
+	if err != nil {
+		return err
+	}
+	var encKey *crypt.Key
+	if k := os.Getenv("QUEEN_ENCRYPTION_KEY"); k != "" {
+		if encKey, err = crypt.ParseKey(k); err != nil {
+			return fmt.Errorf("QUEEN_ENCRYPTION_KEY: %w", err)
+		}
+	}
 	walDir := env("FILE_BUFFER_DIR", "/var/lib/queen/buffers")
 	host := env("HOST", "0.0.0.0")
 	pgURL := pgURLFromEnv()
@@ -188,8 +213,11 @@ func run(args []string) error {
 		VerdictTimeout:    time.Duration(verdictMS) * time.Millisecond,
 		RetentionInterval: time.Duration(max(retentionMS, 100)) * time.Millisecond,
 		PoolSize:          int32(pool),
-		HTTP:              fastapi.Config{MaxConns: maxConns, Pprof: os.Getenv("QUEEN_PPROF") == "true"},
-		Logger:            logger,
+		HTTP: fastapi.Config{MaxConns: maxConns, Pprof: os.Getenv("QUEEN_PPROF") == "true",
+			ReadTimeout: time.Duration(max(readMS, 1)) * time.Millisecond},
+		Auth:          authCfg,
+		EncryptionKey: encKey,
+		Logger:        logger,
 	})
 	if err != nil {
 		return err

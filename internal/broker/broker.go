@@ -18,6 +18,8 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/queenmq/queen-go/auth"
+	"github.com/queenmq/queen-go/crypt"
 	"github.com/queenmq/queen-go/fastapi"
 	"github.com/queenmq/queen-go/ingest"
 	"github.com/queenmq/queen-go/internal/waker"
@@ -57,7 +59,13 @@ type Config struct {
 	// (RETENTION_INTERVAL; default 5 minutes).
 	RetentionInterval time.Duration
 	PoolSize          int32
-	Logger            *slog.Logger
+	// Auth configures JWT authentication (off unless Auth.Enabled).
+	Auth auth.Config
+	// EncryptionKey encrypts payloads of queues with encryptionEnabled in
+	// PostgreSQL (QUEEN_ENCRYPTION_KEY); nil = such queues are stored in
+	// plaintext with a warning.
+	EncryptionKey *crypt.Key
+	Logger        *slog.Logger
 }
 
 // Broker is a running broker.
@@ -73,6 +81,7 @@ type Broker struct {
 	ln        net.Listener
 
 	waker       *waker.Waker
+	verifier    *auth.Verifier
 	popMaint    atomic.Bool
 	maintenance atomic.Bool
 	flagDirty   atomic.Bool // set locally but not yet persisted
@@ -141,7 +150,7 @@ func Start(cfg Config) (*Broker, error) {
 	}
 	b.WAL = w
 	b.walHealthy.Store(true)
-	store, err := pg.Open(pg.Config{URL: cfg.PGURL, PoolSize: cfg.PoolSize})
+	store, err := pg.Open(pg.Config{URL: cfg.PGURL, PoolSize: cfg.PoolSize, EncryptionKey: cfg.EncryptionKey, Logger: cfg.Logger})
 	if err != nil {
 		w.Close()
 		return nil, err
@@ -182,8 +191,19 @@ func Start(cfg Config) (*Broker, error) {
 		b.Store.Listen(ctx, b.waker.Wake, b.log)
 	}()
 
+	ac := cfg.Auth
+	ac.Logger = cfg.Logger
+	verifier, err := auth.New(ctx, ac)
+	if err != nil {
+		b.Stop(context.Background())
+		return nil, fmt.Errorf("auth: %w", err)
+	}
+	b.verifier = verifier
 	hc := cfg.HTTP
 	hc.MaxBodyBytes = cfg.MaxBodyBytes
+	if verifier.Enabled() {
+		hc.Auth = verifier
+	}
 	hc.Logger = cfg.Logger
 	b.http = fastapi.New(hc, b, b.Store)
 	ln, err := net.Listen("tcp", cfg.Addr)
@@ -303,6 +323,9 @@ func (b *Broker) Stop(ctx context.Context) error {
 		}
 		b.Projector.Stop()
 		b.cancel()
+		if b.verifier != nil {
+			b.verifier.Close()
+		}
 		b.bg.Wait()
 		errs = append(errs, b.WAL.Close())
 		b.Store.Close()

@@ -305,3 +305,17 @@ func TestHostileClients(t *testing.T) {
 		}
 	}
 }
+
+// TestMetricsEndpoint: /metrics serves Prometheus text with the push
+// verdict counters, without a token (a default skip path).
+func TestMetricsEndpoint(t *testing.T) {
+	t.Parallel()
+	s := authSetup(t, nil)
+	do(t, "POST", s.base+"/api/v1/push", token(t, "m", []string{"write-only"}, "valid"),
+		[]byte(`{"items":[{"queue":"met","payload":1}]}`))
+	code, b := do(t, "GET", s.base+"/metrics", "", nil)
+	if code != 200 || !strings.Contains(string(b), `queen_push_items_total{status="queued"} 1`) ||
+		!strings.Contains(string(b), "queen_wal_fsync_seconds_bucket") {
+		t.Fatalf("metrics: %d %.400s", code, b)
+	}
+}

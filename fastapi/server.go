@@ -72,8 +72,11 @@ type Config struct {
 	// Pprof serves Go's profiles under /debug/pprof/ (QUEEN_PPROF=true).
 	Pprof bool
 	// Auth, when set, wraps every route (JWT, role policy); nil = no auth.
-	Auth   *auth.Verifier
-	Logger *slog.Logger
+	Auth *auth.Verifier
+	// Metrics, when set, serves Prometheus text on GET /metrics and
+	// /metrics/prometheus.
+	Metrics fasthttp.RequestHandler
+	Logger  *slog.Logger
 }
 
 // Server is the HTTP server.
@@ -120,6 +123,10 @@ func New(cfg Config, b Broker, res Resources) *Server {
 	r.POST("/api/v1/transaction", s.transaction)
 	s.routeResources(r)
 	r.POST("/api/v1/lease/{leaseId}/extend", s.extendLease)
+	if cfg.Metrics != nil {
+		r.GET("/metrics", cfg.Metrics)
+		r.GET("/metrics/prometheus", cfg.Metrics)
+	}
 	if cfg.Pprof {
 		r.GET("/debug/pprof/{profile:*}", pprofhandler.PprofHandler)
 	}

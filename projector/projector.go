@@ -69,7 +69,10 @@ type Config struct {
 	// OnCommit, when set, is called after each committed batch with the
 	// names of the queues it stored messages in (long-poll wake-ups).
 	OnCommit func(queues []string)
-	Logger   *slog.Logger
+	// ObserveBatch, when set, is called after each projection attempt with
+	// its item count, duration and error (nil when committed).
+	ObserveBatch func(items int, d time.Duration, err error)
+	Logger       *slog.Logger
 }
 
 // Projector is the WAL → PostgreSQL loop. Start it once; Stop is
@@ -353,7 +356,11 @@ func (p *Projector) projectOnce(ctx context.Context, cursor uint64) error {
 	last := batch[len(batch)-1].Index
 	tctx, cancel := context.WithTimeout(ctx, p.cfg.TxTimeout)
 	defer cancel()
+	started := time.Now()
 	out, err := p.store.Project(tctx, p.cfg.BrokerID, last, items)
+	if p.cfg.ObserveBatch != nil {
+		p.cfg.ObserveBatch(len(items), time.Since(started), err)
+	}
 	if err != nil {
 		return err
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/queenmq/queen-go/crypt"
 	"github.com/queenmq/queen-go/fastapi"
 	"github.com/queenmq/queen-go/ingest"
+	"github.com/queenmq/queen-go/internal/metrics"
 	"github.com/queenmq/queen-go/internal/waker"
 	"github.com/queenmq/queen-go/pg"
 	"github.com/queenmq/queen-go/projector"
@@ -80,8 +81,10 @@ type Broker struct {
 	http      *fastapi.Server
 	ln        net.Listener
 
-	waker       *waker.Waker
-	verifier    *auth.Verifier
+	waker    *waker.Waker
+	verifier *auth.Verifier
+	// Metrics are this broker's Prometheus metrics.
+	Metrics     *metrics.Metrics
 	popMaint    atomic.Bool
 	maintenance atomic.Bool
 	flagDirty   atomic.Bool // set locally but not yet persisted
@@ -134,8 +137,13 @@ func Start(cfg Config) (*Broker, error) {
 		return nil, fmt.Errorf("broker id: %w", err)
 	}
 	b.ID = id
+	b.Metrics = metrics.New(
+		func() float64 { return float64(b.WAL.DurableIndex()) },
+		func() float64 { return float64(b.Projector.Checkpoint()) },
+		func() float64 { return float64(b.Projector.Backlog()) })
 	wo := cfg.WAL
 	wo.Logger = cfg.Logger
+	wo.ObserveSync = func(d time.Duration) { b.Metrics.WALFsync.Observe(d.Seconds()) }
 	if wo.MaxRecordBytes == 0 && cfg.MaxBodyBytes > 0 {
 		// A record holds the body's payloads plus per-item overhead; an item
 		// takes at least ~30 body bytes, so 2× the body bounds it.
@@ -159,6 +167,14 @@ func Start(cfg Config) (*Broker, error) {
 	reg := ingest.NewRegistry()
 	b.waker = waker.New()
 	pc := cfg.Projector
+	pc.ObserveBatch = func(items int, d time.Duration, err error) {
+		if err != nil {
+			b.Metrics.ProjectorBatch.WithLabelValues("error").Observe(d.Seconds())
+			return
+		}
+		b.Metrics.ProjectorBatch.WithLabelValues("ok").Observe(d.Seconds())
+		b.Metrics.ProjectorItems.Observe(float64(items))
+	}
 	pc.OnCommit = func(queues []string) {
 		for _, q := range queues {
 			b.waker.Wake(q)
@@ -204,6 +220,7 @@ func Start(cfg Config) (*Broker, error) {
 	if verifier.Enabled() {
 		hc.Auth = verifier
 	}
+	hc.Metrics = b.Metrics.Handler()
 	hc.Logger = cfg.Logger
 	b.http = fastapi.New(hc, b, b.Store)
 	ln, err := net.Listen("tcp", cfg.Addr)
@@ -268,6 +285,9 @@ func (b *Broker) Addr() string { return b.ln.Addr().String() }
 // Push implements fastapi.Broker.
 func (b *Broker) Push(ctx context.Context, body []byte, producerSub *string) ([]ingest.Result, error) {
 	res, err := b.pipeline.Push(ctx, body, producerSub)
+	for _, r := range res {
+		b.Metrics.PushItems.WithLabelValues(string(r.Status)).Inc()
+	}
 	if err == nil && len(res) > 0 {
 		b.walHealthy.Store(res[0].Status != ingest.StatusFailed)
 	} else if errors.Is(err, ingest.ErrMaintenanceWrite) {
@@ -338,7 +358,11 @@ func (b *Broker) Pop(ctx context.Context, req pg.PopRequest) (*pg.PopResult, err
 	if err := b.Store.EnsureSchema(ctx); err != nil {
 		return nil, err
 	}
-	return b.Store.Pop(ctx, req)
+	res, err := b.Store.Pop(ctx, req)
+	if err == nil {
+		b.Metrics.Popped.Add(float64(len(res.Messages)))
+	}
+	return res, err
 }
 
 // Ack implements fastapi.Consumer; a released lease wakes waiting pops.
@@ -351,7 +375,12 @@ func (b *Broker) Ack(ctx context.Context, reqs []pg.AckRequest) ([]pg.AckResult,
 		return nil, err
 	}
 	woken := map[string]bool{}
-	for _, r := range res {
+	for i, r := range res {
+		result := "ok"
+		if !r.Success {
+			result = "rejected"
+		}
+		b.Metrics.Acks.WithLabelValues(reqs[i].Status, result).Inc()
 		if r.LeaseReleased && !woken[r.QueueName] {
 			woken[r.QueueName] = true
 			b.waker.Wake(r.QueueName)

@@ -500,8 +500,9 @@ const (
 func (s *Store) Ack(ctx context.Context, reqs []AckRequest) ([]AckResult, error) {
 	out := make([]AckResult, len(reqs))
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		cache := ackCache{}
 		for i, r := range reqs {
-			res, err := ackOne(ctx, tx, r)
+			res, err := ackOne(ctx, tx, r, cache)
 			if err != nil {
 				return err
 			}
@@ -515,7 +516,16 @@ func (s *Store) Ack(ctx context.Context, reqs []AckRequest) ([]AckResult, error)
 	return out, nil
 }
 
-func ackOne(ctx context.Context, tx pgx.Tx, r AckRequest) (AckResult, error) {
+// ackCache keeps the messages of a lease's range across the acks of one
+// call, so a batch ack of n messages decodes the range once, not n times.
+type ackCache map[ackRange][]StoredMessage
+
+type ackRange struct {
+	pid uuid.UUID
+	to  int64 // lease end; the cursor only grows within a call
+}
+
+func ackOne(ctx context.Context, tx pgx.Tx, r AckRequest, cache ackCache) (AckResult, error) {
 	var res AckResult
 	switch r.Status {
 	case "", AckCompleted, AckSuccess, AckFailed, AckDLQ, AckRetry:
@@ -543,13 +553,17 @@ func ackOne(ctx context.Context, tx pgx.Tx, r AckRequest) (AckResult, error) {
 		res.Error = ErrTextInvalidLease
 		return res, nil
 	}
-	msgs, err := fetch(ctx, tx, r.PartitionID, c.offset, c.leaseEnd)
-	if err != nil {
-		return res, err
+	key := ackRange{r.PartitionID, c.leaseEnd}
+	msgs, ok := cache[key]
+	if !ok {
+		if msgs, err = fetch(ctx, tx, r.PartitionID, c.offset, c.leaseEnd); err != nil {
+			return res, err
+		}
+		cache[key] = msgs
 	}
 	off := int64(-1)
 	for _, m := range msgs {
-		if m.TransactionID == r.TransactionID && !slices.Contains(c.acked, m.Offset) {
+		if m.Offset >= c.offset && m.TransactionID == r.TransactionID && !slices.Contains(c.acked, m.Offset) {
 			off = m.Offset
 			break
 		}

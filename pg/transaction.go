@@ -59,8 +59,9 @@ func (s *Store) Transaction(ctx context.Context, pushes []ProjectItem, acks []Ac
 			res.Pushes = out
 		}
 		res.Acks = make([]AckResult, len(acks))
+		cache := ackCache{}
 		for i, a := range acks {
-			r, err := ackOne(ctx, tx, a)
+			r, err := ackOne(ctx, tx, a, cache)
 			if err != nil {
 				return err
 			}

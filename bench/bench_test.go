@@ -143,7 +143,7 @@ func TestErrorSamplesBounded(t *testing.T) {
 func TestPayloadAndTxID(t *testing.T) {
 	t.Parallel()
 	for _, size := range []int{0, 10, 30, 256, 4096} {
-		b := appendPayload(nil, 3, 12345, size)
+		b := appendPayload(nil, 3, 12345, size, noStamp)
 		if !json.Valid(b) {
 			t.Errorf("size %d: invalid JSON %s", size, b)
 		}
@@ -190,7 +190,7 @@ func stored(l *Ledger, p, seq int, offset int64) pg.StoredMessage {
 	return pg.StoredMessage{
 		Queue: l.Queue, Partition: string(appendPartition(nil, partitionIndex(p, seq, l.Partitions))), Offset: offset,
 		Message: pg.Message{TransactionID: string(appendTxID(nil, l.RunID, p, seq)),
-			Payload: appendPayload(nil, p, seq, l.PayloadBytes)},
+			Payload: appendPayload(nil, p, seq, l.PayloadBytes, l.sentAt(p, seq))},
 	}
 }
 

@@ -27,6 +27,16 @@ const (
 	DefaultRequestTimeout = 30 * time.Second
 	// DefaultVerifyTimeout is how long Verify waits for items to land.
 	DefaultVerifyTimeout = 60 * time.Second
+	// DefaultGroups is the number of named consumer groups.
+	DefaultGroups = 1
+	// DefaultPopBatch is the most messages one pop asks for.
+	DefaultPopBatch = 100
+	// MaxPopBatch is the largest pop batch the broker honours (it clamps
+	// larger ones silently).
+	MaxPopBatch = 10000
+	// DefaultDrainTimeout is how long consumers keep popping after the
+	// producers stop.
+	DefaultDrainTimeout = 60 * time.Second
 )
 
 // ErrConfig is returned (wrapped) by Run for an invalid Config.
@@ -62,6 +72,27 @@ type Config struct {
 	// BrokerPID, when non-zero, is the broker's process id on this host;
 	// its peak RSS (VmHWM) is read at the end of the run.
 	BrokerPID int
+
+	// Consumers is the number of consumer goroutines per consumer group
+	// (default 0: no consumers, the run only pushes).
+	Consumers int
+	// Groups is the number of named consumer groups, bench-g0 …
+	// bench-g<Groups-1>; each gets every message (fan-out). Default
+	// DefaultGroups; ignored with QueueMode.
+	Groups int
+	// QueueMode makes the consumers one queue-mode group instead of named
+	// groups: pops carry no consumerGroup and the consumers compete.
+	QueueMode bool
+	// PopBatch is the most messages one pop asks for (default
+	// DefaultPopBatch, at most MaxPopBatch).
+	PopBatch int
+	// AutoAck pops with autoAck=true instead of acknowledging each popped
+	// batch with POST /api/v1/ack/batch.
+	AutoAck bool
+	// DrainTimeout is how long consumers keep popping after the producers
+	// stop, until every group has every accepted message (default
+	// DefaultDrainTimeout).
+	DrainTimeout time.Duration
 }
 
 func (c Config) withDefaults(now time.Time) Config {
@@ -92,6 +123,15 @@ func (c Config) withDefaults(now time.Time) Config {
 	if c.RequestTimeout == 0 {
 		c.RequestTimeout = DefaultRequestTimeout
 	}
+	if c.Groups == 0 {
+		c.Groups = DefaultGroups
+	}
+	if c.PopBatch == 0 {
+		c.PopBatch = DefaultPopBatch
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = DefaultDrainTimeout
+	}
 	return c
 }
 
@@ -109,8 +149,12 @@ func (c Config) validate() error {
 		return bad("url %q: no host", c.URL)
 	case c.Producers < 0, c.Batch < 0, c.Partitions < 0, c.PayloadBytes < 0:
 		return bad("producers, batch, partitions and payload must be positive")
-	case c.Duration < 0, c.RequestTimeout < 0:
+	case c.Duration < 0, c.RequestTimeout < 0, c.DrainTimeout < 0:
 		return bad("durations must be positive")
+	case c.Consumers < 0, c.Groups < 0:
+		return bad("consumers and groups must be positive")
+	case c.PopBatch < 0 || c.PopBatch > MaxPopBatch:
+		return bad("pop batch %d: must be 1..%d", c.PopBatch, MaxPopBatch)
 	}
 	for _, r := range c.RunID {
 		if !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9') {
@@ -118,4 +162,17 @@ func (c Config) validate() error {
 		}
 	}
 	return nil
+}
+
+// groupNames are the consumerGroup parameters of the run's consumer
+// groups: "" (none) for the one queue-mode group, else bench-g0, bench-g1, …
+func (c Config) groupNames() []string {
+	if c.QueueMode {
+		return []string{""}
+	}
+	names := make([]string, c.Groups)
+	for i := range names {
+		names[i] = groupPrefix + strconv.Itoa(i)
+	}
+	return names
 }

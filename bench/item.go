@@ -53,6 +53,32 @@ type Ledger struct {
 	// Outcomes[p][seq] is the outcome of producer p's item seq; len
 	// (Outcomes[p]) is the number of items p sent.
 	Outcomes [][]Outcome
+	// Batch is the number of items per request.
+	Batch int
+	// SentAt[p][i] is when producer p sent its request i (items i·Batch …
+	// (i+1)·Batch-1), in unix nanoseconds: the send time the payloads of
+	// that request carry. Nil for runs without consumers, whose payloads
+	// carry no send time.
+	SentAt [][]int64
+}
+
+// sentAt is the send time item seq of producer p carries, noStamp when
+// payloads carry none.
+func (l *Ledger) sentAt(p, seq int) int64 {
+	if l.SentAt == nil || l.Batch <= 0 || p >= len(l.SentAt) || seq/l.Batch >= len(l.SentAt[p]) {
+		return noStamp
+	}
+	return l.SentAt[p][seq/l.Batch]
+}
+
+// expected reports whether item seq of producer p must reach every
+// consumer group: it was answered queued or buffered.
+func (l *Ledger) expected(p, seq int) bool {
+	if p >= len(l.Outcomes) || seq >= len(l.Outcomes[p]) {
+		return false
+	}
+	o := l.Outcomes[p][seq]
+	return o == Queued || o == Buffered
 }
 
 // partitionIndex is the partition item seq of producer p is sent to.
@@ -60,6 +86,20 @@ func partitionIndex(p, seq, partitions int) int { return (p + seq) % partitions 
 
 func appendPartition(dst []byte, i int) []byte {
 	return strconv.AppendInt(append(dst, 'p'), int64(i), 10)
+}
+
+// parsePartition is the index of partition name "p<i>", -1 for a name
+// the run does not use.
+func parsePartition(name string) int {
+	rest, ok := strings.CutPrefix(name, "p")
+	if !ok || rest == "" || rest[0] == '+' || rest[0] == '-' || (len(rest) > 1 && rest[0] == '0') {
+		return -1
+	}
+	i, err := strconv.Atoi(rest)
+	if err != nil {
+		return -1
+	}
+	return i
 }
 
 func appendTxID(dst []byte, run string, p, seq int) []byte {
@@ -90,17 +130,83 @@ func parseTxID(run, txid string) (p, seq int, ours, ok bool) {
 	return p, seq, true, true
 }
 
+// noStamp is the send time of a payload that carries none.
+const noStamp int64 = -1
+
+// stampWidth is the width of a payload's send time: 19 digits hold unix
+// nanoseconds from 2001 to 2286; shorter values are padded with leading
+// spaces (JSON whitespace), so the payload's size does not depend on it.
+const stampWidth = 19
+
 // appendPayload appends item seq of producer p's payload, a JSON object of
-// size bytes (more only when the fixed part alone is longer).
-func appendPayload(dst []byte, p, seq, size int) []byte {
+// size bytes (more only when the fixed part alone is longer). A payload
+// with a send time (sent >= 0, unix nanoseconds) carries it as "t".
+func appendPayload(dst []byte, p, seq, size int, sent int64) []byte {
+	dst, _ = appendPayloadAt(dst, p, seq, size, sent)
+	return dst
+}
+
+// appendPayloadAt is appendPayload that also returns where in dst the send
+// time's stampWidth bytes are (for putStamp), -1 without a send time.
+func appendPayloadAt(dst []byte, p, seq, size int, sent int64) ([]byte, int) {
 	start := len(dst)
+	dst = appendPayloadPrefix(dst, p, seq, sent >= 0)
+	at := -1
+	if sent >= 0 {
+		at = len(dst)
+		dst = append(dst, make([]byte, stampWidth)...)
+		putStamp(dst[at:], sent)
+		dst = append(dst, ',')
+	}
+	dst = append(dst, `"pad":"`...)
+	for n := size - (len(dst) - start) - 2; n > 0; n-- {
+		dst = append(dst, 'x')
+	}
+	return append(dst, `"}`...), at
+}
+
+// appendPayloadPrefix appends the payload's bytes before its send time
+// (stamped) or before its padding.
+func appendPayloadPrefix(dst []byte, p, seq int, stamped bool) []byte {
 	dst = append(dst, `{"p":`...)
 	dst = strconv.AppendInt(dst, int64(p), 10)
 	dst = append(dst, `,"s":`...)
 	dst = strconv.AppendInt(dst, int64(seq), 10)
-	dst = append(dst, `,"pad":"`...)
-	for n := size - (len(dst) - start) - 2; n > 0; n-- {
-		dst = append(dst, 'x')
+	if stamped {
+		return append(dst, `,"t":`...)
 	}
-	return append(dst, `"}`...)
+	return append(dst, ',')
+}
+
+// putStamp writes t (>= 0) right-aligned into b, len(b) == stampWidth,
+// padding with spaces.
+func putStamp(b []byte, t int64) {
+	var digits [20]byte
+	d := strconv.AppendInt(digits[:0], t, 10)
+	d = d[max(len(d)-stampWidth, 0):] // past 2286: keep the low digits
+	n := copy(b[stampWidth-len(d):], d)
+	for i := range stampWidth - n {
+		b[i] = ' '
+	}
+}
+
+// parseStamp reads what putStamp wrote; ok is false for anything else.
+func parseStamp(b []byte) (t int64, ok bool) {
+	if len(b) != stampWidth {
+		return 0, false
+	}
+	i := 0
+	for i < len(b) && b[i] == ' ' {
+		i++
+	}
+	if i == len(b) {
+		return 0, false
+	}
+	for ; i < len(b); i++ {
+		if b[i] < '0' || b[i] > '9' {
+			return 0, false
+		}
+		t = t*10 + int64(b[i]-'0')
+	}
+	return t, true
 }

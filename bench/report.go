@@ -35,12 +35,19 @@ const maxErrSamples = 20
 
 func (c *counts) addError(msg string) {
 	c.errors++
-	if c.errSamples == nil {
-		c.errSamples = make(map[string]int64)
+	c.errSamples = addSample(c.errSamples, msg, 1)
+}
+
+// addSample adds n occurrences of error msg to m (allocated when nil),
+// keeping at most maxErrSamples distinct messages.
+func addSample(m map[string]int64, msg string, n int64) map[string]int64 {
+	if m == nil {
+		m = make(map[string]int64)
 	}
-	if _, ok := c.errSamples[msg]; ok || len(c.errSamples) < maxErrSamples {
-		c.errSamples[msg]++
+	if _, ok := m[msg]; ok || len(m) < maxErrSamples {
+		m[msg] += n
 	}
+	return m
 }
 
 func (c *counts) merge(o *counts) {
@@ -51,12 +58,7 @@ func (c *counts) merge(o *counts) {
 	}
 	c.errors += o.errors
 	for k, v := range o.errSamples {
-		if c.errSamples == nil {
-			c.errSamples = make(map[string]int64)
-		}
-		if _, ok := c.errSamples[k]; ok || len(c.errSamples) < maxErrSamples {
-			c.errSamples[k] += v
-		}
+		c.errSamples = addSample(c.errSamples, k, v)
 	}
 }
 
@@ -92,6 +94,9 @@ type Report struct {
 	// peak resident set since the process started (not only this run).
 	BrokerPeakRSSBytes int64  `json:"broker_peak_rss_bytes,omitempty"`
 	BrokerRSSError     string `json:"broker_rss_error,omitempty"`
+
+	// Consume is what the consumers received; nil without consumers.
+	Consume *ConsumeReport `json:"consume,omitempty"`
 
 	// Verify is set by the caller after Verify.
 	Verify *VerifyResult `json:"verify,omitempty"`
@@ -157,32 +162,78 @@ func (r *Report) WriteText(w io.Writer) error {
 	default:
 		rows = append(rows, [2]string{"broker peak RSS", fmt.Sprintf("%s (VmHWM, pid %d)", mib(r.BrokerPeakRSSBytes), r.BrokerPID)})
 	}
-	w0, w1 := len("metric"), len("value")
-	for _, row := range rows {
-		w0, w1 = max(w0, len(row[0])), max(w1, len(row[1]))
+	table := make([][]string, len(rows))
+	for i := range rows {
+		table[i] = rows[i][:]
 	}
-	fmt.Fprintf(&b, "| %-*s | %*s |\n", w0, "metric", w1, "value")
-	fmt.Fprintf(&b, "|%s|%s:|\n", strings.Repeat("-", w0+2), strings.Repeat("-", w1+1))
-	for _, row := range rows {
-		fmt.Fprintf(&b, "| %-*s | %*s |\n", w0, row[0], w1, row[1])
+	writeTable(&b, []string{"metric", "value"}, table)
+	if r.Consume != nil {
+		b.WriteByte('\n')
+		r.Consume.writeTables(&b)
 	}
-	if len(r.ErrorSamples) > 0 {
-		keys := make([]string, 0, len(r.ErrorSamples))
-		for k := range r.ErrorSamples {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		fmt.Fprintf(&b, "\nerrors by kind (first %d kinds):\n", maxErrSamples)
-		for _, k := range keys {
-			fmt.Fprintf(&b, "  %6d× %s\n", r.ErrorSamples[k], k)
-		}
+	writeErrorSamples(&b, "errors by kind", r.ErrorSamples)
+	if r.Consume != nil {
+		writeErrorSamples(&b, "consumer errors by kind", r.Consume.ErrorSamples)
 	}
 	if r.Verify != nil {
 		b.WriteByte('\n')
 		r.Verify.writeText(&b)
 	}
+	if r.Consume != nil {
+		b.WriteByte('\n')
+		r.Consume.writeVerify(&b)
+	}
 	_, err := w.Write(b.Bytes())
 	return err
+}
+
+// writeTable writes a Markdown table: the first column left-aligned, the
+// others right-aligned.
+func writeTable(b *bytes.Buffer, header []string, rows [][]string) {
+	w := make([]int, len(header))
+	for i, h := range header {
+		w[i] = len(h)
+		for _, row := range rows {
+			w[i] = max(w[i], len(row[i]))
+		}
+	}
+	line := func(cells []string) {
+		for i, c := range cells {
+			if i == 0 {
+				fmt.Fprintf(b, "| %-*s ", w[i], c)
+			} else {
+				fmt.Fprintf(b, "| %*s ", w[i], c)
+			}
+		}
+		b.WriteString("|\n")
+	}
+	line(header)
+	for i := range header {
+		if i == 0 {
+			fmt.Fprintf(b, "|%s", strings.Repeat("-", w[i]+2))
+		} else {
+			fmt.Fprintf(b, "|%s:", strings.Repeat("-", w[i]+1))
+		}
+	}
+	b.WriteString("|\n")
+	for _, row := range rows {
+		line(row)
+	}
+}
+
+func writeErrorSamples(b *bytes.Buffer, title string, samples map[string]int64) {
+	if len(samples) == 0 {
+		return
+	}
+	keys := make([]string, 0, len(samples))
+	for k := range samples {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	fmt.Fprintf(b, "\n%s (first %d kinds):\n", title, maxErrSamples)
+	for _, k := range keys {
+		fmt.Fprintf(b, "  %6d× %s\n", samples[k], k)
+	}
 }
 
 // errNoVmHWM is returned by readVmHWM when /proc/<pid>/status has no VmHWM line.

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	json "github.com/goccy/go-json"
@@ -18,9 +19,11 @@ const heapSampleEvery = 100 * time.Millisecond
 // maxErrBody is how much of an error response body goes into an error sample.
 const maxErrBody = 200
 
-// Run pushes load at the broker as cfg says and reports what happened. It
-// returns an error only for a bad config or a broker that is not healthy
-// before the load starts; errors during the load are counted in the Report.
+// Run pushes load at the broker as cfg says and reports what happened.
+// With cfg.Consumers, consumers pop alongside the producers and then drain
+// the queue; Report.Consume says what every group received. It returns an
+// error only for a bad config or a broker that is not healthy before the
+// load starts; errors during the load are counted in the Report.
 // Cancelling ctx ends the load early (the report covers what was sent).
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	cfg = cfg.withDefaults(time.Now())
@@ -53,27 +56,51 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	start := time.Now()
 	deadline := start.Add(cfg.Duration)
 	prods := make([]*producer, cfg.Producers)
-	var wg sync.WaitGroup
+	sent := make([]*atomic.Int64, cfg.Producers)
 	for i := range prods {
-		p := &producer{id: i, cfg: &cfg, hc: hc, pushURL: base + "/api/v1/push", queueJSON: queueJSON}
-		prods[i] = p
+		prods[i] = &producer{id: i, cfg: &cfg, hc: hc, pushURL: base + "/api/v1/push", queueJSON: queueJSON,
+			stamped: cfg.Consumers > 0}
+		sent[i] = &prods[i].sent
+	}
+	var cons *consumeRun
+	if cfg.Consumers > 0 {
+		cons = startConsumers(ctx, &cfg, u, base, sent, start)
+	}
+	var wg sync.WaitGroup
+	for _, p := range prods {
 		wg.Go(func() { p.run(ctx, deadline) })
 	}
 	wg.Wait()
 	wall := time.Since(start)
-	peakHeap := sampler.stop()
+	var peakHeap uint64
+	if cons == nil {
+		peakHeap = sampler.stop()
+	}
 
 	var total counts
 	var lat Latency
 	ledger := &Ledger{RunID: cfg.RunID, Queue: cfg.Queue, Partitions: cfg.Partitions,
-		PayloadBytes: cfg.PayloadBytes, Outcomes: make([][]Outcome, len(prods))}
+		PayloadBytes: cfg.PayloadBytes, Outcomes: make([][]Outcome, len(prods)), Batch: cfg.Batch}
+	if cfg.Consumers > 0 {
+		ledger.SentAt = make([][]int64, len(prods))
+	}
 	for i, p := range prods {
 		total.merge(&p.counts)
 		lat.Merge(&p.lat)
 		ledger.Outcomes[i] = p.outcomes
+		if ledger.SentAt != nil {
+			ledger.SentAt[i] = p.sentAt
+		}
+	}
+	var consume *ConsumeReport
+	if cons != nil {
+		cons.producersDone(ledger)
+		peakHeap = sampler.stop() // before the checks' own allocations
+		consume = cons.report(ledger)
 	}
 	r := newReport(cfg, wall, &total, &lat)
 	r.Ledger = ledger
+	r.Consume = consume
 	r.ClientPeakHeapBytes = peakHeap
 	if cfg.BrokerPID != 0 {
 		r.BrokerPID = cfg.BrokerPID
@@ -140,9 +167,16 @@ type producer struct {
 	pushURL   string
 	queueJSON []byte
 
+	// stamped: payloads carry their send time (runs with consumers).
+	stamped bool
+	// sent is the number of items this producer has started to send
+	// (published before each request, for the consumers).
+	sent atomic.Int64
+
 	counts   counts
 	lat      Latency
 	outcomes []Outcome // by seq
+	sentAt   []int64   // by request, unix ns; stamped runs only
 }
 
 func (p *producer) run(ctx context.Context, deadline time.Time) {
@@ -154,6 +188,7 @@ func (p *producer) run(ctx context.Context, deadline time.Time) {
 	req.Header.SetContentType("application/json")
 	var body []byte
 	txids := make([][2]int, cfg.Batch) // each item's transactionId as body[a:b]
+	stamps := make([]int, cfg.Batch)   // each item's send time as body[a:a+stampWidth]
 	var res []pushResult
 	seq := 0
 	for ctx.Err() == nil && time.Now().Before(deadline) {
@@ -173,12 +208,24 @@ func (p *producer) run(ctx context.Context, deadline time.Time) {
 			body = appendTxID(body, cfg.RunID, p.id, s)
 			txids[i][1] = len(body)
 			body = append(body, `","payload":`...)
-			body = appendPayload(body, p.id, s, cfg.PayloadBytes)
+			if p.stamped {
+				body, stamps[i] = appendPayloadAt(body, p.id, s, cfg.PayloadBytes, 0)
+			} else {
+				body = appendPayload(body, p.id, s, cfg.PayloadBytes, noStamp)
+			}
 			body = append(body, '}')
 		}
 		body = append(body, "]}"...)
 		req.SetRequestURI(p.pushURL)
+		if p.stamped {
+			now := time.Now().UnixNano()
+			for _, at := range stamps {
+				putStamp(body[at:at+stampWidth], now)
+			}
+			p.sentAt = append(p.sentAt, now)
+		}
 		req.SetBodyRaw(body)
+		p.sent.Store(int64(seq + cfg.Batch))
 
 		t0 := time.Now()
 		err := p.hc.DoTimeout(req, resp, cfg.RequestTimeout)

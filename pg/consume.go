@@ -116,73 +116,75 @@ func (s *Store) Pop(ctx context.Context, req PopRequest) (*PopResult, error) {
 		}
 		res.LeaseID = id
 	}
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		res.Messages, res.Claimed = nil, nil
-		q, err := s.queueByName(ctx, tx, req.Queue)
-		if err != nil || q == nil {
-			return err
-		}
-		if req.Group != QueueModeGroup {
-			if err := ensureSubscription(ctx, tx, q.id, req); err != nil {
+	err := withRetry(func() error {
+		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			res.Messages, res.Claimed = nil, nil
+			q, err := s.queueByName(ctx, tx, req.Queue)
+			if err != nil || q == nil {
 				return err
 			}
-		}
-		type cand struct {
-			id   uuid.UUID
-			name string
-		}
-		var cands []cand
-		if req.Partition != "" {
-			var id pgtype.UUID
-			err := tx.QueryRow(ctx, `SELECT id FROM queen.partitions WHERE queue_id = $1 AND name = $2`, q.id, req.Partition).Scan(&id)
-			if errors.Is(err, pgx.ErrNoRows) {
-				return nil
+			if req.Group != QueueModeGroup {
+				if err := ensureSubscription(ctx, tx, q.id, req); err != nil {
+					return err
+				}
 			}
-			if err != nil {
-				return err
+			type cand struct {
+				id   uuid.UUID
+				name string
 			}
-			cands = append(cands, cand{id.Bytes, req.Partition})
-		} else {
-			// Partitions with something past the group's cursor and no live
-			// lease, least recently consumed first.
-			rows, err := tx.Query(ctx, `SELECT p.id, p.name FROM queen.partitions p
+			var cands []cand
+			if req.Partition != "" {
+				var id pgtype.UUID
+				err := tx.QueryRow(ctx, `SELECT id FROM queen.partitions WHERE queue_id = $1 AND name = $2`, q.id, req.Partition).Scan(&id)
+				if errors.Is(err, pgx.ErrNoRows) {
+					return nil
+				}
+				if err != nil {
+					return err
+				}
+				cands = append(cands, cand{id.Bytes, req.Partition})
+			} else {
+				// Partitions with something past the group's cursor and no live
+				// lease, least recently consumed first.
+				rows, err := tx.Query(ctx, `SELECT p.id, p.name FROM queen.partitions p
 				LEFT JOIN queen.consumer_cursors c ON c.partition_id = p.id AND c.consumer_group = $2
 				WHERE p.queue_id = $1 AND p.next_offset > coalesce(c.cursor_offset, 0)
 				  AND (c.lease_id IS NULL OR c.lease_expires_at <= now())
 				ORDER BY c.last_consumed_at NULLS FIRST, p.id LIMIT $3`, q.id, req.Group, req.Partitions*4+16)
-			if err != nil {
-				return err
-			}
-			for rows.Next() {
-				var id pgtype.UUID
-				var name string
-				if err := rows.Scan(&id, &name); err != nil {
-					rows.Close()
+				if err != nil {
 					return err
 				}
-				cands = append(cands, cand{id.Bytes, name})
+				for rows.Next() {
+					var id pgtype.UUID
+					var name string
+					if err := rows.Scan(&id, &name); err != nil {
+						rows.Close()
+						return err
+					}
+					cands = append(cands, cand{id.Bytes, name})
+				}
+				rows.Close()
+				if err := rows.Err(); err != nil {
+					return err
+				}
 			}
-			rows.Close()
-			if err := rows.Err(); err != nil {
-				return err
+			budget := req.Batch
+			for _, c := range cands {
+				if budget == 0 || len(res.Claimed) == req.Partitions {
+					break
+				}
+				msgs, err := s.popPartition(ctx, tx, q, c.id, c.name, req, res.LeaseID, budget, req.Partition == "")
+				if err != nil {
+					return err
+				}
+				if len(msgs) > 0 {
+					res.Claimed = append(res.Claimed, ClaimedPartition{c.id, c.name})
+					res.Messages = append(res.Messages, msgs...)
+					budget -= len(msgs)
+				}
 			}
-		}
-		budget := req.Batch
-		for _, c := range cands {
-			if budget == 0 || len(res.Claimed) == req.Partitions {
-				break
-			}
-			msgs, err := s.popPartition(ctx, tx, q, c.id, c.name, req, res.LeaseID, budget, req.Partition == "")
-			if err != nil {
-				return err
-			}
-			if len(msgs) > 0 {
-				res.Claimed = append(res.Claimed, ClaimedPartition{c.id, c.name})
-				res.Messages = append(res.Messages, msgs...)
-				budget -= len(msgs)
-			}
-		}
-		return nil
+			return nil
+		})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pg: pop: %w", err)
@@ -499,16 +501,18 @@ const (
 // counting.
 func (s *Store) Ack(ctx context.Context, reqs []AckRequest) ([]AckResult, error) {
 	out := make([]AckResult, len(reqs))
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		cache := ackCache{}
-		for i, r := range reqs {
-			res, err := ackOne(ctx, tx, r, cache)
-			if err != nil {
-				return err
+	err := withRetry(func() error {
+		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			cache := ackCache{}
+			for i, r := range reqs {
+				res, err := ackOne(ctx, tx, r, cache)
+				if err != nil {
+					return err
+				}
+				out[i] = res
 			}
-			out[i] = res
-		}
-		return nil
+			return nil
+		})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pg: ack: %w", err)

@@ -142,7 +142,10 @@ func (s *Store) project(ctx context.Context, conn batcher, begin bool, items []P
 			probeTx = append(probeTx, []byte(k.txid))
 		}
 	}
-	// 1. Lock the touched partitions in a fixed (id) order, then probe the
+	// 1. Lock the touched partitions in a fixed (id) order (NO KEY UPDATE:
+	// only next_offset changes, so rows that merely reference a partition,
+	// such as a new consumer cursor or dead letter, are not blocked and
+	// cannot deadlock with projection), then probe the
 	// dedup sidecar for the batch's keys (the probe runs after the lock is
 	// held, so it sees every commit made before it).
 	var b1 pgx.Batch
@@ -151,7 +154,7 @@ func (s *Store) project(ctx context.Context, conn batcher, begin bool, items []P
 	}
 	b1.Queue(`SELECT p.id, p.next_offset, q.dedup_window_seconds, q.encryption_enabled
 		FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
-		WHERE p.id = ANY($1) ORDER BY p.id FOR UPDATE OF p`, pgUUIDs(lockIDs))
+		WHERE p.id = ANY($1) ORDER BY p.id FOR NO KEY UPDATE OF p`, pgUUIDs(lockIDs))
 	b1.Queue(`SELECT d.partition_id, d.transaction_id, d.msg_offset, d.message_id, d.accepted_at
 		FROM unnest($1::uuid[], $2::bytea[]) AS k(pid, txid)
 		JOIN queen.dedup d ON d.partition_id = k.pid AND d.transaction_id = k.txid`, pgUUIDs(probePIDs), probeTx)

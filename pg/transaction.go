@@ -44,33 +44,35 @@ func (s *Store) Transaction(ctx context.Context, pushes []ProjectItem, acks []Ac
 			return nil, err
 		}
 	}
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if len(pushes) > 0 {
-			out, err := s.project(ctx, tx, false, pushes, res.PartitionIDs, func(b *pgx.Batch) {})
-			if err != nil {
-				return err
-			}
-			for i, o := range out {
-				if o.Duplicate {
-					return &TxAbort{Msg: fmt.Sprintf("push %d: transactionId %q is a duplicate in partition %q",
-						i, pushes[i].Message.TransactionID, pushes[i].Partition)}
+	err = withRetry(func() error {
+		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			if len(pushes) > 0 {
+				out, err := s.project(ctx, tx, false, pushes, res.PartitionIDs, func(b *pgx.Batch) {})
+				if err != nil {
+					return err
 				}
+				for i, o := range out {
+					if o.Duplicate {
+						return &TxAbort{Msg: fmt.Sprintf("push %d: transactionId %q is a duplicate in partition %q",
+							i, pushes[i].Message.TransactionID, pushes[i].Partition)}
+					}
+				}
+				res.Pushes = out
 			}
-			res.Pushes = out
-		}
-		res.Acks = make([]AckResult, len(acks))
-		cache := ackCache{}
-		for i, a := range acks {
-			r, err := ackOne(ctx, tx, a, cache)
-			if err != nil {
-				return err
+			res.Acks = make([]AckResult, len(acks))
+			cache := ackCache{}
+			for i, a := range acks {
+				r, err := ackOne(ctx, tx, a, cache)
+				if err != nil {
+					return err
+				}
+				if !r.Success {
+					return &TxAbort{Msg: fmt.Sprintf("ack %d (%s): %s", i, a.TransactionID, r.Error)}
+				}
+				res.Acks[i] = r
 			}
-			if !r.Success {
-				return &TxAbort{Msg: fmt.Sprintf("ack %d (%s): %s", i, a.TransactionID, r.Error)}
-			}
-			res.Acks[i] = r
-		}
-		return nil
+			return nil
+		})
 	})
 	var abort *TxAbort
 	if errors.As(err, &abort) {

@@ -5,9 +5,19 @@
 //
 //	queen-bench -url http://127.0.0.1:6632 -producers 8 -batch 100 -duration 10s -pg postgres://…
 //
+// With -consumers, consumers long-poll the queue while the producers push
+// (in -groups named consumer groups, or one queue-mode group with -groups
+// 0), ack what they pop, and drain the queue after the producers stop;
+// the report adds consume throughput, pop and end-to-end latency, and
+// checks that every group received every accepted item exactly once, in
+// each producer's order per partition.
+//
+//	queen-bench -producers 4 -batch 10 -duration 10s -consumers 2 -groups 2 -pop-batch 100
+//
 // Exit status: 0 when the run completed and verification (if any) found no
 // problem, 1 on a run or verification error, 2 for bad flags, 3 when
-// verification found problems.
+// verification (of the stored queue or of what the consumers received)
+// found problems.
 package main
 
 import (
@@ -44,6 +54,11 @@ func run(args []string) int {
 	pgURL := fs.String("pg", os.Getenv("QUEEN_PG_URL"), "PostgreSQL URL for verification (default $QUEEN_PG_URL; empty skips verification)")
 	verifyTimeout := fs.Duration("verify-timeout", bench.DefaultVerifyTimeout, "how long to wait for accepted items to be stored")
 	asJSON := fs.Bool("json", false, "also print the report as JSON")
+	fs.IntVar(&cfg.Consumers, "consumers", 0, "consumer goroutines per consumer group (0: no consumers)")
+	groups := fs.Int("groups", bench.DefaultGroups, "named consumer groups bench-g0.. that each get every message; 0: one queue-mode group (no consumerGroup)")
+	fs.IntVar(&cfg.PopBatch, "pop-batch", bench.DefaultPopBatch, "most messages per pop")
+	fs.BoolVar(&cfg.AutoAck, "auto-ack", false, "pop with autoAck=true instead of acking each batch with ack/batch")
+	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", bench.DefaultDrainTimeout, "after the producers stop, how long consumers keep popping until every group has everything")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -67,12 +82,29 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, "queen-bench: -payload, -duration and -timeout must be positive")
 		return 2
 	}
+	if cfg.Consumers < 0 || *groups < 0 {
+		fmt.Fprintln(os.Stderr, "queen-bench: -consumers and -groups must not be negative")
+		return 2
+	}
+	if cfg.PopBatch < 1 || cfg.PopBatch > bench.MaxPopBatch || cfg.DrainTimeout <= 0 {
+		fmt.Fprintf(os.Stderr, "queen-bench: -pop-batch must be 1..%d and -drain-timeout positive\n", bench.MaxPopBatch)
+		return 2
+	}
+	cfg.Groups, cfg.QueueMode = *groups, *groups == 0
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
 	fmt.Fprintf(os.Stderr, "queen-bench: pushing to %s for %s (%d producers, batch %d)\n",
 		cfg.URL, cfg.Duration, cfg.Producers, cfg.Batch)
+	if cfg.Consumers > 0 {
+		mode := fmt.Sprintf("%d named groups", cfg.Groups)
+		if cfg.QueueMode {
+			mode = "queue mode"
+		}
+		fmt.Fprintf(os.Stderr, "queen-bench: consuming with %d consumers per group, %s, pop batch %d\n",
+			cfg.Consumers, mode, cfg.PopBatch)
+	}
 	r, err := bench.Run(ctx, cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "queen-bench:", err)
@@ -95,6 +127,9 @@ func run(args []string) int {
 			code = 3
 		}
 		r.Verify = v
+	}
+	if r.Consume != nil && !r.Consume.OK() {
+		code = max(code, 3)
 	}
 	if err := r.WriteText(os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "queen-bench:", err)

@@ -18,8 +18,12 @@ build:
 	$(GO) build -o bin/queen-bench ./cmd/queen-bench
 
 ## fuzz: each fuzz target for FUZZTIME (CI runs it briefly)
+FUZZ = $(GO) test -run='^$$' -fuzzminimizetime=100x -fuzztime=$(FUZZTIME)
 fuzz:
-	$(GO) test -run='^$$' -fuzz='^FuzzDecodeRecord$$' -fuzztime=$(FUZZTIME) ./wal/
-	$(GO) test -run='^$$' -fuzz='^FuzzScanSegment$$' -fuzztime=$(FUZZTIME) ./wal/
-	$(GO) test -run='^$$' -fuzz='^FuzzDecodeRecord$$' -fuzztime=$(FUZZTIME) ./ingest/
-	$(GO) test -run='^$$' -fuzz='^FuzzParseBody$$' -fuzztime=$(FUZZTIME) ./ingest/
+	$(FUZZ) -fuzz='^FuzzParseBody$$' ./ingest/
+	$(FUZZ) -fuzz='^FuzzDecodeRecord$$' ./ingest/
+	$(FUZZ) -fuzz='^FuzzDecodeRecord$$' ./wal/
+	$(FUZZ) -fuzz='^FuzzScanSegment$$' ./wal/
+	$(FUZZ) -fuzz='^FuzzOpenSegment$$' ./wal/
+	$(FUZZ) -fuzz='^FuzzVerify$$' ./auth/
+	$(FUZZ) -fuzz='^FuzzDecrypt$$' ./crypt/

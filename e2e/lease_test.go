@@ -1,0 +1,70 @@
+package e2e
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestAckRacingANewPopAfterExpiry: once a lease lapsed, an ack under it is
+// refused and changes nothing, even when it races the pop that takes the
+// message again.
+func TestAckRacingANewPopAfterExpiry(t *testing.T) {
+	t.Parallel()
+	s := setup(t, nil)
+	configure(t, s.base, "race", map[string]any{"leaseTime": 1, "retryLimit": 100})
+	for round := 0; round < 6; round++ {
+		part := fmt.Sprintf("P%d", round)
+		push(t, s.base, body(item{"race", part, 1, "M1"}, item{"race", part, 2, "M2"}))
+		_, first := pop(t, s.base, popPath("race", part), "")
+		time.Sleep(1100 * time.Millisecond)
+		var wg sync.WaitGroup
+		var stale ackResp
+		var again popResp
+		wg.Add(2)
+		go func() { defer wg.Done(); stale = ack(t, s.base, first.Messages[0], "completed", "") }()
+		go func() { defer wg.Done(); _, again = pop(t, s.base, popPath("race", part), "") }()
+		wg.Wait()
+		if stale.Success {
+			t.Fatalf("round %d: an ack under a lapsed lease succeeded", round)
+		}
+		if len(again.Messages) != 1 || again.Messages[0].TransactionID != "M1" {
+			t.Fatalf("round %d: the new pop got %+v, want M1 again", round, again.Messages)
+		}
+		if a := ack(t, s.base, again.Messages[0], "completed", ""); !a.Success {
+			t.Fatalf("round %d: ack under the new lease: %+v", round, a)
+		}
+		_, next := pop(t, s.base, popPath("race", part), "autoAck=true")
+		if len(next.Messages) != 1 || next.Messages[0].TransactionID != "M2" {
+			t.Fatalf("round %d: after M1, got %+v", round, next.Messages)
+		}
+	}
+}
+
+// TestOutOfOrderAcksNeverMoveTheCursorBack: acks inside one lease may come
+// in any order; the cursor moves over the contiguous acked run only.
+func TestOutOfOrderAcksNeverMoveTheCursorBack(t *testing.T) {
+	t.Parallel()
+	s := setup(t, nil)
+	pushN(t, s.base, "ooo", "P", 1, 4)
+	_, r := pop(t, s.base, popPath("ooo", "P"), "batch=3")
+	if len(r.Messages) != 3 {
+		t.Fatalf("popped %d", len(r.Messages))
+	}
+	for _, i := range []int{2, 0} {
+		if a := ack(t, s.base, r.Messages[i], "completed", ""); !a.Success || a.LeaseReleased {
+			t.Fatalf("ack %d: %+v", i, a)
+		}
+	}
+	if a := ack(t, s.base, r.Messages[2], "completed", ""); a.Success {
+		t.Fatal("a second ack of the same message succeeded")
+	}
+	if a := ack(t, s.base, r.Messages[1], "completed", ""); !a.Success || !a.LeaseReleased {
+		t.Fatalf("last ack: %+v", a)
+	}
+	_, r = pop(t, s.base, popPath("ooo", "P"), "batch=10")
+	if len(r.Messages) != 1 || r.Messages[0].TransactionID != "m-4" {
+		t.Fatalf("after the acks: %+v", r.Messages)
+	}
+}

@@ -35,6 +35,42 @@ func decodeObject(body []byte, v any) (err error) {
 	return nil
 }
 
+// readObject reads the request body and decodes it as a JSON object into
+// v. On failure it has already answered (413 over the body limit, 400 for
+// anything else) and returns false.
+func (s *Server) readObject(ctx *fasthttp.RequestCtx, v any) bool {
+	body, err := s.readBody(ctx)
+	if errors.Is(err, errTooLarge) {
+		writeErr(ctx, fasthttp.StatusRequestEntityTooLarge, "request body exceeds QUEEN_MAX_BODY_BYTES")
+		return false
+	}
+	if err != nil {
+		writeErr(ctx, fasthttp.StatusBadRequest, "could not read request body")
+		return false
+	}
+	if err := decodeObject(body, v); err != nil {
+		writeErr(ctx, fasthttp.StatusBadRequest, err.Error())
+		return false
+	}
+	return true
+}
+
+// readEnabled reads {"enabled": bool} (the maintenance routes); false when
+// it has answered 400/413.
+func (s *Server) readEnabled(ctx *fasthttp.RequestCtx) (enabled, ok bool) {
+	var req struct {
+		Enabled *bool `json:"enabled"`
+	}
+	if !s.readObject(ctx, &req) {
+		return false, false
+	}
+	if req.Enabled == nil {
+		writeErr(ctx, fasthttp.StatusBadRequest, "\"enabled\" (boolean) is required")
+		return false, false
+	}
+	return *req.Enabled, true
+}
+
 // intOptions and boolOptions map Queen's option names to their field.
 func optionFields(o *pg.QueueOptions) (map[string]*int, map[string]*bool) {
 	return map[string]*int{
@@ -75,19 +111,13 @@ func ParseQueueOptions(raw map[string]json.RawMessage) (pg.QueueOptions, error) 
 }
 
 func (s *Server) configure(ctx *fasthttp.RequestCtx) {
-	body, err := s.readBody(ctx)
-	if err != nil {
-		writeErr(ctx, fasthttp.StatusRequestEntityTooLarge, "request body exceeds QUEEN_MAX_BODY_BYTES")
-		return
-	}
 	var req struct {
 		Queue     *string                    `json:"queue"`
 		Namespace *string                    `json:"namespace"`
 		Task      *string                    `json:"task"`
 		Options   map[string]json.RawMessage `json:"options"`
 	}
-	if err := decodeObject(body, &req); err != nil {
-		writeErr(ctx, fasthttp.StatusBadRequest, err.Error())
+	if !s.readObject(ctx, &req) {
 		return
 	}
 	if req.Queue == nil {

@@ -274,14 +274,8 @@ func toAckRequest(a ackBody, group string) (pg.AckRequest, string) {
 }
 
 func (s *Server) ack(ctx *fasthttp.RequestCtx) {
-	body, err := s.readBody(ctx)
-	if err != nil {
-		writeErr(ctx, fasthttp.StatusRequestEntityTooLarge, "request body exceeds QUEEN_MAX_BODY_BYTES")
-		return
-	}
 	var a ackBody
-	if err := decodeObject(body, &a); err != nil {
-		writeErr(ctx, fasthttp.StatusBadRequest, err.Error())
+	if !s.readObject(ctx, &a) {
 		return
 	}
 	r, msg := toAckRequest(a, "")
@@ -293,17 +287,11 @@ func (s *Server) ack(ctx *fasthttp.RequestCtx) {
 }
 
 func (s *Server) ackBatch(ctx *fasthttp.RequestCtx) {
-	body, err := s.readBody(ctx)
-	if err != nil {
-		writeErr(ctx, fasthttp.StatusRequestEntityTooLarge, "request body exceeds QUEEN_MAX_BODY_BYTES")
-		return
-	}
 	var a struct {
 		ConsumerGroup   string     `json:"consumerGroup"`
 		Acknowledgments *[]ackBody `json:"acknowledgments"`
 	}
-	if err := decodeObject(body, &a); err != nil {
-		writeErr(ctx, fasthttp.StatusBadRequest, err.Error())
+	if !s.readObject(ctx, &a) {
 		return
 	}
 	if a.Acknowledgments == nil {
@@ -350,16 +338,10 @@ func (s *Server) extendLease(ctx *fasthttp.RequestCtx) {
 		writeErr(ctx, fasthttp.StatusBadRequest, "leaseId must be a UUID")
 		return
 	}
-	body, err := s.readBody(ctx)
-	if err != nil {
-		writeErr(ctx, fasthttp.StatusRequestEntityTooLarge, "request body exceeds QUEEN_MAX_BODY_BYTES")
-		return
-	}
 	var a struct {
 		Seconds *int `json:"seconds"`
 	}
-	if err := decodeObject(body, &a); err != nil {
-		writeErr(ctx, fasthttp.StatusBadRequest, err.Error())
+	if !s.readObject(ctx, &a) {
 		return
 	}
 	secs := 60
@@ -400,25 +382,13 @@ func popMaintenanceMessage(on bool) string {
 }
 
 func (s *Server) postPopMaintenance(ctx *fasthttp.RequestCtx) {
-	body, err := s.readBody(ctx)
-	if err != nil {
-		writeErr(ctx, fasthttp.StatusRequestEntityTooLarge, "request body exceeds QUEEN_MAX_BODY_BYTES")
-		return
-	}
-	var req struct {
-		Enabled *bool `json:"enabled"`
-	}
-	if err := decodeObject(body, &req); err != nil {
-		writeErr(ctx, fasthttp.StatusBadRequest, err.Error())
-		return
-	}
-	if req.Enabled == nil {
-		writeErr(ctx, fasthttp.StatusBadRequest, "\"enabled\" (boolean) is required")
+	enabled, ok := s.readEnabled(ctx)
+	if !ok {
 		return
 	}
 	c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := s.c.SetPopMaintenance(c, *req.Enabled); err != nil {
+	if err := s.c.SetPopMaintenance(c, enabled); err != nil {
 		s.log.Warn("pop maintenance: could not persist the flag", "err", err)
 	}
 	s.getPopMaintenance(ctx)

@@ -215,17 +215,11 @@ func (s *Server) seek(ctx *fasthttp.RequestCtx) {
 			return
 		}
 	}
-	body, err := s.readBody(ctx)
-	if err != nil {
-		writeErr(ctx, fasthttp.StatusRequestEntityTooLarge, "request body exceeds QUEEN_MAX_BODY_BYTES")
-		return
-	}
 	var req struct {
 		ToEnd     bool    `json:"toEnd"`
 		Timestamp *string `json:"timestamp"`
 	}
-	if err := decodeObject(body, &req); err != nil {
-		writeErr(ctx, fasthttp.StatusBadRequest, err.Error())
+	if !s.readObject(ctx, &req) {
 		return
 	}
 	var at time.Time
@@ -234,6 +228,7 @@ func (s *Server) seek(ctx *fasthttp.RequestCtx) {
 		req.ToEnd = true // the partition route moves to the end (Queen)
 	case req.ToEnd:
 	case req.Timestamp != nil:
+		var err error
 		if at, err = time.Parse(time.RFC3339Nano, *req.Timestamp); err != nil {
 			writeErr(ctx, fasthttp.StatusBadRequest, "timestamp must be an ISO 8601 time")
 			return

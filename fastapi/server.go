@@ -298,25 +298,13 @@ func (s *Server) getMaintenance(ctx *fasthttp.RequestCtx) {
 }
 
 func (s *Server) postMaintenance(ctx *fasthttp.RequestCtx) {
-	body, err := s.readBody(ctx)
-	if err != nil {
-		writeErr(ctx, fasthttp.StatusRequestEntityTooLarge, "request body exceeds QUEEN_MAX_BODY_BYTES")
-		return
-	}
-	var req struct {
-		Enabled *bool `json:"enabled"`
-	}
-	if err := decodeObject(body, &req); err != nil {
-		writeErr(ctx, fasthttp.StatusBadRequest, err.Error())
-		return
-	}
-	if req.Enabled == nil {
-		writeErr(ctx, fasthttp.StatusBadRequest, "\"enabled\" (boolean) is required")
+	enabled, ok := s.readEnabled(ctx)
+	if !ok {
 		return
 	}
 	c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := s.b.SetMaintenance(c, *req.Enabled); err != nil {
+	if err := s.b.SetMaintenance(c, enabled); err != nil {
 		// The mode is in effect on this broker; only persisting it failed.
 		s.log.Warn("maintenance: could not persist the flag", "err", err)
 	}

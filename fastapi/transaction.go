@@ -36,16 +36,10 @@ type txOp struct {
 // "results":[...]} when committed; 200 {"success":false,"error":...} when
 // an operation rolled everything back; 503 when PostgreSQL failed.
 func (s *Server) transaction(ctx *fasthttp.RequestCtx) {
-	body, err := s.readBody(ctx)
-	if err != nil {
-		writeErr(ctx, fasthttp.StatusRequestEntityTooLarge, "request body exceeds QUEEN_MAX_BODY_BYTES")
-		return
-	}
 	var req struct {
 		Operations []txOp `json:"operations"`
 	}
-	if err := decodeObject(body, &req); err != nil {
-		writeErr(ctx, fasthttp.StatusBadRequest, err.Error())
+	if !s.readObject(ctx, &req) {
 		return
 	}
 	if len(req.Operations) == 0 {

@@ -84,6 +84,22 @@ func TestRetentionAndDelayedProcessing(t *testing.T) {
 		return code == 200 && r.Messages[0].TransactionID == "m-4"
 	})
 
+	// windowBuffer: a partition is served only once its newest message is
+	// older than the window (debounce).
+	configure(t, s.base, "win", map[string]any{"windowBuffer": 2})
+	pushN(t, s.base, "win", "P", 1, 1)
+	if code, _ := pop(t, s.base, popPath("win", "P"), ""); code != http.StatusNoContent {
+		t.Fatalf("windowBuffer: served inside the window: %d", code)
+	}
+	time.Sleep(2200 * time.Millisecond)
+	if code, _ := pop(t, s.base, popPath("win", "P"), ""); code != 200 {
+		t.Fatalf("windowBuffer: not served after the window: %d", code)
+	}
+	// maxWaitTimeSeconds evicts unconsumed messages without retentionEnabled.
+	configure(t, s.base, "evict", map[string]any{"maxWaitTimeSeconds": 1})
+	pushN(t, s.base, "evict", "P", 1, 2)
+	testenv.WaitFor(t, 15*time.Second, "eviction", func() bool { return len(readPartition(t, s.store, "evict", "P")) == 0 })
+
 	configure(t, s.base, "dly", map[string]any{"delayedProcessing": 2})
 	pushN(t, s.base, "dly", "P", 1, 1)
 	if code, _ := pop(t, s.base, popPath("dly", "P"), ""); code != http.StatusNoContent {

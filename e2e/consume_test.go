@@ -297,6 +297,24 @@ func TestLongPollWokenByPush(t *testing.T) {
 	if code, _ := pop(t, s.base, popPath("lp", ""), "wait=true&timeout=300"); code != http.StatusNoContent || time.Since(start) < 250*time.Millisecond {
 		t.Fatalf("long poll timeout: %d after %v", code, time.Since(start))
 	}
+	// A waiting pop behind a live lease is served when the lease lapses,
+	// with no event to wake it: it sleeps until the known expiry.
+	configure(t, s.base, "lpl", map[string]any{"leaseTime": 2})
+	push(t, s.base, body(item{"lpl", "P", 1, "L1"}))
+	pop(t, s.base, popPath("lpl", ""), "")
+	start = time.Now()
+	code, r2 := pop(t, s.base, popPath("lpl", ""), "wait=true&timeout=20000")
+	if d := time.Since(start); code != 200 || r2.Messages[0].TransactionID != "L1" || d > 4*time.Second {
+		t.Fatalf("waiting behind a lease: %d after %v", code, d)
+	}
+	// The same for a delayed message.
+	configure(t, s.base, "lpd", map[string]any{"delayedProcessing": 2})
+	push(t, s.base, body(item{"lpd", "P", 1, "D1"}))
+	start = time.Now()
+	code, r2 = pop(t, s.base, popPath("lpd", "P"), "wait=true&timeout=20000")
+	if d := time.Since(start); code != 200 || r2.Messages[0].TransactionID != "D1" || d > 4*time.Second || d < 1500*time.Millisecond {
+		t.Fatalf("waiting for a delayed message: %d after %v", code, d)
+	}
 }
 
 func TestPopMaintenance(t *testing.T) {

@@ -20,9 +20,11 @@ const (
 	DefaultPopTimeout = 30 * time.Second
 	// MaxPopBatch caps one pop's batch.
 	MaxPopBatch = 10000
-	// popRecheck bounds how long a waiting pop goes without looking again
-	// when no wake-up comes (a lease that lapses wakes nobody).
-	popRecheck = 5 * time.Second
+	// popSafetyRecheck bounds how long a waiting pop goes without looking
+	// again when neither a wake-up nor a known time (PopResult.NextCheck)
+	// comes: a safety net for changes that send no wake-up (a seek, a
+	// deleted group), not a polling loop.
+	popSafetyRecheck = 30 * time.Second
 )
 
 // Consumer is what the consume routes need from the broker.
@@ -128,7 +130,11 @@ func (s *Server) pop(ctx *fasthttp.RequestCtx) {
 			ctx.SetStatusCode(fasthttp.StatusNoContent)
 			return
 		}
-		t := time.NewTimer(min(left, popRecheck))
+		sleep := min(left, popSafetyRecheck)
+		if !res.NextCheck.IsZero() {
+			sleep = min(sleep, max(time.Until(res.NextCheck), 10*time.Millisecond))
+		}
+		t := time.NewTimer(sleep)
 		select {
 		case <-ch:
 		case <-t.C:

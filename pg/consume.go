@@ -60,6 +60,17 @@ type PopResult struct {
 	Messages []PoppedMessage
 	// Claimed are the partitions that delivered messages, in claim order.
 	Claimed []ClaimedPartition
+	// NextCheck, when not zero and nothing was delivered, is the earliest
+	// time something held back becomes deliverable without any new event
+	// (a lease lapses, a delayed message or a window buffer matures); a
+	// waiting pop sleeps until then or until it is woken.
+	NextCheck time.Time
+}
+
+func (r *PopResult) checkAt(t time.Time) {
+	if !t.IsZero() && (r.NextCheck.IsZero() || t.Before(r.NextCheck)) {
+		r.NextCheck = t
+	}
 }
 
 // ClaimedPartition names a partition a pop delivered from.
@@ -118,7 +129,7 @@ func (s *Store) Pop(ctx context.Context, req PopRequest) (*PopResult, error) {
 	}
 	err := withRetry(func() error {
 		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			res.Messages, res.Claimed = nil, nil
+			res.Messages, res.Claimed, res.NextCheck = nil, nil, time.Time{}
 			q, err := s.queueByName(ctx, tx, req.Queue)
 			if err != nil || q == nil {
 				return err
@@ -173,7 +184,7 @@ func (s *Store) Pop(ctx context.Context, req PopRequest) (*PopResult, error) {
 				if budget == 0 || len(res.Claimed) == req.Partitions {
 					break
 				}
-				msgs, err := s.popPartition(ctx, tx, q, c.id, c.name, req, res.LeaseID, budget, req.Partition == "")
+				msgs, err := s.popPartition(ctx, tx, q, c.id, c.name, req, res, budget, req.Partition == "")
 				if err != nil {
 					return err
 				}
@@ -181,6 +192,19 @@ func (s *Store) Pop(ctx context.Context, req PopRequest) (*PopResult, error) {
 					res.Claimed = append(res.Claimed, ClaimedPartition{c.id, c.name})
 					res.Messages = append(res.Messages, msgs...)
 					budget -= len(msgs)
+				}
+			}
+			if len(res.Messages) == 0 && req.Partition == "" {
+				// Leased partitions are not candidates; learn when the first
+				// lease of this group on the queue lapses.
+				var exp *time.Time
+				if err := tx.QueryRow(ctx, `SELECT min(c.lease_expires_at) FROM queen.consumer_cursors c
+					JOIN queen.partitions p ON p.id = c.partition_id
+					WHERE p.queue_id = $1 AND c.consumer_group = $2 AND c.lease_expires_at > now()`, q.id, req.Group).Scan(&exp); err != nil {
+					return err
+				}
+				if exp != nil {
+					res.checkAt(*exp)
 				}
 			}
 			return nil
@@ -213,14 +237,15 @@ func ensureSubscription(ctx context.Context, tx pgx.Tx, queueID uuid.UUID, req P
 }
 
 type cursorRow struct {
-	offset     int64
-	leaseID    *uuid.UUID
-	live       bool
-	leaseEnd   int64
-	retries    int
-	acked      []int64
-	nextOffset int64
-	lastMsgAt  *time.Time
+	offset       int64
+	leaseID      *uuid.UUID
+	leaseExpires *time.Time
+	live         bool
+	leaseEnd     int64
+	retries      int
+	acked        []int64
+	nextOffset   int64
+	lastMsgAt    *time.Time
 }
 
 // lockCursor returns the group's cursor row for a partition, locked,
@@ -232,14 +257,14 @@ func lockCursor(ctx context.Context, tx pgx.Tx, queueID, partID uuid.UUID, group
 	if skipLocked {
 		lock += " SKIP LOCKED"
 	}
-	q := `SELECT c.cursor_offset, c.lease_id, coalesce(c.lease_expires_at > now(), false), coalesce(c.lease_end, -1),
+	q := `SELECT c.cursor_offset, c.lease_id, c.lease_expires_at, coalesce(c.lease_expires_at > now(), false), coalesce(c.lease_end, -1),
 		c.retry_count, c.acked, p.next_offset, p.last_message_at
 		FROM queen.consumer_cursors c JOIN queen.partitions p ON p.id = c.partition_id
 		WHERE c.partition_id = $1 AND c.consumer_group = $2 ` + lock
 	for attempt := 0; attempt < 2; attempt++ {
 		var c cursorRow
 		var lease pgtype.UUID
-		err := tx.QueryRow(ctx, q, partID, group).Scan(&c.offset, &lease, &c.live, &c.leaseEnd, &c.retries, &c.acked, &c.nextOffset, &c.lastMsgAt)
+		err := tx.QueryRow(ctx, q, partID, group).Scan(&c.offset, &lease, &c.leaseExpires, &c.live, &c.leaseEnd, &c.retries, &c.acked, &c.nextOffset, &c.lastMsgAt)
 		if err == nil {
 			if lease.Valid {
 				id := uuid.UUID(lease.Bytes)
@@ -324,12 +349,16 @@ func fetch(ctx context.Context, tx pgx.Tx, partID uuid.UUID, from, to int64) ([]
 
 // popPartition delivers up to budget messages of one partition; see Pop.
 func (s *Store) popPartition(ctx context.Context, tx pgx.Tx, q *queueRow, partID uuid.UUID, partName string,
-	req PopRequest, leaseID uuid.UUID, budget int, skipLocked bool) ([]PoppedMessage, error) {
+	req PopRequest, res *PopResult, budget int, skipLocked bool) ([]PoppedMessage, error) {
+	leaseID := res.LeaseID
 	c, err := lockCursor(ctx, tx, q.id, partID, req.Group, skipLocked)
 	if err != nil || c == nil {
 		return nil, err
 	}
 	if c.leaseID != nil && c.live {
+		if c.leaseExpires != nil {
+			res.checkAt(*c.leaseExpires)
+		}
 		return nil, nil // one lease per (partition, group)
 	}
 	cursor, retries := c.offset, c.retries
@@ -348,6 +377,9 @@ func (s *Store) popPartition(ctx context.Context, tx pgx.Tx, q *queueRow, partID
 		}
 	}
 	var msgs []StoredMessage
+	if cursor < c.nextOffset && windowActive(q, c.lastMsgAt) {
+		res.checkAt(c.lastMsgAt.Add(time.Duration(q.windowBuffer) * time.Second))
+	}
 	if cursor < c.nextOffset && !windowActive(q, c.lastMsgAt) {
 		to := min(cursor+int64(budget)-1, c.nextOffset-1)
 		msgs, err = fetch(ctx, tx, partID, cursor, to)
@@ -359,6 +391,9 @@ func (s *Store) popPartition(ctx context.Context, tx pgx.Tx, q *queueRow, partID
 			n := 0
 			for n < len(msgs) && msgs[n].CreatedAtMicros <= cutoff {
 				n++
+			}
+			if n < len(msgs) {
+				res.checkAt(time.UnixMicro(msgs[n].CreatedAtMicros).Add(time.Duration(q.delayed) * time.Second))
 			}
 			msgs = msgs[:n]
 		}

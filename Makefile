@@ -6,7 +6,8 @@ FUZZTIME ?= 30s
 
 ## run: start the broker on :6632 (a throwaway PostgreSQL when none is configured)
 run:
-	$(GO) run ./cmd/queen dev
+	$(GO) build -o bin/queen ./cmd/queen
+	exec ./bin/queen dev
 
 ## test: every test against real, throwaway PostgreSQL servers
 test:

@@ -57,8 +57,8 @@ func TestOutOfOrderAcksNeverMoveTheCursorBack(t *testing.T) {
 			t.Fatalf("ack %d: %+v", i, a)
 		}
 	}
-	if a := ack(t, s.base, r.Messages[2], "completed", ""); a.Success {
-		t.Fatal("a second ack of the same message succeeded")
+	if a := ack(t, s.base, r.Messages[2], "completed", ""); a.Success || a.Error == nil || *a.Error != "Message already acknowledged" {
+		t.Fatalf("a second ack of the same message: %+v", a)
 	}
 	if a := ack(t, s.base, r.Messages[1], "completed", ""); !a.Success || !a.LeaseReleased {
 		t.Fatalf("last ack: %+v", a)

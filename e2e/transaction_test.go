@@ -30,8 +30,8 @@ func TestTransactionPushAndAckAtomic(t *testing.T) {
 	// A refused ack (wrong lease) rolls the push back too.
 	code, res := txCall(t, s.base, next, map[string]any{"type": "ack", "transactionId": m1.TransactionID,
 		"partitionId": m1.PartitionID, "leaseId": "0190c1d2-0000-7000-8000-00000000dead"})
-	if code != 200 || res["success"] != false || res["error"] == "" {
-		t.Fatalf("rollback: %d %v", code, res)
+	if code != 200 || res["success"] != false || !strings.HasPrefix(fmt.Sprint(res["error"]), "operations[1]: ") {
+		t.Fatalf("rollback: %d %v (the error must name the ack, operation 1)", code, res)
 	}
 	if n := len(readQueue(t, s.store, "tx2")); n != 0 {
 		t.Fatalf("rolled-back push stored %d messages", n)

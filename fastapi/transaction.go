@@ -53,6 +53,7 @@ func (s *Server) transaction(ctx *fasthttp.RequestCtx) {
 	var pushes []pg.ProjectItem
 	var acks []pg.AckRequest
 	var order []slot
+	var opOf []int // operation index of each slot
 	now := time.Now().UnixMicro()
 	sub := producerSub(ctx)
 	for i, op := range req.Operations {
@@ -74,6 +75,7 @@ func (s *Server) transaction(ctx *fasthttp.RequestCtx) {
 					txid = id.String()
 				}
 				order = append(order, slot{true, len(pushes)})
+				opOf = append(opOf, i)
 				pushes = append(pushes, pg.ProjectItem{Queue: it.Queue, Partition: it.Partition, AcceptedAtMicros: now,
 					Message: pg.Message{ID: id, TransactionID: txid, CreatedAtMicros: now, TraceID: it.TraceID, ProducerSub: sub,
 						Payload: append([]byte(nil), it.Payload...)}})
@@ -86,6 +88,7 @@ func (s *Server) transaction(ctx *fasthttp.RequestCtx) {
 				return
 			}
 			order = append(order, slot{false, len(acks)})
+			opOf = append(opOf, i)
 			acks = append(acks, r)
 		default:
 			writeErr(ctx, fasthttp.StatusBadRequest, fmt.Sprintf("operations[%d].type must be \"push\" or \"ack\"", i))
@@ -99,8 +102,15 @@ func (s *Server) transaction(ctx *fasthttp.RequestCtx) {
 	var abort *pg.TxAbort
 	switch {
 	case errors.As(err, &abort):
+		op := -1 // the operation the failing push item or ack came from
+		for i, sl := range order {
+			if sl.push == abort.Push && sl.idx == abort.Index {
+				op = opOf[i]
+				break
+			}
+		}
 		writeJSON(ctx, fasthttp.StatusOK, map[string]any{"transactionId": txID.String(), "success": false,
-			"error": abort.Msg, "results": []any{}})
+			"error": fmt.Sprintf("operations[%d]: %s", op, abort.Reason), "results": []any{}})
 		return
 	case err != nil:
 		s.log.Error("transaction failed", "err", err)

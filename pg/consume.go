@@ -521,6 +521,7 @@ type AckResult struct {
 // Ack errors reported per item (Queen's texts).
 const (
 	ErrTextNotFound     = "Message not found"
+	ErrTextAlreadyAcked = "Message already acknowledged"
 	ErrTextInvalidLease = "Invalid or expired lease"
 	ErrTextBadStatus    = "Invalid status"
 )
@@ -601,14 +602,23 @@ func ackOne(ctx context.Context, tx pgx.Tx, r AckRequest, cache ackCache) (AckRe
 		cache[key] = msgs
 	}
 	off := int64(-1)
+	acknowledged := false
 	for _, m := range msgs {
-		if m.Offset >= c.offset && m.TransactionID == r.TransactionID && !slices.Contains(c.acked, m.Offset) {
-			off = m.Offset
-			break
+		if m.TransactionID != r.TransactionID {
+			continue
 		}
+		if m.Offset < c.offset || slices.Contains(c.acked, m.Offset) {
+			acknowledged = true
+			continue
+		}
+		off = m.Offset
+		break
 	}
 	if off < 0 {
 		res.Error = ErrTextNotFound
+		if acknowledged {
+			res.Error = ErrTextAlreadyAcked
+		}
 		return res, nil
 	}
 	cursor, retries, acked := c.offset, c.retries, c.acked

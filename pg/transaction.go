@@ -10,11 +10,15 @@ import (
 )
 
 // TxAbort is returned by Transaction when an operation's outcome rolls
-// the whole transaction back (a duplicate push, a refused ack); Msg says
-// which, for the {"success": false, "error": ...} reply.
-type TxAbort struct{ Msg string }
+// the whole transaction back: push item Index was a duplicate (Push true),
+// or ack Index was refused; Reason says why.
+type TxAbort struct {
+	Push   bool
+	Index  int
+	Reason string
+}
 
-func (e *TxAbort) Error() string { return "transaction rolled back: " + e.Msg }
+func (e *TxAbort) Error() string { return "transaction rolled back: " + e.Reason }
 
 // TxResult is what a committed Transaction did: one Outcome per push item
 // (with its partition id) and one AckResult per ack.
@@ -53,8 +57,8 @@ func (s *Store) Transaction(ctx context.Context, pushes []ProjectItem, acks []Ac
 				}
 				for i, o := range out {
 					if o.Duplicate {
-						return &TxAbort{Msg: fmt.Sprintf("push %d: transactionId %q is a duplicate in partition %q",
-							i, pushes[i].Message.TransactionID, pushes[i].Partition)}
+						return &TxAbort{Push: true, Index: i, Reason: fmt.Sprintf("transactionId %q is a duplicate in partition %q",
+							pushes[i].Message.TransactionID, pushes[i].Partition)}
 					}
 				}
 				res.Pushes = out
@@ -67,7 +71,7 @@ func (s *Store) Transaction(ctx context.Context, pushes []ProjectItem, acks []Ac
 					return err
 				}
 				if !r.Success {
-					return &TxAbort{Msg: fmt.Sprintf("ack %d (%s): %s", i, a.TransactionID, r.Error)}
+					return &TxAbort{Index: i, Reason: fmt.Sprintf("ack of %q: %s", a.TransactionID, r.Error)}
 				}
 				res.Acks[i] = r
 			}

@@ -228,7 +228,12 @@ func run(args []string) error {
 	logger.Info("shutting down", "signal", s.String())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	return b.Stop(ctx)
+	if err := b.Stop(ctx); err != nil {
+		return err
+	}
+	logger.Info("stopped cleanly: in-flight requests finished, WAL flushed and closed",
+		"wal_durable_index", b.WAL.DurableIndex(), "checkpoint", b.Projector.Checkpoint())
+	return nil
 }
 
 func walCommand(args []string) error {

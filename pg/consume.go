@@ -1,10 +1,12 @@
 package pg
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -539,14 +541,11 @@ func (s *Store) Ack(ctx context.Context, reqs []AckRequest) ([]AckResult, error)
 	out := make([]AckResult, len(reqs))
 	err := withRetry(func() error {
 		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			cache := ackCache{}
-			for i, r := range reqs {
-				res, err := ackOne(ctx, tx, r, cache)
-				if err != nil {
-					return err
-				}
-				out[i] = res
+			res, err := applyAcks(ctx, tx, reqs)
+			if err != nil {
+				return err
 			}
+			copy(out, res)
 			return nil
 		})
 	})
@@ -556,16 +555,79 @@ func (s *Store) Ack(ctx context.Context, reqs []AckRequest) ([]AckResult, error)
 	return out, nil
 }
 
-// ackCache keeps the messages of a lease's range across the acks of one
-// call, so a batch ack of n messages decodes the range once, not n times.
-type ackCache map[ackRange][]StoredMessage
-
-type ackRange struct {
-	pid uuid.UUID
-	to  int64 // lease end; the cursor only grows within a call
+// ackKey names the cursor an ack applies to.
+type ackKey struct {
+	pid   uuid.UUID
+	group string
 }
 
-func ackOne(ctx context.Context, tx pgx.Tx, r AckRequest, cache ackCache) (AckResult, error) {
+// ackState is one cursor as the acks of one call see it: loaded (and
+// locked) once, changed in memory by each ack, written once by flush. A
+// batch ack of n messages is therefore a few round trips, not 3n.
+type ackState struct {
+	gone                bool // the partition does not exist
+	queueName, partName string
+	retryLimit          int
+	c                   *cursorRow // nil: the group has no cursor here
+	msgs                []StoredMessage
+	cursor              int64
+	retries             int
+	acked               []int64
+	released, dirty     bool
+	consumed            int
+}
+
+type ackBatch map[ackKey]*ackState
+
+// load locks and reads the cursors of reqs in a fixed (partition, group)
+// order, so that concurrent batch acks cannot deadlock on each other.
+func (b ackBatch) load(ctx context.Context, tx pgx.Tx, reqs []AckRequest) error {
+	var keys []ackKey
+	for _, r := range reqs {
+		k := ackKey{r.PartitionID, r.Group}
+		if _, ok := b[k]; !ok {
+			b[k] = nil
+			keys = append(keys, k)
+		}
+	}
+	slices.SortFunc(keys, func(x, y ackKey) int {
+		if c := bytes.Compare(x.pid[:], y.pid[:]); c != 0 {
+			return c
+		}
+		return strings.Compare(x.group, y.group)
+	})
+	for _, k := range keys {
+		st := &ackState{}
+		var queueID pgtype.UUID
+		err := tx.QueryRow(ctx, `SELECT q.id, q.name, p.name, q.retry_limit FROM queen.partitions p
+			JOIN queen.queues q ON q.id = p.queue_id WHERE p.id = $1`, k.pid).
+			Scan(&queueID, &st.queueName, &st.partName, &st.retryLimit)
+		if errors.Is(err, pgx.ErrNoRows) {
+			st.gone = true
+			b[k] = st
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if st.c, err = lockCursor(ctx, tx, queueID.Bytes, k.pid, k.group, false); err != nil {
+			return err
+		}
+		if st.c != nil {
+			st.cursor, st.retries, st.acked = st.c.offset, st.c.retries, slices.Clone(st.c.acked)
+			if st.c.leaseID != nil && st.c.live {
+				if st.msgs, err = fetch(ctx, tx, k.pid, st.c.offset, st.c.leaseEnd); err != nil {
+					return err
+				}
+			}
+		}
+		b[k] = st
+	}
+	return nil
+}
+
+// apply applies one ack to its loaded cursor (see Ack for the rules).
+func (b ackBatch) apply(ctx context.Context, tx pgx.Tx, r AckRequest) (AckResult, error) {
 	var res AckResult
 	switch r.Status {
 	case "", AckCompleted, AckSuccess, AckFailed, AckDLQ, AckRetry:
@@ -573,41 +635,24 @@ func ackOne(ctx context.Context, tx pgx.Tx, r AckRequest, cache ackCache) (AckRe
 		res.Error = ErrTextBadStatus
 		return res, nil
 	}
-	var queueID pgtype.UUID
-	var retryLimit int
-	err := tx.QueryRow(ctx, `SELECT q.id, q.name, p.name, q.retry_limit FROM queen.partitions p
-		JOIN queen.queues q ON q.id = p.queue_id WHERE p.id = $1`, r.PartitionID).
-		Scan(&queueID, &res.QueueName, &res.PartitionName, &retryLimit)
-	if errors.Is(err, pgx.ErrNoRows) {
+	st := b[ackKey{r.PartitionID, r.Group}]
+	if st.gone {
 		res.Error = ErrTextNotFound
 		return res, nil
 	}
-	if err != nil {
-		return res, err
-	}
-	c, err := lockCursor(ctx, tx, queueID.Bytes, r.PartitionID, r.Group, false)
-	if err != nil {
-		return res, err
-	}
-	if c == nil || c.leaseID == nil || !c.live || (r.LeaseID != nil && *r.LeaseID != *c.leaseID) {
+	res.QueueName, res.PartitionName = st.queueName, st.partName
+	c := st.c
+	if c == nil || c.leaseID == nil || !c.live || st.released || (r.LeaseID != nil && *r.LeaseID != *c.leaseID) {
 		res.Error = ErrTextInvalidLease
 		return res, nil
 	}
-	key := ackRange{r.PartitionID, c.leaseEnd}
-	msgs, ok := cache[key]
-	if !ok {
-		if msgs, err = fetch(ctx, tx, r.PartitionID, c.offset, c.leaseEnd); err != nil {
-			return res, err
-		}
-		cache[key] = msgs
-	}
 	off := int64(-1)
 	acknowledged := false
-	for _, m := range msgs {
+	for _, m := range st.msgs {
 		if m.TransactionID != r.TransactionID {
 			continue
 		}
-		if m.Offset < c.offset || slices.Contains(c.acked, m.Offset) {
+		if m.Offset < st.cursor || slices.Contains(st.acked, m.Offset) {
 			acknowledged = true
 			continue
 		}
@@ -621,9 +666,7 @@ func ackOne(ctx context.Context, tx pgx.Tx, r AckRequest, cache ackCache) (AckRe
 		}
 		return res, nil
 	}
-	cursor, retries, acked := c.offset, c.retries, c.acked
-	release := false
-	consumed := 0
+	st.dirty = true
 	switch r.Status {
 	case "", AckCompleted, AckSuccess, AckDLQ:
 		if r.Status == AckDLQ {
@@ -631,60 +674,92 @@ func ackOne(ctx context.Context, tx pgx.Tx, r AckRequest, cache ackCache) (AckRe
 			if reason == "" {
 				reason = "sent to DLQ by consumer"
 			}
-			if _, err := deadLetter(ctx, tx, r.PartitionID, r.Group, off, reason, retries); err != nil {
+			if _, err := deadLetter(ctx, tx, r.PartitionID, r.Group, off, reason, st.retries); err != nil {
 				return res, err
 			}
 			res.DLQ = true
 		}
-		acked = append(acked, off)
-		for slices.Contains(acked, cursor) {
-			acked = slices.DeleteFunc(acked, func(x int64) bool { return x == cursor })
-			cursor++
-			consumed++
+		st.acked = append(st.acked, off)
+		moved := false
+		for slices.Contains(st.acked, st.cursor) {
+			cur := st.cursor
+			st.acked = slices.DeleteFunc(st.acked, func(x int64) bool { return x == cur })
+			st.cursor++
+			st.consumed++
+			moved = true
 		}
-		if consumed > 0 {
-			retries = 0
+		if moved {
+			st.retries = 0
 		}
-		release = cursor > c.leaseEnd
+		st.released = st.cursor > c.leaseEnd
 	case AckFailed:
-		retries++
-		if retries > retryLimit {
+		st.retries++
+		if st.retries > st.retryLimit {
 			reason := r.Error
 			if reason == "" {
 				reason = "Retries exhausted"
 			}
-			if _, err := deadLetter(ctx, tx, r.PartitionID, r.Group, cursor, reason, retries-1); err != nil {
+			if _, err := deadLetter(ctx, tx, r.PartitionID, r.Group, st.cursor, reason, st.retries-1); err != nil {
 				return res, err
 			}
 			res.DLQ = true
-			cursor++
-			consumed++
-			retries = 0
+			st.cursor++
+			st.consumed++
+			st.retries = 0
 		}
-		release = true
+		st.released = true
 	case AckRetry:
-		release = true
+		st.released = true
 	}
-	if release {
-		acked = nil
-		_, err = tx.Exec(ctx, `UPDATE queen.consumer_cursors SET cursor_offset = greatest(cursor_offset, $3), retry_count = $4,
-			lease_id = NULL, lease_expires_at = NULL, lease_end = NULL, acked = '{}',
-			last_consumed_at = CASE WHEN $5 > 0 THEN now() ELSE last_consumed_at END, total_consumed = total_consumed + $5
-			WHERE partition_id = $1 AND consumer_group = $2`, r.PartitionID, r.Group, cursor, retries, consumed)
-	} else {
-		if acked == nil {
-			acked = []int64{}
-		}
-		_, err = tx.Exec(ctx, `UPDATE queen.consumer_cursors SET cursor_offset = greatest(cursor_offset, $3), retry_count = $4,
-			acked = $5, last_consumed_at = CASE WHEN $6 > 0 THEN now() ELSE last_consumed_at END,
-			total_consumed = total_consumed + $6
-			WHERE partition_id = $1 AND consumer_group = $2`, r.PartitionID, r.Group, cursor, retries, acked, consumed)
-	}
-	if err != nil {
-		return res, err
-	}
-	res.Success, res.LeaseReleased = true, release
+	res.Success, res.LeaseReleased = true, st.released
 	return res, nil
+}
+
+// flush writes every changed cursor (the cursor only grows: greatest).
+func (b ackBatch) flush(ctx context.Context, tx pgx.Tx) error {
+	for k, st := range b {
+		if st == nil || !st.dirty {
+			continue
+		}
+		var err error
+		if st.released {
+			_, err = tx.Exec(ctx, `UPDATE queen.consumer_cursors SET cursor_offset = greatest(cursor_offset, $3), retry_count = $4,
+				lease_id = NULL, lease_expires_at = NULL, lease_end = NULL, acked = '{}',
+				last_consumed_at = CASE WHEN $5 > 0 THEN now() ELSE last_consumed_at END, total_consumed = total_consumed + $5
+				WHERE partition_id = $1 AND consumer_group = $2`, k.pid, k.group, st.cursor, st.retries, st.consumed)
+		} else {
+			acked := st.acked
+			if acked == nil {
+				acked = []int64{}
+			}
+			_, err = tx.Exec(ctx, `UPDATE queen.consumer_cursors SET cursor_offset = greatest(cursor_offset, $3), retry_count = $4,
+				acked = $5, last_consumed_at = CASE WHEN $6 > 0 THEN now() ELSE last_consumed_at END,
+				total_consumed = total_consumed + $6
+				WHERE partition_id = $1 AND consumer_group = $2`, k.pid, k.group, st.cursor, st.retries, acked, st.consumed)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// applyAcks runs acks in order inside tx: load (locking, in key order),
+// apply each, flush.
+func applyAcks(ctx context.Context, tx pgx.Tx, reqs []AckRequest) ([]AckResult, error) {
+	b := ackBatch{}
+	if err := b.load(ctx, tx, reqs); err != nil {
+		return nil, err
+	}
+	out := make([]AckResult, len(reqs))
+	for i, r := range reqs {
+		res, err := b.apply(ctx, tx, r)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = res
+	}
+	return out, b.flush(ctx, tx)
 }
 
 // ExtendLease pushes the expiry of every live cursor row under leaseID to

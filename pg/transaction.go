@@ -63,18 +63,16 @@ func (s *Store) Transaction(ctx context.Context, pushes []ProjectItem, acks []Ac
 				}
 				res.Pushes = out
 			}
-			res.Acks = make([]AckResult, len(acks))
-			cache := ackCache{}
-			for i, a := range acks {
-				r, err := ackOne(ctx, tx, a, cache)
-				if err != nil {
-					return err
-				}
-				if !r.Success {
-					return &TxAbort{Index: i, Reason: fmt.Sprintf("ack of %q: %s", a.TransactionID, r.Error)}
-				}
-				res.Acks[i] = r
+			acked, err := applyAcks(ctx, tx, acks)
+			if err != nil {
+				return err
 			}
+			for i, r := range acked {
+				if !r.Success {
+					return &TxAbort{Index: i, Reason: fmt.Sprintf("ack of %q: %s", acks[i].TransactionID, r.Error)}
+				}
+			}
+			res.Acks = acked
 			return nil
 		})
 	})

@@ -425,3 +425,43 @@ func TestSoakProduceConsume(t *testing.T) {
 		}
 	}
 }
+
+// TestConsumeInputErrors: client mistakes on the consume routes are 400
+// with a JSON error, never a 5xx.
+func TestConsumeInputErrors(t *testing.T) {
+	t.Parallel()
+	s := setup(t, nil)
+	const pid = "0190c1d2-0000-7000-8000-000000000001"
+	for _, c := range []struct{ path, body string }{
+		{"/api/v1/ack", `{}`},
+		{"/api/v1/ack", `{"transactionId":"x"}`},
+		{"/api/v1/ack", `{"transactionId":"x","partitionId":"nope"}`},
+		{"/api/v1/ack", `{"transactionId":"x","partitionId":"` + pid + `","status":"maybe"}`},
+		{"/api/v1/ack", `{"transactionId":"x","partitionId":"` + pid + `","consumerGroup":"a\u0000b"}`},
+		{"/api/v1/ack", `{"transactionId":"x","partitionId":"` + pid + `","error":"a\u0000b"}`},
+		{"/api/v1/ack", `{"transactionId":"x","partitionId":"` + pid + `","leaseId":"not-a-uuid"}`},
+		{"/api/v1/ack/batch", `{"acknowledgments":{}}`},
+		{"/api/v1/ack/batch", `{}`},
+		{"/api/v1/lease/nope/extend", `{}`},
+		{"/api/v1/lease/` + pid + `/extend", `{"seconds":-5}`},
+		{"/api/v1/configure", `{"queue":"x","namespace":"a\u0000"}`},
+		{"/api/v1/system/maintenance", `{}`},
+		{"/api/v1/system/maintenance", `[]`},
+	} {
+		code, rb := post(t, s.base, c.path, []byte(c.body))
+		var e struct{ Error string }
+		if code != http.StatusBadRequest || json.Unmarshal(rb, &e) != nil || e.Error == "" {
+			t.Errorf("POST %s %s: %d %s, want 400 with an error", c.path, c.body, code, rb)
+		}
+	}
+	for _, q := range []string{"/api/v1/pop/queue/a%00b", "/api/v1/pop/queue/ok?consumerGroup=%01", "/api/v1/pop/queue/ok?subscriptionFrom=yesterday"} {
+		resp, err := testenv.Client.Get(s.base + q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("GET %s: %d, want 400", q, resp.StatusCode)
+		}
+	}
+}

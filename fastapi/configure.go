@@ -140,6 +140,12 @@ func (s *Server) configure(ctx *fasthttp.RequestCtx) {
 	if req.Task != nil {
 		task = *req.Task
 	}
+	for _, v := range []string{ns, task} {
+		if v != "" && ingest.ValidateName(v) != nil {
+			writeErr(ctx, fasthttp.StatusBadRequest, "namespace and task must be up to 255 bytes of UTF-8 without control characters")
+			return
+		}
+	}
 	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	res, err := s.b.Configure(c, *req.Queue, ns, task, opts)

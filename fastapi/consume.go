@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	json "github.com/goccy/go-json"
 	"github.com/google/uuid"
@@ -275,6 +276,11 @@ func toAckRequest(a ackBody, group string) (pg.AckRequest, string) {
 	}
 	if r.Group == "" {
 		r.Group = pg.QueueModeGroup
+	} else if ingest.ValidateName(r.Group) != nil {
+		return r, "consumerGroup must be 1..255 bytes of UTF-8 without control characters"
+	}
+	if strings.ContainsRune(r.Error, 0) || !utf8.ValidString(r.Error) {
+		return r, "error must be valid UTF-8 without NUL characters"
 	}
 	return r, ""
 }

@@ -68,3 +68,29 @@ func TestOutOfOrderAcksNeverMoveTheCursorBack(t *testing.T) {
 		t.Fatalf("after the acks: %+v", r.Messages)
 	}
 }
+
+// TestLeaseExpiryCountsAsRetry: a consumer that never acks (it crashes)
+// makes the message lapse retryLimit+1 times; then it is dead-lettered and
+// the next message comes.
+func TestLeaseExpiryCountsAsRetry(t *testing.T) {
+	t.Parallel()
+	s := setup(t, nil)
+	configure(t, s.base, "crash", map[string]any{"leaseTime": 1, "retryLimit": 1})
+	push(t, s.base, body(item{"crash", "P", 1, "poison"}, item{"crash", "P", 2, "next"}))
+	for i := 0; i < 2; i++ { // one delivery + one retry, each left to lapse
+		code, r := pop(t, s.base, popPath("crash", "P"), "")
+		if code != 200 || r.Messages[0].TransactionID != "poison" {
+			t.Fatalf("delivery %d: %d %+v", i+1, code, r.Messages)
+		}
+		time.Sleep(1100 * time.Millisecond)
+	}
+	code, r := pop(t, s.base, popPath("crash", "P"), "")
+	if code != 200 || r.Messages[0].TransactionID != "next" {
+		t.Fatalf("after the retries lapsed: %d %+v, want the next message", code, r.Messages)
+	}
+	var dlq struct{ Messages []struct{ TransactionID string } }
+	getJSON(t, s.base+"/api/v1/dlq?queue=crash", &dlq)
+	if len(dlq.Messages) != 1 || dlq.Messages[0].TransactionID != "poison" {
+		t.Fatalf("dlq: %+v", dlq)
+	}
+}

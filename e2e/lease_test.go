@@ -18,7 +18,7 @@ func TestAckRacingANewPopAfterExpiry(t *testing.T) {
 		part := fmt.Sprintf("P%d", round)
 		push(t, s.base, body(item{"race", part, 1, "M1"}, item{"race", part, 2, "M2"}))
 		_, first := pop(t, s.base, popPath("race", part), "")
-		time.Sleep(1100 * time.Millisecond)
+		time.Sleep(1300 * time.Millisecond)
 		var wg sync.WaitGroup
 		var stale ackResp
 		var again popResp
@@ -82,13 +82,15 @@ func TestLeaseExpiryCountsAsRetry(t *testing.T) {
 		if code != 200 || r.Messages[0].TransactionID != "poison" {
 			t.Fatalf("delivery %d: %d %+v", i+1, code, r.Messages)
 		}
-		time.Sleep(1100 * time.Millisecond)
+		time.Sleep(1300 * time.Millisecond)
 	}
 	code, r := pop(t, s.base, popPath("crash", "P"), "")
 	if code != 200 || r.Messages[0].TransactionID != "next" {
 		t.Fatalf("after the retries lapsed: %d %+v, want the next message", code, r.Messages)
 	}
-	var dlq struct{ Messages []struct{ TransactionID string } }
+	var dlq struct {
+		Messages []struct{ TransactionID string }
+	}
 	getJSON(t, s.base+"/api/v1/dlq?queue=crash", &dlq)
 	if len(dlq.Messages) != 1 || dlq.Messages[0].TransactionID != "poison" {
 		t.Fatalf("dlq: %+v", dlq)

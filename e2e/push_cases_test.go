@@ -96,13 +96,21 @@ func TestCaseP03StoredKeyDoesNotSinkBatch(t *testing.T) {
 
 func TestCaseP04WindowIsFixed(t *testing.T) {
 	t.Parallel()
-	s := setup(t, nil)
+	// The broker's acceptance clock is driven by the test, so the times of
+	// the case are exact (no sleeping, no scheduling jitter).
+	var mu sync.Mutex
+	now := time.Now()
+	s := setup(t, func(c *broker.Config) {
+		c.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	})
 	configure(t, s.base, "qw", map[string]any{"dedupWindowSeconds": 4})
 	configure(t, s.base, "qw0", map[string]any{"dedupWindowSeconds": 0})
-	start := time.Now()
+	start := now
 	var got, got0 []ingest.Status
 	for _, at := range []time.Duration{0, 2 * time.Second, 3900 * time.Millisecond, 4500 * time.Millisecond, 6 * time.Second} {
-		time.Sleep(time.Until(start.Add(at)))
+		mu.Lock()
+		now = start.Add(at)
+		mu.Unlock()
 		got = append(got, push(t, s.base, body(item{"qw", "P", 1, "T"}))[0].Status)
 		got0 = append(got0, push(t, s.base, body(item{"qw0", "P", 1, "T"}))[0].Status)
 	}

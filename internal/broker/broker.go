@@ -66,7 +66,10 @@ type Config struct {
 	// PostgreSQL (QUEEN_ENCRYPTION_KEY); nil = such queues are stored in
 	// plaintext with a warning.
 	EncryptionKey *crypt.Key
-	Logger        *slog.Logger
+	// Now is the clock that stamps acceptance times on pushes (default
+	// time.Now); tests set it to drive the dedup window deterministically.
+	Now    func() time.Time
+	Logger *slog.Logger
 }
 
 // Broker is a running broker.
@@ -184,7 +187,7 @@ func Start(cfg Config) (*Broker, error) {
 	pc.Logger = cfg.Logger
 	b.Projector = projector.New(pc, w, store, reg)
 	b.pipeline = &ingest.Pipeline{WAL: w, Registry: reg, Gate: b.Projector, Maintenance: b.maintenance.Load,
-		VerdictTimeout: cfg.VerdictTimeout}
+		VerdictTimeout: cfg.VerdictTimeout, Now: cfg.Now}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	b.cancel = cancel

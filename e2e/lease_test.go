@@ -96,3 +96,28 @@ func TestLeaseExpiryCountsAsRetry(t *testing.T) {
 		t.Fatalf("dlq: %+v", dlq)
 	}
 }
+
+// TestSeekWakesWaitingPop: a pop waiting with nothing to deliver is woken
+// by a seek that rewinds its group.
+func TestSeekWakesWaitingPop(t *testing.T) {
+	t.Parallel()
+	s := setup(t, nil)
+	pushN(t, s.base, "sk", "P", 1, 3)
+	if _, r := pop(t, s.base, popPath("sk", "P"), "consumerGroup=g&autoAck=true&batch=10"); len(r.Messages) != 3 {
+		t.Fatalf("first read: %d", len(r.Messages))
+	}
+	done := make(chan popResp, 1)
+	start := time.Now()
+	go func() {
+		_, r := pop(t, s.base, popPath("sk", ""), "consumerGroup=g&autoAck=true&batch=10&wait=true&timeout=20000")
+		done <- r
+	}()
+	time.Sleep(300 * time.Millisecond)
+	if code, rb := post(t, s.base, "/api/v1/consumer-groups/g/queues/sk/seek", []byte(`{"timestamp":"1970-01-01T00:00:00Z"}`)); code != 200 {
+		t.Fatalf("seek: %d %s", code, rb)
+	}
+	r := <-done
+	if len(r.Messages) != 3 || time.Since(start) > 5*time.Second {
+		t.Fatalf("waiting pop after the seek: %d messages after %v", len(r.Messages), time.Since(start))
+	}
+}

@@ -35,6 +35,9 @@ type Consumer interface {
 	ExtendLease(ctx context.Context, leaseID uuid.UUID, seconds int) (time.Time, string, error)
 	// WaitChan returns a channel closed when queue may have news.
 	WaitChan(queue string) <-chan struct{}
+	// WakeQueue wakes the pops waiting on queue, on every broker (after a
+	// seek or a group delete changed what they may deliver).
+	WakeQueue(ctx context.Context, queue string)
 	PopMaintenance() bool
 	SetPopMaintenance(ctx context.Context, on bool) error
 }

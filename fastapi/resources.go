@@ -196,6 +196,7 @@ func (s *Server) deleteGroup(ctx *fasthttp.RequestCtx) {
 	res := map[string]any{"success": true, "consumerGroup": group, "deletedPartitions": n, "metadataDeleted": meta}
 	if queue != "" {
 		res["queueName"] = queue
+		s.c.WakeQueue(c, queue)
 	}
 	writeJSON(ctx, fasthttp.StatusOK, res)
 }
@@ -244,6 +245,7 @@ func (s *Server) seek(ctx *fasthttp.RequestCtx) {
 		s.dbFail(ctx, "seek", err)
 		return
 	}
+	s.c.WakeQueue(c, queue)
 	res := map[string]any{"success": true, "consumerGroup": group, "queueName": queue, "seekToEnd": req.ToEnd,
 		"partitionsUpdated": n}
 	if !req.ToEnd {

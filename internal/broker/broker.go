@@ -398,6 +398,13 @@ func (b *Broker) ExtendLease(ctx context.Context, leaseID uuid.UUID, seconds int
 	return b.Store.ExtendLease(ctx, leaseID, seconds)
 }
 
+// WakeQueue implements fastapi.Consumer: local waiters at once, other
+// brokers through NOTIFY.
+func (b *Broker) WakeQueue(ctx context.Context, queue string) {
+	b.waker.Wake(queue)
+	b.Store.NotifyQueue(ctx, queue)
+}
+
 // WaitChan implements fastapi.Consumer.
 func (b *Broker) WaitChan(queue string) <-chan struct{} { return b.waker.Chan(queue) }
 

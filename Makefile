@@ -2,7 +2,8 @@
 GO ?= go
 FUZZTIME ?= 30s
 
-.PHONY: run test build bench fuzz
+.PHONY: run test build bench fuzz soak
+SOAKTIME ?= 60s
 
 ## run: start the broker on :6632 (a throwaway PostgreSQL when none is configured)
 run:
@@ -17,6 +18,14 @@ test:
 build:
 	$(GO) build -o bin/queen ./cmd/queen
 	$(GO) build -o bin/queen-bench ./cmd/queen-bench
+
+## soak: producers and fan-out consumers for SOAKTIME, verified end to end
+soak:
+	bash scripts/soak.sh $(SOAKTIME)
+
+## bench: the baseline scenarios (see scripts/bench.sh)
+bench:
+	bash scripts/bench.sh
 
 ## fuzz: each fuzz target for FUZZTIME (CI runs it briefly)
 FUZZ = $(GO) test -run='^$$' -fuzzminimizetime=100x -fuzztime=$(FUZZTIME)

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"strings"
@@ -247,5 +248,28 @@ func TestCaseC03DeletedGroupAfterRestart(t *testing.T) {
 	_, r = pop(t, "http://"+b2.Addr(), popPath("qr", "P"), "consumerGroup=gone&subscriptionFrom=1970-01-01T00:00:00Z&autoAck=true&batch=100")
 	if len(r.Messages) != 12 {
 		t.Fatalf("re-created group after restart: %d messages, want all 12", len(r.Messages))
+	}
+}
+
+// TestDedupSweep: sidecar entries are deleted once their window and the
+// grace have passed, while the broker keeps projecting.
+func TestDedupSweep(t *testing.T) {
+	t.Parallel()
+	s := setup(t, func(c *broker.Config) { c.Projector.DedupGrace = 100 * time.Millisecond })
+	configure(t, s.base, "sw", map[string]any{"dedupWindowSeconds": 1})
+	configure(t, s.base, "keep", nil) // default window: its entries stay
+	push(t, s.base, body(item{"sw", "P", 1, "T"}, item{"keep", "P", 1, "T"}))
+	count := func(queue string) int {
+		var n int
+		if err := s.store.Pool().QueryRow(context.Background(), `SELECT count(*) FROM queen.dedup d
+			JOIN queen.partitions p ON p.id = d.partition_id JOIN queen.queues q ON q.id = p.queue_id
+			WHERE q.name = $1`, queue).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	testenv.WaitFor(t, 10*time.Second, "sweep", func() bool { return count("sw") == 0 })
+	if count("keep") != 1 {
+		t.Fatalf("an entry inside its window was swept")
 	}
 }

@@ -93,10 +93,11 @@ type Projector struct {
 	wake       chan struct{}
 	cur        *wal.Cursor // owned by the loop
 
-	mu      sync.Mutex
-	cancel  context.CancelFunc
-	done    chan struct{}
-	lastErr error
+	mu        sync.Mutex
+	cancel    context.CancelFunc
+	done      chan struct{}
+	maintDone chan struct{}
+	lastErr   error
 }
 
 // New returns a stopped projector.
@@ -144,7 +145,9 @@ func (p *Projector) Start(ctx context.Context) error {
 	}
 	ctx, p.cancel = context.WithCancel(ctx)
 	p.done = make(chan struct{})
+	p.maintDone = make(chan struct{})
 	go p.run(ctx)
+	go p.maintainLoop(ctx)
 	return nil
 }
 
@@ -158,6 +161,7 @@ func (p *Projector) Stop() {
 	}
 	cancel()
 	<-done
+	<-p.maintDone
 }
 
 // Pause stops projecting after the transaction in flight (maintenance
@@ -218,7 +222,6 @@ func (p *Projector) run(ctx context.Context) {
 	defer close(p.done)
 	backoff := p.cfg.BackoffMin
 	known := false // cursor is valid only after reading the checkpoint
-	lastMaint := time.Now()
 	idle := time.NewTimer(time.Second)
 	defer idle.Stop()
 	fail := func(err error) {
@@ -253,10 +256,6 @@ func (p *Projector) run(ctx context.Context) {
 		}
 		cursor := p.cursor.Load()
 		if cursor > p.wal.DurableIndex() {
-			if time.Since(lastMaint) > p.cfg.MaintainInterval {
-				lastMaint = time.Now()
-				p.maintain(ctx)
-			}
 			idle.Reset(time.Second)
 			select {
 			case <-p.wal.Notify():
@@ -393,6 +392,22 @@ func (p *Projector) projectOnce(ctx context.Context, cursor uint64) error {
 		p.reg.Deliver(e.index, v)
 	}
 	return nil
+}
+
+// maintainLoop runs maintain every MaintainInterval, beside the projection
+// loop (not only when it is idle: under constant load it never is).
+func (p *Projector) maintainLoop(ctx context.Context) {
+	defer close(p.maintDone)
+	t := time.NewTicker(p.cfg.MaintainInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			p.maintain(ctx)
+		}
+	}
 }
 
 // maintain truncates projected WAL segments past retention and sweeps

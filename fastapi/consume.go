@@ -71,16 +71,22 @@ func pathName(ctx *fasthttp.RequestCtx, key string) (string, bool) {
 	return s, true
 }
 
+// optionalPathName is pathName for a segment a route may lack ("" then).
+func optionalPathName(ctx *fasthttp.RequestCtx, key string) (string, bool) {
+	if ctx.UserValue(key) == nil {
+		return "", true
+	}
+	return pathName(ctx, key)
+}
+
 func (s *Server) pop(ctx *fasthttp.RequestCtx) {
 	queue, ok := pathName(ctx, "queue")
 	if !ok {
 		return
 	}
-	partition := ""
-	if ctx.UserValue("partition") != nil {
-		if partition, ok = pathName(ctx, "partition"); !ok {
-			return
-		}
+	partition, ok := optionalPathName(ctx, "partition")
+	if !ok {
+		return
 	}
 	a := ctx.QueryArgs()
 	group := string(a.Peek("consumerGroup"))

@@ -180,11 +180,9 @@ func (s *Server) deleteGroup(ctx *fasthttp.RequestCtx) {
 	if !ok {
 		return
 	}
-	queue := ""
-	if ctx.UserValue("queue") != nil {
-		if queue, ok = pathName(ctx, "queue"); !ok {
-			return
-		}
+	queue, ok := optionalPathName(ctx, "queue")
+	if !ok {
+		return
 	}
 	c, cancel := dbCtx()
 	defer cancel()
@@ -210,11 +208,9 @@ func (s *Server) seek(ctx *fasthttp.RequestCtx) {
 	if !ok {
 		return
 	}
-	partition := ""
-	if ctx.UserValue("partition") != nil {
-		if partition, ok = pathName(ctx, "partition"); !ok {
-			return
-		}
+	partition, ok := optionalPathName(ctx, "partition")
+	if !ok {
+		return
 	}
 	var req struct {
 		ToEnd     bool    `json:"toEnd"`

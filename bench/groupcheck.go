@@ -200,10 +200,7 @@ func (c *GroupCheck) writeText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "consume verify %s: FAILED expected=%d distinct=%d delivered=%d (order checked in %s)\n",
 		c.Group, c.Expected, c.Distinct, c.Delivered, order)
-	for _, k := range []struct {
-		n    int
-		what string
-	}{
+	writeProblems(w, []problemKind{
 		{c.Missing, "answered queued/buffered but never delivered"},
 		{c.Duplicates, "delivered more than once"},
 		{c.OutOfOrder, "delivered out of producer order"},
@@ -212,17 +209,7 @@ func (c *GroupCheck) writeText(w io.Writer) {
 		{c.PayloadMismatch, "delivered with a different payload"},
 		{c.NeverSent, "delivered with this run's id but never sent"},
 		{c.AckFailed, "popped but their ack was not confirmed"},
-	} {
-		if k.n > 0 {
-			fmt.Fprintf(w, "  %d items %s\n", k.n, k.what)
-		}
-	}
-	for _, p := range c.Problems {
-		fmt.Fprintf(w, "  - %s\n", p)
-	}
-	if n := c.problemCount(); n > len(c.Problems) {
-		fmt.Fprintf(w, "  … %d more\n", n-len(c.Problems))
-	}
+	}, c.Problems)
 }
 
 // checkGroup checks one group's deliveries, in the order the group

@@ -70,10 +70,7 @@ func (v *VerifyResult) writeText(w io.Writer) {
 		return
 	}
 	fmt.Fprintf(w, "verify: FAILED stored=%d expected=%d waited=%.1fs\n", v.Stored, v.Expected, v.WaitedSec)
-	for _, c := range []struct {
-		n    int
-		what string
-	}{
+	writeProblems(w, []problemKind{
 		{v.Missing, "answered queued/buffered but not stored"},
 		{v.StoredTwice, "stored more than once"},
 		{v.FailedStored, "answered failed but stored"},
@@ -82,18 +79,7 @@ func (v *VerifyResult) writeText(w io.Writer) {
 		{v.WrongPartition, "stored in the wrong partition"},
 		{v.PayloadMismatch, "stored with a different payload"},
 		{v.NeverSent, "stored with this run's id but never sent"},
-	} {
-		if c.n > 0 {
-			fmt.Fprintf(w, "  %d items %s\n", c.n, c.what)
-		}
-	}
-	for _, p := range v.Problems {
-		fmt.Fprintf(w, "  - %s\n", p)
-	}
-	if n := v.Missing + v.StoredTwice + v.FailedStored + v.DuplicateVerdict + v.OutOfOrder +
-		v.WrongPartition + v.PayloadMismatch + v.NeverSent; n > len(v.Problems) {
-		fmt.Fprintf(w, "  … %d more\n", n-len(v.Problems))
-	}
+	}, v.Problems)
 }
 
 // Verify reads l's queue through src until every item answered queued or
@@ -218,4 +204,28 @@ func check(l *Ledger, msgs []pg.StoredMessage) *VerifyResult {
 		}
 	}
 	return v
+}
+
+// problemKind is one counted kind of verification problem.
+type problemKind struct {
+	n    int
+	what string
+}
+
+// writeProblems prints the non-zero counts, the sampled problem lines, and
+// how many problems the sample left out.
+func writeProblems(w io.Writer, kinds []problemKind, sample []string) {
+	total := 0
+	for _, k := range kinds {
+		total += k.n
+		if k.n > 0 {
+			fmt.Fprintf(w, "  %d items %s\n", k.n, k.what)
+		}
+	}
+	for _, p := range sample {
+		fmt.Fprintf(w, "  - %s\n", p)
+	}
+	if total > len(sample) {
+		fmt.Fprintf(w, "  … %d more\n", total-len(sample))
+	}
 }

@@ -202,6 +202,27 @@ func (c *Cluster) CreateDatabase(ctx context.Context, name string) error {
 		"-v", "ON_ERROR_STOP=1", "-c", fmt.Sprintf(`CREATE DATABASE "%s"`, name))
 }
 
+// Dump writes database db to a pg_dump archive (custom format) inside the
+// cluster's directory and returns its path: a backup taken at this moment.
+func (c *Cluster) Dump(ctx context.Context, db string) (string, error) {
+	file := filepath.Join(c.Dir, fmt.Sprintf("backup-%s-%d.dump", db, time.Now().UnixNano()))
+	err := c.run(ctx, "pg_dump", "-h", "127.0.0.1", "-p", strconv.Itoa(c.Port), "-U", "postgres", "-Fc", "-f", file, db)
+	return file, err
+}
+
+// Restore replaces database db with the archive at file (from Dump): the
+// database is dropped (its sessions terminated), created empty and loaded,
+// as an operator restoring an older backup would do.
+func (c *Cluster) Restore(ctx context.Context, db, file string) error {
+	port := strconv.Itoa(c.Port)
+	if err := c.run(ctx, "psql", "-h", "127.0.0.1", "-p", port, "-U", "postgres", "-d", "postgres", "-v", "ON_ERROR_STOP=1",
+		"-c", fmt.Sprintf(`DROP DATABASE IF EXISTS "%s" WITH (FORCE)`, db),
+		"-c", fmt.Sprintf(`CREATE DATABASE "%s"`, db)); err != nil {
+		return err
+	}
+	return c.run(ctx, "pg_restore", "-h", "127.0.0.1", "-p", port, "-U", "postgres", "-d", db, "--exit-on-error", file)
+}
+
 // Destroy stops the server (immediately) and removes its directory.
 func (c *Cluster) Destroy() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -121,3 +121,33 @@ func TestSeekWakesWaitingPop(t *testing.T) {
 		t.Fatalf("waiting pop after the seek: %d messages after %v", len(r.Messages), time.Since(start))
 	}
 }
+
+// TestGroupDeleteWakesWaitingPops: pops of a group waiting on two queues
+// are woken when the group is deleted on all queues at once, and start
+// over by their subscription mode (all: from the first message).
+func TestGroupDeleteWakesWaitingPops(t *testing.T) {
+	t.Parallel()
+	s := setup(t, nil)
+	done := make(chan popResp, 2)
+	for _, q := range []string{"gd1", "gd2"} {
+		pushN(t, s.base, q, "P", 1, 2)
+		if _, r := pop(t, s.base, popPath(q, "P"), "consumerGroup=g&autoAck=true&batch=10"); len(r.Messages) != 2 {
+			t.Fatalf("%s first read: %d", q, len(r.Messages))
+		}
+		go func() {
+			_, r := pop(t, s.base, popPath(q, ""), "consumerGroup=g&autoAck=true&batch=10&wait=true&timeout=20000")
+			done <- r
+		}()
+	}
+	start := time.Now()
+	time.Sleep(300 * time.Millisecond)
+	if code, rb := del(t, s.base+"/api/v1/consumer-groups/g"); code != 200 {
+		t.Fatalf("delete group: %d %s", code, rb)
+	}
+	for i := 0; i < 2; i++ {
+		r := <-done
+		if len(r.Messages) != 2 || time.Since(start) > 5*time.Second {
+			t.Fatalf("waiting pop after the group delete: %d messages after %v", len(r.Messages), time.Since(start))
+		}
+	}
+}

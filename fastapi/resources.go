@@ -18,7 +18,7 @@ type Resources interface {
 	DeleteQueue(ctx context.Context, name string) (bool, error)
 	ListGroups(ctx context.Context) ([]pg.GroupSummary, error)
 	GetGroup(ctx context.Context, group string) ([]pg.GroupPartition, error)
-	DeleteGroup(ctx context.Context, group, queue string) (int64, bool, error)
+	DeleteGroup(ctx context.Context, group, queue string) (cursors int64, metadata bool, queues []string, err error)
 	Seek(ctx context.Context, group, queue, partition string, toEnd bool, at time.Time) (int64, error)
 	ListDeadLetters(ctx context.Context, queue, group string, limit, offset int) ([]pg.DeadLetter, error)
 }
@@ -186,7 +186,7 @@ func (s *Server) deleteGroup(ctx *fasthttp.RequestCtx) {
 	}
 	c, cancel := dbCtx()
 	defer cancel()
-	n, meta, err := s.r.DeleteGroup(c, group, queue)
+	n, meta, touched, err := s.r.DeleteGroup(c, group, queue)
 	if err != nil {
 		s.dbFail(ctx, "delete group", err)
 		return
@@ -194,7 +194,11 @@ func (s *Server) deleteGroup(ctx *fasthttp.RequestCtx) {
 	res := map[string]any{"success": true, "consumerGroup": group, "deletedPartitions": n, "metadataDeleted": meta}
 	if queue != "" {
 		res["queueName"] = queue
-		s.c.WakeQueue(c, queue)
+	}
+	// Pops of this group waiting on any touched queue start over at once
+	// by their subscription mode, not at their next safety recheck.
+	for _, q := range touched {
+		s.c.WakeQueue(c, q)
 	}
 	writeJSON(ctx, fasthttp.StatusOK, res)
 }

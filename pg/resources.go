@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/google/uuid"
@@ -274,26 +275,50 @@ func (s *Store) GetGroup(ctx context.Context, group string) ([]GroupPartition, e
 
 // DeleteGroup deletes a consumer group's cursors and subscription, on one
 // queue or (queue "") on all; the group then starts over by its
-// subscription mode on its next pop. It returns how many cursors went and
-// whether subscription metadata was deleted.
-func (s *Store) DeleteGroup(ctx context.Context, group, queue string) (int64, bool, error) {
+// subscription mode on its next pop. It returns how many cursors went,
+// whether subscription metadata was deleted, and the names of the queues
+// it touched (so that the caller can wake pops waiting on them).
+func (s *Store) DeleteGroup(ctx context.Context, group, queue string) (int64, bool, []string, error) {
 	var cursors, meta int64
+	touched := map[string]bool{}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `DELETE FROM queen.consumer_cursors c USING queen.partitions p, queen.queues q
-			WHERE c.partition_id = p.id AND p.queue_id = q.id AND c.consumer_group = $1 AND ($2 = '' OR q.name = $2)`, group, queue)
+		clear(touched)
+		rows, err := tx.Query(ctx, `DELETE FROM queen.consumer_cursors c USING queen.partitions p, queen.queues q
+			WHERE c.partition_id = p.id AND p.queue_id = q.id AND c.consumer_group = $1 AND ($2 = '' OR q.name = $2)
+			RETURNING q.name`, group, queue)
 		if err != nil {
 			return err
 		}
-		cursors = tag.RowsAffected()
-		tag, err = tx.Exec(ctx, `DELETE FROM queen.consumer_groups g USING queen.queues q
-			WHERE g.queue_id = q.id AND g.consumer_group = $1 AND ($2 = '' OR q.name = $2)`, group, queue)
-		meta = tag.RowsAffected()
+		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
+		cursors = int64(len(names))
+		for _, n := range names {
+			touched[n] = true
+		}
+		rows, err = tx.Query(ctx, `DELETE FROM queen.consumer_groups g USING queen.queues q
+			WHERE g.queue_id = q.id AND g.consumer_group = $1 AND ($2 = '' OR q.name = $2)
+			RETURNING q.name`, group, queue)
+		if err != nil {
+			return err
+		}
+		names, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		meta = int64(len(names))
+		for _, n := range names {
+			touched[n] = true
+		}
 		return err
 	})
 	if err != nil {
-		return 0, false, fmt.Errorf("pg: delete group: %w", err)
+		return 0, false, nil, fmt.Errorf("pg: delete group: %w", err)
 	}
-	return cursors, meta > 0, nil
+	queues := make([]string, 0, len(touched))
+	for n := range touched {
+		queues = append(queues, n)
+	}
+	sort.Strings(queues)
+	return cursors, meta > 0, queues, nil
 }
 
 // Seek moves a group's existing cursors on a queue (partition "" = all):

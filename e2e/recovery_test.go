@@ -3,6 +3,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -107,5 +110,86 @@ func TestRestoreFromOlderBackup(t *testing.T) {
 	msgs := readPartition(t, s, "dr", "p3")
 	if m := msgs[len(msgs)-1]; m.TransactionID != "after" || m.Offset != int64(len(order["p3"])) {
 		t.Errorf("new message stored as %s at offset %d, want after at %d", m.TransactionID, m.Offset, len(order["p3"]))
+	}
+}
+
+// TestStaleWALDirectoryIsRefused: the broker's WAL directory is replaced by
+// an older copy of itself (same broker id) while PostgreSQL keeps the newer
+// checkpoint. The projector must neither skip nor repeat records: it stops,
+// /health answers 503 naming the projector, pushes are kept in the WAL as
+// buffered, and nothing reaches PostgreSQL. That holds on the first start
+// (the WAL ends before the checkpoint) and after the stale WAL has grown
+// past the checkpoint (the record at the checkpoint's index is another
+// one). The documented remedy, deleting the broker's checkpoint row,
+// re-projects the stale WAL: what the database has is a duplicate, the
+// rest is stored once.
+func TestStaleWALDirectoryIsRefused(t *testing.T) {
+	t.Parallel()
+	_, url := testenv.OwnCluster(t)
+	walDir, old := t.TempDir(), filepath.Join(t.TempDir(), "wal-copy")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s := openStore(t, url)
+	pushOne := func(base, tx string, want ingest.Status) {
+		t.Helper()
+		wantStatuses(t, push(t, base, body(item{"stale", "P", tx, tx})), want)
+	}
+	stored := func() string { return fmt.Sprint(txids(readPartition(t, s, "stale", "P"))) }
+
+	b := testenv.StartBroker(t, url, walDir, nil)
+	for _, tx := range []string{"a1", "a2", "a3"} {
+		pushOne("http://"+b.Addr(), tx, Q)
+	}
+	if err := b.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("cp", "-a", walDir, old).CombinedOutput(); err != nil {
+		t.Fatalf("copy WAL: %v %s", err, out)
+	}
+	b = testenv.StartBroker(t, url, walDir, nil)
+	for _, tx := range []string{"b1", "b2", "b3"} {
+		pushOne("http://"+b.Addr(), tx, Q)
+	}
+	if err := b.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const want = "[a1 a2 a3 b1 b2 b3]"
+
+	refused := func(b *broker.Broker) {
+		t.Helper()
+		base := "http://" + b.Addr()
+		testenv.WaitFor(t, 10*time.Second, "the projector to refuse the stale WAL", func() bool {
+			return b.Projector.Diverged() != nil
+		})
+		code, rb := get(t, base+"/health")
+		if code != 503 || !strings.Contains(rb, "WAL and database disagree") {
+			t.Fatalf("/health: %d %s", code, rb)
+		}
+	}
+	b = testenv.StartBroker(t, url, old, nil)
+	refused(b)
+	for _, tx := range []string{"c1", "c2", "c3", "c4"} { // the stale WAL grows past the checkpoint
+		pushOne("http://"+b.Addr(), tx, B)
+	}
+	if err := b.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b = testenv.StartBroker(t, url, old, nil)
+	refused(b)
+	time.Sleep(500 * time.Millisecond)
+	if got := stored(); got != want {
+		t.Fatalf("database holds %s while the WAL is refused, want %s", got, want)
+	}
+
+	// Remedy (README.md): forget this broker's checkpoint; the projector
+	// re-projects its whole WAL under the dedup window.
+	if _, err := s.Pool().Exec(ctx, "DELETE FROM queen.projector_checkpoints WHERE broker_id = $1", b.ID); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 20*time.Second, "re-projection after the remedy", func() bool {
+		return b.Projector.Diverged() == nil && b.Projector.Backlog() == 0
+	})
+	if got := stored(); got != "[a1 a2 a3 b1 b2 b3 c1 c2 c3 c4]" {
+		t.Fatalf("after the remedy the partition holds %s", got)
 	}
 }

@@ -30,6 +30,18 @@ func getJSON(t testing.TB, u string, v any) int {
 	return resp.StatusCode
 }
 
+// get returns the status and body of GET u.
+func get(t testing.TB, u string) (int, string) {
+	t.Helper()
+	resp, err := testenv.Client.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
 func del(t testing.TB, u string) (int, string) {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodDelete, u, nil)

@@ -20,6 +20,7 @@ import (
 	"github.com/queenmq/queen-go/auth"
 	"github.com/queenmq/queen-go/ingest"
 	"github.com/queenmq/queen-go/pg"
+	"github.com/queenmq/queen-go/projector"
 )
 
 // Defaults for Config.
@@ -286,6 +287,11 @@ func (s *Server) health(ctx *fasthttp.RequestCtx) {
 	c, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if err := s.b.Health(c); err != nil {
+		if errors.Is(err, projector.ErrWALDiverged) {
+			writeJSON(ctx, fasthttp.StatusServiceUnavailable, map[string]any{
+				"status": "unhealthy", "database": "connected", "projector": "stopped: WAL and database disagree", "server": "queen-go"})
+			return
+		}
 		writeJSON(ctx, fasthttp.StatusServiceUnavailable, map[string]any{
 			"status": "unhealthy", "database": "disconnected", "server": "queen-go"})
 		return

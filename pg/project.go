@@ -69,8 +69,9 @@ type partState struct {
 }
 
 // Project stores one projector batch in one transaction and records
-// walIndex as brokerID's checkpoint in the same transaction, so projection
-// is exactly-once. It returns one Outcome per item.
+// walIndex (with recordCRC, the CRC-32C of that WAL record's payload) as
+// brokerID's checkpoint in the same transaction, so projection is
+// exactly-once. It returns one Outcome per item.
 //
 // Per batch: the touched partition rows are locked in id order (no
 // deadlocks between brokers), the dedup sidecar is probed for the batch's
@@ -84,7 +85,7 @@ type partState struct {
 // An error means nothing of the batch may be assumed stored: the caller
 // re-reads the checkpoint before it retries (a failed COMMIT has an unknown
 // outcome).
-func (s *Store) Project(ctx context.Context, brokerID uuid.UUID, walIndex uint64, items []ProjectItem) ([]Outcome, error) {
+func (s *Store) Project(ctx context.Context, brokerID uuid.UUID, walIndex uint64, recordCRC uint32, items []ProjectItem) ([]Outcome, error) {
 	ids, err := s.partitionIDs(ctx, items)
 	if err != nil {
 		return nil, err
@@ -97,9 +98,9 @@ func (s *Store) Project(ctx context.Context, brokerID uuid.UUID, walIndex uint64
 	// closed by the pool, which rolls the transaction back.
 	defer conn.Release()
 	out, err := s.project(ctx, conn.Conn(), true, items, ids, func(b *pgx.Batch) {
-		b.Queue(`INSERT INTO queen.projector_checkpoints (broker_id, wal_index, updated_at) VALUES ($1, $2, now())
-		ON CONFLICT (broker_id) DO UPDATE SET wal_index = excluded.wal_index, updated_at = now()`,
-			pgtype.UUID{Bytes: brokerID, Valid: true}, int64(walIndex))
+		b.Queue(`INSERT INTO queen.projector_checkpoints (broker_id, wal_index, record_crc32c, updated_at) VALUES ($1, $2, $3, now())
+		ON CONFLICT (broker_id) DO UPDATE SET wal_index = excluded.wal_index, record_crc32c = excluded.record_crc32c, updated_at = now()`,
+			pgtype.UUID{Bytes: brokerID, Valid: true}, int64(walIndex), int64(recordCRC))
 		b.Queue("COMMIT")
 	})
 	if err != nil {

@@ -67,6 +67,9 @@ CREATE TABLE IF NOT EXISTS queen.projector_checkpoints (
     wal_index  bigint NOT NULL,
     updated_at timestamptz NOT NULL DEFAULT now()
 );
+-- CRC-32C of the WAL record at wal_index: tells a WAL directory that is not
+-- the one this checkpoint was written from (see pg.Checkpoint).
+ALTER TABLE queen.projector_checkpoints ADD COLUMN IF NOT EXISTS record_crc32c bigint;
 
 -- System flags such as maintenance_mode ({"enabled": bool}).
 CREATE TABLE IF NOT EXISTS queen.system_state (

@@ -130,19 +130,36 @@ func (s *Store) EnsureSchema(ctx context.Context) error {
 	return nil
 }
 
-// Checkpoint returns the last WAL index the broker committed, and false when
-// the broker has never committed (a new broker, or a database restored from
-// a backup older than its first commit).
-func (s *Store) Checkpoint(ctx context.Context, brokerID uuid.UUID) (uint64, bool, error) {
+// Checkpoint is a broker's projection checkpoint: the last WAL index it
+// committed and the CRC-32C of that record's payload (HasCRC false for
+// rows written before the CRC was recorded). The CRC lets the projector
+// tell that its WAL directory is not the one the checkpoint came from
+// (restored from an older snapshot, or copied from elsewhere with the
+// broker id file): the same index then holds another record, or none.
+type Checkpoint struct {
+	Index     uint64
+	RecordCRC uint32
+	HasCRC    bool
+}
+
+// Checkpoint returns the broker's checkpoint, and false when the broker has
+// never committed (a new broker, or a database restored from a backup
+// older than its first commit).
+func (s *Store) Checkpoint(ctx context.Context, brokerID uuid.UUID) (Checkpoint, bool, error) {
 	var idx int64
-	err := s.pool.QueryRow(ctx, "SELECT wal_index FROM queen.projector_checkpoints WHERE broker_id = $1", brokerID).Scan(&idx)
+	var crc *int64
+	err := s.pool.QueryRow(ctx, "SELECT wal_index, record_crc32c FROM queen.projector_checkpoints WHERE broker_id = $1", brokerID).Scan(&idx, &crc)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, false, nil
+		return Checkpoint{}, false, nil
 	}
 	if err != nil {
-		return 0, false, err
+		return Checkpoint{}, false, err
 	}
-	return uint64(idx), true, nil
+	cp := Checkpoint{Index: uint64(idx)}
+	if crc != nil {
+		cp.RecordCRC, cp.HasCRC = uint32(*crc), true
+	}
+	return cp, true, nil
 }
 
 // GetFlag reads a boolean system flag stored as {"enabled": bool}; false

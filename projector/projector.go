@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -211,6 +212,17 @@ func (p *Projector) LastError() error {
 	return p.lastErr
 }
 
+// Diverged returns the ErrWALDiverged error that stopped projection, or
+// nil.
+func (p *Projector) Diverged() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if errors.Is(p.lastErr, ErrWALDiverged) {
+		return p.lastErr
+	}
+	return nil
+}
+
 func (p *Projector) poke() {
 	select {
 	case p.wake <- struct{}{}:
@@ -231,7 +243,11 @@ func (p *Projector) run(ctx context.Context) {
 		p.mu.Lock()
 		p.lastErr = err
 		p.mu.Unlock()
-		p.log.Warn("projector: PostgreSQL step failed; retrying", "err", err, "backoff", backoff)
+		if errors.Is(err, ErrWALDiverged) {
+			p.log.Error("projector: stopped; resolve it as README.md says under \"WAL and database disagree\"", "err", err)
+		} else {
+			p.log.Warn("projector: PostgreSQL step failed; retrying", "err", err, "backoff", backoff)
+		}
 		sleep(ctx, backoff, p.wake)
 		backoff = min(backoff*2, p.cfg.BackoffMax)
 	}
@@ -288,8 +304,42 @@ func (p *Projector) ping(ctx context.Context) error {
 	return p.store.Ping(ctx)
 }
 
-// loadCursor applies the schema if needed and sets the cursor from the
-// checkpoint stored in PostgreSQL.
+// ErrWALDiverged means the checkpoint PostgreSQL holds for this broker was
+// not written from this WAL directory: the WAL ends before the checkpoint,
+// or the record at the checkpoint's index is another record. Projecting
+// from there would skip or repeat records, and truncating by that
+// checkpoint would delete unprojected ones, so the projector does neither:
+// it stays stopped (the broker unhealthy, pushes kept in the WAL and
+// answered buffered) until an operator resolves it (README.md, "WAL and
+// database disagree").
+var ErrWALDiverged = errors.New("projector: the WAL directory does not match this broker's checkpoint in PostgreSQL")
+
+// checkWAL verifies that the WAL holds the record the checkpoint names.
+func (p *Projector) checkWAL(cp pg.Checkpoint) error {
+	if last := p.wal.DurableIndex(); cp.Index > last {
+		return fmt.Errorf("%w: checkpoint at WAL index %d, but this WAL ends at %d", ErrWALDiverged, cp.Index, last)
+	}
+	if !cp.HasCRC || cp.Index < p.wal.FirstIndex() {
+		return nil // nothing to compare: an old checkpoint row, or the record is truncated
+	}
+	payload, err := p.wal.Read(cp.Index)
+	if err != nil {
+		return fmt.Errorf("projector: read WAL record %d at the checkpoint: %w", cp.Index, err)
+	}
+	if got := recordCRC(payload); got != cp.RecordCRC {
+		return fmt.Errorf("%w: WAL record %d has CRC-32C %08x, the checkpoint names %08x", ErrWALDiverged, cp.Index, got, cp.RecordCRC)
+	}
+	return nil
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// recordCRC is the CRC-32C of a WAL record's payload, as checkpoints store it.
+func recordCRC(payload []byte) uint32 { return crc32.Checksum(payload, castagnoli) }
+
+// loadCursor applies the schema if needed, checks that the checkpoint
+// stored in PostgreSQL was written from this WAL (checkWAL) and sets the
+// cursor from it.
 func (p *Projector) loadCursor(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.TxTimeout)
 	defer cancel()
@@ -300,14 +350,19 @@ func (p *Projector) loadCursor(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	next := cp + 1
+	if ok {
+		if err := p.checkWAL(cp); err != nil {
+			return err
+		}
+	}
+	next := cp.Index + 1
 	if !ok {
 		next = 1
 	}
 	if first := p.wal.FirstIndex(); next < first {
 		if ok || first > 1 {
 			p.log.Error("projector: WAL no longer holds entries after the checkpoint; they are lost to this database",
-				"checkpoint", cp, "wal_first", first)
+				"checkpoint", cp.Index, "wal_first", first)
 		}
 		next = first
 	}
@@ -353,10 +408,11 @@ func (p *Projector) projectOnce(ctx context.Context, cursor uint64) error {
 		entries = append(entries, entry{index: e.Index, n: len(rec.Items)})
 	}
 	last := batch[len(batch)-1].Index
+	lastCRC := recordCRC(batch[len(batch)-1].Payload)
 	tctx, cancel := context.WithTimeout(ctx, p.cfg.TxTimeout)
 	defer cancel()
 	started := time.Now()
-	out, err := p.store.Project(tctx, p.cfg.BrokerID, last, items)
+	out, err := p.store.Project(tctx, p.cfg.BrokerID, last, lastCRC, items)
 	if p.cfg.ObserveBatch != nil {
 		p.cfg.ObserveBatch(len(items), time.Since(started), err)
 	}

@@ -307,8 +307,14 @@ func (b *Broker) Configure(ctx context.Context, queue, namespace, task string, o
 	return b.Store.Configure(ctx, queue, namespace, task, ingest.DefaultPartition, o)
 }
 
-// Health implements fastapi.Broker: a real round-trip.
-func (b *Broker) Health(ctx context.Context) error { return b.Store.Ping(ctx) }
+// Health implements fastapi.Broker: the error that stopped the projector
+// (projector.ErrWALDiverged), else a real round-trip to PostgreSQL.
+func (b *Broker) Health(ctx context.Context) error {
+	if err := b.Projector.Diverged(); err != nil {
+		return err
+	}
+	return b.Store.Ping(ctx)
+}
 
 // SetMaintenance implements fastapi.Broker. The mode takes effect on this
 // broker at once; persisting it (for other brokers and restarts) is retried

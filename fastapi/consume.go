@@ -107,9 +107,9 @@ func (s *Server) pop(ctx *fasthttp.RequestCtx) {
 	if from := string(a.Peek("subscriptionFrom")); from == "now" {
 		req.SubscriptionMode = pg.SubscribeNew
 	} else if from != "" {
-		t, err := time.Parse(time.RFC3339Nano, from)
+		t, err := parseTimestamp(from)
 		if err != nil {
-			writeErr(ctx, fasthttp.StatusBadRequest, "subscriptionFrom must be an ISO 8601 timestamp or \"now\"")
+			writeErr(ctx, fasthttp.StatusBadRequest, "subscriptionFrom must be \"now\" or "+err.Error())
 			return
 		}
 		req.SubscriptionFrom = &t

@@ -230,8 +230,8 @@ func (s *Server) seek(ctx *fasthttp.RequestCtx) {
 	case req.ToEnd:
 	case req.Timestamp != nil:
 		var err error
-		if at, err = time.Parse(time.RFC3339Nano, *req.Timestamp); err != nil {
-			writeErr(ctx, fasthttp.StatusBadRequest, "timestamp must be an ISO 8601 time")
+		if at, err = parseTimestamp(*req.Timestamp); err != nil {
+			writeErr(ctx, fasthttp.StatusBadRequest, "timestamp "+err.Error())
 			return
 		}
 	default:

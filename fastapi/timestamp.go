@@ -1,0 +1,40 @@
+package fastapi
+
+import (
+	"errors"
+	"strings"
+	"time"
+)
+
+// timestampLayouts are the forms parseTimestamp accepts, tried in order.
+// Fractional seconds are optional in each (Go's ".999999999").
+var timestampLayouts = []string{
+	time.RFC3339Nano,                     // 2025-01-02T03:04:05.123Z, +01:00
+	"2006-01-02T15:04:05.999999999Z0700", // +0100
+	"2006-01-02T15:04:05.999999999Z07",   // +01
+	"2006-01-02T15:04:05.999999999",      // no zone: UTC
+	"2006-01-02T15:04",                   // no seconds, no zone: UTC
+	"2006-01-02",                         // a date alone: midnight UTC
+}
+
+// errTimestamp is the 400 text for a timestamp none of the layouts read.
+var errTimestamp = errors.New("must be an ISO 8601 timestamp such as 2025-01-02T03:04:05Z (a date alone or no zone means UTC)")
+
+// parseTimestamp reads a client-supplied timestamp (subscriptionFrom, seek
+// and subscription timestamps). Queen handed these strings to PostgreSQL's
+// timestamptz input, so clients send more than strict RFC 3339: besides it,
+// a space instead of "T", a zone as +hhmm or +hh, no zone at all (taken as
+// UTC) and a date alone (midnight UTC) are accepted. Anything else returns
+// errTimestamp.
+func parseTimestamp(s string) (time.Time, error) {
+	s = strings.TrimSpace(s)
+	if len(s) > 10 && s[10] == ' ' {
+		s = s[:10] + "T" + s[11:]
+	}
+	for _, l := range timestampLayouts {
+		if t, err := time.ParseInLocation(l, s, time.UTC); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, errTimestamp
+}

@@ -358,6 +358,14 @@ func TestConfigureIsFullReplace(t *testing.T) {
 		t.Fatalf("configure: %d %s", code, rb)
 	}
 	wantStatuses(t, push(t, s.base, body(item{"qc", "P", 3, "T"})), D)
+	// null means "the default" (Queen's Go SDK sends it so), never 0.
+	code, rb = post(t, s.base, "/api/v1/configure", []byte(`{"queue":"qc","options":{"dedupWindowSeconds":null,"retryLimit":null,"leaseTime":null,"retentionEnabled":null}}`))
+	resp.Options = nil
+	if code != 200 || json.Unmarshal(rb, &resp) != nil || resp.Options["dedupWindowSeconds"] != float64(3600) ||
+		resp.Options["retryLimit"] != float64(3) || resp.Options["leaseTime"] != float64(300) || resp.Options["retentionEnabled"] != false {
+		t.Fatalf("configure with null options: %d %s", code, rb)
+	}
+	wantStatuses(t, push(t, s.base, body(item{"qc", "P", 4, "T"})), D)
 	for _, bad := range []string{`{}`, `{"queue":""}`, `{"queue":"x","options":{"leaseTime":-1}}`, `{"queue":"x","options":{"retentionEnabled":"yes"}}`, `[`} {
 		if code, rb := post(t, s.base, "/api/v1/configure", []byte(bad)); code != 400 {
 			t.Errorf("configure %s: %d %s, want 400", bad, code, rb)

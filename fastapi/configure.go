@@ -88,11 +88,16 @@ func optionFields(o *pg.QueueOptions) (map[string]*int, map[string]*bool) {
 // ParseQueueOptions applies a /configure "options" object over the
 // defaults (a full replace: omitted options take their defaults). Integer
 // options must be whole numbers in 0..2^31-1, boolean options booleans;
-// unknown options are ignored.
+// an option given as JSON null takes its default, as an omitted one does
+// (Queen's Go SDK sends null to mean "restore the default"; decoding it
+// as 0 would, for example, turn dedup off). Unknown options are ignored.
 func ParseQueueOptions(raw map[string]json.RawMessage) (pg.QueueOptions, error) {
 	o := pg.DefaultQueueOptions()
 	ints, bools := optionFields(&o)
 	for name, v := range raw {
+		if string(bytes.TrimSpace(v)) == "null" {
+			continue
+		}
 		if p, ok := ints[name]; ok {
 			var n int64
 			if err := json.Unmarshal(v, &n); err != nil || n < 0 || n > 1<<31-1 {

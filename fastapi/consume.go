@@ -21,6 +21,14 @@ const (
 	DefaultPopTimeout = 30 * time.Second
 	// MaxPopBatch caps one pop's batch.
 	MaxPopBatch = 10000
+	// AutopilotBatch is the batch of a pop that sends autopilot=true and no
+	// batch. Newer Queen SDKs consume that way by default and leave the
+	// batch size to the broker; without a batch parameter the API default
+	// (API.md) is 1, one message per HTTP round trip.
+	AutopilotBatch = 100
+	// popRetryInterval is how long a waiting pop sleeps after a PostgreSQL
+	// error before it tries again (within its timeout).
+	popRetryInterval = 500 * time.Millisecond
 	// popSafetyRecheck bounds how long a waiting pop goes without looking
 	// again when neither a wake-up nor a known time (PopResult.NextCheck)
 	// comes: a safety net for changes that send no wake-up (a seek, a
@@ -96,8 +104,12 @@ func (s *Server) pop(ctx *fasthttp.RequestCtx) {
 		writeErr(ctx, fasthttp.StatusBadRequest, "invalid consumerGroup name")
 		return
 	}
+	defBatch := 1
+	if boolArg(a, "autopilot") {
+		defBatch = AutopilotBatch
+	}
 	req := pg.PopRequest{Queue: queue, Partition: partition, Group: group,
-		Batch:      intArg(a, "batch", 1, 1, MaxPopBatch),
+		Batch:      intArg(a, "batch", defBatch, 1, MaxPopBatch),
 		Partitions: intArg(a, "partitions", 1, 1, 1000),
 		AutoAck:    boolArg(a, "autoAck")}
 	switch mode := string(a.Peek("subscriptionMode")); mode {
@@ -123,13 +135,39 @@ func (s *Server) pop(ctx *fasthttp.RequestCtx) {
 			return
 		}
 		ch := s.c.WaitChan(queue)
-		pctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		limit := 30 * time.Second
+		if wait {
+			limit = min(limit, max(time.Until(deadline), 5*time.Second))
+		}
+		pctx, cancel := context.WithTimeout(context.Background(), limit)
 		res, err := s.c.Pop(pctx, req)
 		cancel()
 		if err != nil {
-			s.log.Error("pop failed", "queue", queue, "err", err)
-			writeErr(ctx, fasthttp.StatusServiceUnavailable, "database unavailable")
-			return
+			// A waiting pop rides out a PostgreSQL outage inside its timeout
+			// and then answers 204, as an empty long-poll does: consumers
+			// that stop on a 5xx (Queen's JS SDK does, after its retries)
+			// keep running through a database restart. A pop without wait
+			// answers 503 at once.
+			left := time.Until(deadline)
+			if !wait || left <= 0 {
+				s.log.Error("pop failed", "queue", queue, "err", err)
+				if wait {
+					ctx.SetStatusCode(fasthttp.StatusNoContent)
+				} else {
+					writeErr(ctx, fasthttp.StatusServiceUnavailable, "database unavailable")
+				}
+				return
+			}
+			s.log.Warn("pop failed; retrying within its timeout", "queue", queue, "err", err)
+			t := time.NewTimer(min(left, popRetryInterval))
+			select {
+			case <-t.C:
+			case <-ctx.Done(): // server shutdown
+				t.Stop()
+				ctx.SetStatusCode(fasthttp.StatusNoContent)
+				return
+			}
+			continue
 		}
 		if len(res.Messages) > 0 {
 			writePop(ctx, req, res)

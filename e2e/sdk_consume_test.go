@@ -81,3 +81,18 @@ func TestWaitingPopRidesOutDatabaseRestart(t *testing.T) {
 		t.Fatalf("waiting pop across the restart: %d %s", res.code, res.r.raw)
 	}
 }
+
+// TestPushCreatedQueueNamespaceTask: a queue created by a push takes its
+// namespace and task from its name split on the first "." (API.md, push
+// side effects); /configure still sets them explicitly.
+func TestPushCreatedQueueNamespaceTask(t *testing.T) {
+	t.Parallel()
+	s := setup(t, nil)
+	wantStatuses(t, push(t, s.base, body(item{"billing.invoices.eu", "P", 1, ""}, item{"plain", "P", 2, ""})), Q, Q)
+	for name, want := range map[string][2]string{"billing.invoices.eu": {"billing", "invoices.eu"}, "plain": {"plain", ""}} {
+		var q struct{ Namespace, Task string }
+		if code := getJSON(t, s.base+"/api/v1/resources/queues/"+name, &q); code != 200 || q.Namespace != want[0] || q.Task != want[1] {
+			t.Errorf("%s: %d namespace %q task %q, want %q %q", name, code, q.Namespace, q.Task, want[0], want[1])
+		}
+	}
+}

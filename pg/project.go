@@ -404,7 +404,13 @@ func (s *Store) partitionIDs(ctx context.Context, items []ProjectItem) ([]uuid.U
 // (queue, partition) pairs; queues[i] goes with partitions[i].
 func (s *Store) ensurePartitions(ctx context.Context, queues, partitions []string) (map[partKey]uuid.UUID, error) {
 	var b pgx.Batch
-	b.Queue(`INSERT INTO queen.queues (name) SELECT DISTINCT q FROM unnest($1::text[]) AS q ORDER BY q
+	// A queue created by a push takes its namespace and task from its name
+	// split on the first "." (API.md, push side effects): "billing.invoices"
+	// is namespace "billing", task "invoices"; a name without "." is its own
+	// namespace with task "".
+	b.Queue(`INSERT INTO queen.queues (name, namespace, task)
+		SELECT q, split_part(q, '.', 1), CASE WHEN strpos(q, '.') > 0 THEN substr(q, strpos(q, '.') + 1) ELSE '' END
+		FROM (SELECT DISTINCT q FROM unnest($1::text[]) AS q) d ORDER BY q
 		ON CONFLICT (name) DO NOTHING`, queues)
 	b.Queue(`INSERT INTO queen.partitions (queue_id, name)
 		SELECT q.id, k.p FROM unnest($1::text[], $2::text[]) AS k(q, p) JOIN queen.queues q ON q.name = k.q

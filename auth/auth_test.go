@@ -621,8 +621,9 @@ var policyRoutes = []struct {
 	{"GET", "/api/v1/status/buffers", Read},
 	{"GET", "/api/v1/analytics/queue-lag", Read},
 
+	{"POST", "/api/v1/traces", Read | Write},
+
 	// Not listed: deny by default.
-	{"POST", "/api/v1/traces", Admin},
 	{"DELETE", "/api/v1/messages/p1/t1", Admin},
 	{"POST", "/api/v1/stats/refresh", Admin},
 	{"PUT", "/api/v1/push", Admin},

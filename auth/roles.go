@@ -92,6 +92,7 @@ func CapsForRoles(roles []string) Capability {
 //	POST        /api/v1/consumer-groups/{g}/queues/{q}/seek            Read|Write
 //	POST        /api/v1/consumer-groups/{g}/queues/{q}/partitions/{p}/seek  Read|Write
 //	POST        /api/v1/consumer-groups/{g}/subscription               Read|Write
+//	POST        /api/v1/traces                                         Read|Write
 //	GET         /api/v1/pop and anything under /api/v1/pop/            Read|Write
 //	DELETE      /api/v1/resources/queues/{q}                           Admin
 //	DELETE      /api/v1/consumer-groups/{g}[/queues/{q}]               Admin
@@ -123,7 +124,8 @@ func Required(method, path string) Capability {
 			match(s, "transaction"), match(s, "configure"),
 			match(s, "consumer-groups", "*", "queues", "*", "seek"),
 			match(s, "consumer-groups", "*", "queues", "*", "partitions", "*", "seek"),
-			match(s, "consumer-groups", "*", "subscription"):
+			match(s, "consumer-groups", "*", "subscription"),
+			match(s, "traces"):
 			return Read | Write
 		}
 	case fasthttp.MethodGet:

@@ -66,6 +66,8 @@ func token(t testing.TB, sub string, roles []string, variant string) string {
 	return s
 }
 
+// do sends a request with an optional bearer token (tok "" = none) and
+// body, and returns the status and response body.
 func do(t testing.TB, method, u, tok string, body []byte) (int, []byte) {
 	t.Helper()
 	req, err := http.NewRequest(method, u, bytes.NewReader(body))

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -14,44 +13,30 @@ import (
 	"github.com/queenmq/queen-go/internal/testenv"
 )
 
+// getJSON GETs u and, on 200, decodes the body into v; it returns the status.
 func getJSON(t testing.TB, u string, v any) int {
 	t.Helper()
-	resp, err := testenv.Client.Get(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if v != nil && resp.StatusCode == 200 {
+	code, b := do(t, http.MethodGet, u, "", nil)
+	if v != nil && code == 200 {
 		if err := json.Unmarshal(b, v); err != nil {
 			t.Fatalf("%s: %s: %v", u, b, err)
 		}
 	}
-	return resp.StatusCode
+	return code
 }
 
 // get returns the status and body of GET u.
 func get(t testing.TB, u string) (int, string) {
 	t.Helper()
-	resp, err := testenv.Client.Get(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	code, b := do(t, http.MethodGet, u, "", nil)
+	return code, string(b)
 }
 
+// del returns the status and body of DELETE u.
 func del(t testing.TB, u string) (int, string) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodDelete, u, nil)
-	resp, err := testenv.Client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	code, b := do(t, http.MethodDelete, u, "", nil)
+	return code, string(b)
 }
 
 // TestCaseP06DedupOutlivesConsumptionAndRetention: window 60 s, completed

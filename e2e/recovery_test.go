@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -179,6 +180,20 @@ func TestStaleWALDirectoryIsRefused(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	if got := stored(); got != want {
 		t.Fatalf("database holds %s while the WAL is refused, want %s", got, want)
+	}
+	// `queen wal status` tells the operator the same, beside the running
+	// broker; on the WAL the checkpoint came from it reports no problem.
+	status := func(dir string) (string, error) {
+		cmd := exec.Command(brokerBinary(t), "wal", "status", dir)
+		cmd.Env = append(os.Environ(), "QUEEN_PG_URL="+url)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := status(old); err == nil || !strings.Contains(out, "WAL and database disagree") || !strings.Contains(out, b.ID.String()) {
+		t.Errorf("wal status on the stale WAL: %v\n%s", err, out)
+	}
+	if out, err := status(walDir); err != nil || !strings.Contains(out, "state       ok") || !strings.Contains(out, "(0 records not yet in PostgreSQL)") {
+		t.Errorf("wal status on the WAL of the checkpoint: %v\n%s", err, out)
 	}
 
 	// Remedy (README.md): forget this broker's checkpoint; the projector

@@ -14,7 +14,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -326,16 +325,11 @@ func (p *Projector) checkWAL(cp pg.Checkpoint) error {
 	if err != nil {
 		return fmt.Errorf("projector: read WAL record %d at the checkpoint: %w", cp.Index, err)
 	}
-	if got := recordCRC(payload); got != cp.RecordCRC {
+	if got := wal.PayloadCRC(payload); got != cp.RecordCRC {
 		return fmt.Errorf("%w: WAL record %d has CRC-32C %08x, the checkpoint names %08x", ErrWALDiverged, cp.Index, got, cp.RecordCRC)
 	}
 	return nil
 }
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
-// recordCRC is the CRC-32C of a WAL record's payload, as checkpoints store it.
-func recordCRC(payload []byte) uint32 { return crc32.Checksum(payload, castagnoli) }
 
 // loadCursor applies the schema if needed, checks that the checkpoint
 // stored in PostgreSQL was written from this WAL (checkWAL) and sets the
@@ -408,7 +402,7 @@ func (p *Projector) projectOnce(ctx context.Context, cursor uint64) error {
 		entries = append(entries, entry{index: e.Index, n: len(rec.Items)})
 	}
 	last := batch[len(batch)-1].Index
-	lastCRC := recordCRC(batch[len(batch)-1].Payload)
+	lastCRC := wal.PayloadCRC(batch[len(batch)-1].Payload)
 	tctx, cancel := context.WithTimeout(ctx, p.cfg.TxTimeout)
 	defer cancel()
 	started := time.Now()

@@ -49,3 +49,8 @@ func DecodeRecord(rec []byte) ([]byte, error) {
 	}
 	return rec[headerSize:], nil
 }
+
+// PayloadCRC is the CRC-32C of a record's payload (without envelope): the
+// fingerprint projector checkpoints store for the record at their index,
+// so that a WAL directory can be checked against a checkpoint.
+func PayloadCRC(payload []byte) uint32 { return crc32.Checksum(payload, castagnoli) }

@@ -4,6 +4,13 @@
 //	queen wal verify [DIR]
 //	               check every WAL record's checksum (read-only); DIR
 //	               defaults to $FILE_BUFFER_DIR/wal; exit 1 on a problem
+//	queen wal status [DIR]
+//	               what a broker directory holds (DIR defaults to
+//	               $FILE_BUFFER_DIR): broker id, WAL record range, and, when a
+//	               database is configured, this broker's checkpoint, how
+//	               many records are not yet in PostgreSQL and whether the
+//	               WAL matches the checkpoint; read-only, safe beside a
+//	               running broker; exit 1 when something is wrong
 //	queen dev      the same, but with a throwaway local PostgreSQL when no
 //	               database is configured (QUEEN_PG_URL / PG_HOST unset);
 //	               the WAL goes to a temporary directory unless
@@ -127,7 +134,7 @@ func run(args []string) error {
 	}
 	dev := len(args) > 0 && args[0] == "dev"
 	if len(args) > 0 && !dev {
-		return fmt.Errorf("unknown command %q (want none, \"dev\" or \"wal verify [DIR]\")", args[0])
+		return fmt.Errorf("unknown command %q (want none, \"dev\", \"wal verify [DIR]\" or \"wal status [DIR]\")", args[0])
 	}
 	port, err := envInt("PORT", 6632)
 	if err != nil {
@@ -237,8 +244,15 @@ func run(args []string) error {
 }
 
 func walCommand(args []string) error {
+	if len(args) > 0 && args[0] == "status" {
+		dir := env("FILE_BUFFER_DIR", "/var/lib/queen/buffers")
+		if len(args) > 1 {
+			dir = args[1]
+		}
+		return walStatus(os.Stdout, dir, pgConfigured())
+	}
 	if len(args) == 0 || args[0] != "verify" {
-		return fmt.Errorf("usage: queen wal verify [DIR]")
+		return fmt.Errorf("usage: queen wal verify [WALDIR] | queen wal status [DIR]")
 	}
 	dir := filepath.Join(env("FILE_BUFFER_DIR", "/var/lib/queen/buffers"), "wal")
 	if len(args) > 1 {

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/queenmq/queen-go/pg"
+	"github.com/queenmq/queen-go/wal"
+)
+
+// pgConfigured returns the database URL when one is configured
+// (QUEEN_PG_URL or PG_HOST), else "".
+func pgConfigured() string {
+	if os.Getenv("QUEEN_PG_URL") == "" && os.Getenv("PG_HOST") == "" {
+		return ""
+	}
+	return pgURLFromEnv()
+}
+
+// walStatus prints what broker directory dir (FILE_BUFFER_DIR: broker.id
+// and wal/) holds and, when pgURL is not "", how it stands against this
+// broker's checkpoint in PostgreSQL: the same checks the projector makes
+// before it projects (projector.ErrWALDiverged). It reads only. The error
+// is non-nil when the WAL does not verify, the WAL and the checkpoint
+// disagree, or the database cannot be asked.
+func walStatus(w io.Writer, dir, pgURL string) error {
+	var id uuid.UUID
+	if b, err := os.ReadFile(filepath.Join(dir, "broker.id")); err != nil {
+		fmt.Fprintf(w, "broker id   none (%s has no broker.id: no broker has run here)\n", dir)
+	} else if id, err = uuid.Parse(strings.TrimSpace(string(b))); err != nil {
+		return fmt.Errorf("wal status: %s/broker.id: %w", dir, err)
+	} else {
+		fmt.Fprintf(w, "broker id   %s\n", id)
+	}
+	walDir := filepath.Join(dir, "wal")
+	reports, ok, err := wal.Verify(walDir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("wal status: %w", err)
+	}
+	var first, last uint64
+	var bytes int64
+	for _, r := range reports {
+		if first == 0 {
+			first = r.FirstIndex
+		}
+		if r.Records > 0 {
+			last = r.FirstIndex + uint64(r.Records) - 1
+		}
+		bytes += r.Bytes
+	}
+	switch {
+	case last == 0:
+		fmt.Fprintf(w, "wal         %s: no records\n", walDir)
+	default:
+		fmt.Fprintf(w, "wal         %s: %d segments, records %d..%d, %d bytes\n", walDir, len(reports), first, last, bytes)
+	}
+	var problems []string
+	if !ok && len(reports) > 0 {
+		problems = append(problems, fmt.Sprintf("the WAL does not verify (run `queen wal verify %s`)", walDir))
+	}
+	if pgURL == "" || id == uuid.Nil {
+		if pgURL == "" {
+			fmt.Fprintln(w, "checkpoint  not checked (no database configured: QUEEN_PG_URL or PG_HOST)")
+		}
+		return report(w, problems)
+	}
+	store, err := pg.Open(pg.Config{URL: pgURL, PoolSize: 1, ConnectTimeout: 5 * time.Second})
+	if err != nil {
+		return fmt.Errorf("wal status: %w", err)
+	}
+	defer store.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cp, found, err := store.Checkpoint(ctx, id)
+	if err != nil {
+		return fmt.Errorf("wal status: read the checkpoint: %w", err)
+	}
+	if !found {
+		fmt.Fprintln(w, "checkpoint  none for this broker (nothing projected yet, or the database predates it)")
+		return report(w, problems)
+	}
+	pending := uint64(0)
+	if last > cp.Index {
+		pending = last - cp.Index
+	}
+	fmt.Fprintf(w, "checkpoint  %d (%d records not yet in PostgreSQL)\n", cp.Index, pending)
+	switch {
+	case cp.Index > last:
+		problems = append(problems, fmt.Sprintf("WAL and database disagree: the checkpoint is at %d but this WAL ends at %d", cp.Index, last))
+	case cp.Index+1 < first:
+		problems = append(problems, fmt.Sprintf("records %d..%d after the checkpoint are no longer in this WAL", cp.Index+1, first-1))
+	case cp.Index < first: // the record at the checkpoint is truncated: nothing to compare
+	case cp.HasCRC:
+		payload, err := wal.ReadRecordAt(walDir, cp.Index)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("cannot read WAL record %d at the checkpoint: %v", cp.Index, err))
+		} else if got := wal.PayloadCRC(payload); got != cp.RecordCRC {
+			problems = append(problems, fmt.Sprintf("WAL and database disagree: record %d has CRC-32C %08x, the checkpoint names %08x", cp.Index, got, cp.RecordCRC))
+		}
+	}
+	return report(w, problems)
+}
+
+func report(w io.Writer, problems []string) error {
+	if len(problems) == 0 {
+		fmt.Fprintln(w, "state       ok")
+		return nil
+	}
+	for _, p := range problems {
+		fmt.Fprintf(w, "state       PROBLEM: %s\n", p)
+	}
+	return errors.New("wal status: problems found (see README.md, \"WAL and database disagree\")")
+}

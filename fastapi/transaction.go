@@ -1,6 +1,7 @@
 package fastapi
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -30,20 +31,66 @@ type txOp struct {
 	Error         string          `json:"error"`
 }
 
-// transaction handles POST /api/v1/transaction: {"operations":[{"type":
-// "push","items":[...]} | {"type":"ack",transactionId,partitionId,...}]}.
-// 400 for a malformed request (nothing applied); 200 {"success":true,
-// "results":[...]} when committed; 200 {"success":false,"error":...} when
-// an operation rolled everything back; 503 when PostgreSQL failed.
+// transaction handles POST /api/v1/transaction (Queen SDK wire contract:
+// API.md "POST /api/v1/transaction" and the Go/JS TransactionBuilder):
+//
+//	{"operations":[{"type":"push","items":[...]}
+//	             | {"type":"ack",transactionId,partitionId,status?,consumerGroup?,leaseId?,error?}],
+//	 "requiredLeases"?:[<lease uuid>...], "kv"?:[...], "timers"?:[...]}
+//
+// Out: 200 {"transactionId","success":true,"results":[...]} when committed;
+// 200 {"transactionId","success":false,"error":"operations[i]: ...",
+// "results":[]} when an operation rolled everything back; 400 {"error"} for
+// a malformed request; 503 when PostgreSQL failed. Nothing is applied
+// unless the answer is success:true.
+//
+// Riders: newer Go SDKs may add top-level "kv" and "timers" arrays that are
+// meant to gate the bundle (e.g. kv putIfAbsent + push = exactly-once).
+// This broker has no kv/timers, so a present rider that is neither null nor
+// [] is refused with 400 and nothing is applied, instead of committing the
+// bundle ungated; null and [] are ignored.
+//
+// requiredLeases: both SDKs list the lease ids of the acked messages here
+// (the JS SDK puts the lease ONLY here, never on the ack op). Queen 2 fences
+// an ack with the leaseId its operation carries, and lends it the required
+// lease only when the bundle names a single lease
+// (queen-mq/queen clients/client-go/transaction_lease_wire_test.go and
+// clients/client-go/tests/transaction_lease_test.go). So: an ack op without
+// leaseId, in a request whose requiredLeases holds exactly one distinct
+// lease, is applied as if it carried that lease; if that lease expired or
+// is not the message's current lease, the ack is refused and the whole
+// transaction rolls back (success:false). With two or more distinct
+// required leases nothing is lent (such acks are fenced only by the
+// message having some live lease, as before), and requiredLeases is not
+// otherwise a gate: Queen does not require every listed lease to be live.
+// Every requiredLeases entry must be a UUID string (400 otherwise).
 func (s *Server) transaction(ctx *fasthttp.RequestCtx) {
 	var req struct {
-		Operations []txOp `json:"operations"`
+		Operations     []txOp          `json:"operations"`
+		RequiredLeases json.RawMessage `json:"requiredLeases"`
+		KV             json.RawMessage `json:"kv"`
+		Timers         json.RawMessage `json:"timers"`
 	}
 	if !s.readObject(ctx, &req) {
 		return
 	}
+	for _, r := range []struct {
+		name string
+		raw  json.RawMessage
+	}{{"kv", req.KV}, {"timers", req.Timers}} {
+		if !emptyRider(r.raw) {
+			writeErr(ctx, fasthttp.StatusBadRequest, fmt.Sprintf(
+				"%q transaction riders are not supported by this broker (no kv/timers); nothing was applied", r.name))
+			return
+		}
+	}
 	if len(req.Operations) == 0 {
 		writeErr(ctx, fasthttp.StatusBadRequest, "operations (non-empty array) is required")
+		return
+	}
+	lent, msg := singleRequiredLease(req.RequiredLeases)
+	if msg != "" {
+		writeErr(ctx, fasthttp.StatusBadRequest, msg)
 		return
 	}
 	type slot struct {
@@ -86,6 +133,9 @@ func (s *Server) transaction(ctx *fasthttp.RequestCtx) {
 			if msg != "" {
 				writeErr(ctx, fasthttp.StatusBadRequest, fmt.Sprintf("operations[%d]: %s", i, msg))
 				return
+			}
+			if r.LeaseID == nil && lent != nil {
+				r.LeaseID = lent // fenced exactly like an ack carrying leaseId
 			}
 			order = append(order, slot{false, len(acks)})
 			opOf = append(opOf, i)
@@ -131,4 +181,52 @@ func (s *Server) transaction(ctx *fasthttp.RequestCtx) {
 		}
 	}
 	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"transactionId": txID.String(), "success": true, "results": results})
+}
+
+// emptyRider reports whether a transaction rider ("kv" or "timers") is
+// absent, null or an empty array, i.e. asks for nothing.
+func emptyRider(raw json.RawMessage) bool {
+	t := bytes.TrimSpace(raw)
+	if len(t) == 0 || string(t) == "null" {
+		return true
+	}
+	var arr []json.RawMessage
+	return t[0] == '[' && json.Unmarshal(t, &arr) == nil && len(arr) == 0
+}
+
+// singleRequiredLease parses the top-level "requiredLeases" (absent, null
+// or an array of lease UUID strings) and returns the lease to lend to ack
+// operations without their own leaseId: the one distinct entry, or nil when
+// there are none or several (Queen 2 lends only an unambiguous lease). msg
+// is a 400 text when the field is malformed.
+func singleRequiredLease(raw json.RawMessage) (*uuid.UUID, string) {
+	t := bytes.TrimSpace(raw)
+	if len(t) == 0 || string(t) == "null" {
+		return nil, ""
+	}
+	var entries []json.RawMessage
+	if t[0] != '[' || json.Unmarshal(t, &entries) != nil {
+		return nil, "requiredLeases must be an array of lease id (UUID) strings"
+	}
+	var only *uuid.UUID
+	several := false
+	for i, e := range entries {
+		var str string
+		if json.Unmarshal(e, &str) != nil {
+			return nil, fmt.Sprintf("requiredLeases[%d] must be a lease id (UUID) string", i)
+		}
+		id, err := uuid.Parse(str)
+		if err != nil {
+			return nil, fmt.Sprintf("requiredLeases[%d] must be a lease id (UUID) string", i)
+		}
+		if only == nil {
+			only = &id
+		} else if *only != id {
+			several = true
+		}
+	}
+	if several {
+		return nil, ""
+	}
+	return only, ""
 }

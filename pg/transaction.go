@@ -40,6 +40,14 @@ type TxResult struct {
 // fails instead of buffering. A push that is a duplicate inside its
 // queue's dedup window, or an ack that does not succeed, rolls everything
 // back with *TxAbort.
+//
+// Acks follow Ack's rules (applyAcks): an AckRequest with LeaseID is fenced,
+// i.e. refused with ErrTextInvalidLease unless LeaseID is the live lease the
+// message is currently delivered under, so an expired or foreign lease
+// aborts the whole transaction and none of its pushes are stored. An ack
+// without LeaseID needs only some live lease on the message. The HTTP layer
+// fills LeaseID from the request's single requiredLeases entry when the ack
+// op has none (Queen SDK wire contract, see fastapi's transaction handler).
 func (s *Store) Transaction(ctx context.Context, pushes []ProjectItem, acks []AckRequest) (*TxResult, error) {
 	res := &TxResult{}
 	var err error

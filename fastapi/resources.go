@@ -3,6 +3,7 @@ package fastapi
 import (
 	"context"
 	"errors"
+	"math"
 	"time"
 
 	json "github.com/goccy/go-json"
@@ -18,9 +19,11 @@ type Resources interface {
 	DeleteQueue(ctx context.Context, name string) (bool, error)
 	ListGroups(ctx context.Context) ([]pg.GroupSummary, error)
 	GetGroup(ctx context.Context, group string) ([]pg.GroupPartition, error)
-	DeleteGroup(ctx context.Context, group, queue string) (cursors int64, metadata bool, queues []string, err error)
+	DeleteGroup(ctx context.Context, group, queue string, deleteMetadata bool) (cursors int64, metadata bool, queues []string, err error)
+	UpdateSubscription(ctx context.Context, group string, at time.Time) (rows int64, queues []string, err error)
+	LaggingPartitions(ctx context.Context, minLagSeconds int) ([]pg.LaggingPartition, error)
 	Seek(ctx context.Context, group, queue, partition string, toEnd bool, at time.Time) (int64, error)
-	ListDeadLetters(ctx context.Context, queue, group string, limit, offset int) ([]pg.DeadLetter, error)
+	ListDeadLetters(ctx context.Context, f pg.DeadLetterFilter) ([]pg.DeadLetter, int64, error)
 }
 
 func (s *Server) routeResources(r interface {
@@ -32,9 +35,14 @@ func (s *Server) routeResources(r interface {
 	r.GET("/api/v1/resources/queues/{queue}", s.getQueue)
 	r.DELETE("/api/v1/resources/queues/{queue}", s.deleteQueue)
 	r.GET("/api/v1/consumer-groups", s.listGroups)
+	// fasthttp/router tries static children before parameters, so
+	// "lagging" is this route and not a group named "lagging" (a group
+	// named "laggingX" still reaches getGroup), as in Queen.
+	r.GET("/api/v1/consumer-groups/lagging", s.laggingGroups)
 	r.GET("/api/v1/consumer-groups/{group}", s.getGroup)
 	r.DELETE("/api/v1/consumer-groups/{group}", s.deleteGroup)
 	r.DELETE("/api/v1/consumer-groups/{group}/queues/{queue}", s.deleteGroup)
+	r.POST("/api/v1/consumer-groups/{group}/subscription", s.updateSubscription)
 	r.POST("/api/v1/consumer-groups/{group}/queues/{queue}/seek", s.seek)
 	r.POST("/api/v1/consumer-groups/{group}/queues/{queue}/partitions/{partition}/seek", s.seek)
 	r.GET("/api/v1/dlq", s.listDLQ)
@@ -175,6 +183,16 @@ func (s *Server) getGroup(ctx *fasthttp.RequestCtx) {
 	writeJSON(ctx, fasthttp.StatusOK, out)
 }
 
+// deleteGroup serves DELETE /api/v1/consumer-groups/:group and
+// DELETE /api/v1/consumer-groups/:group/queues/:queue (API.md §3.4, SDK
+// audit §9): it deletes the group's cursors on every queue or on :queue.
+// ?deleteMetadata (default true; Queen's boolean rule: only "true" and "1"
+// are true) also deletes the group's subscription metadata there; with
+// deleteMetadata=false the metadata stays and the group starts over by its
+// stored subscription (see pg.Store.DeleteGroup). 200
+// {success, consumerGroup[, queueName], deletedPartitions (cursors
+// deleted), metadataDeleted (whether metadata rows were actually
+// deleted)}. Pops waiting on any queue it touched are woken.
 func (s *Server) deleteGroup(ctx *fasthttp.RequestCtx) {
 	group, ok := pathName(ctx, "group")
 	if !ok {
@@ -184,9 +202,13 @@ func (s *Server) deleteGroup(ctx *fasthttp.RequestCtx) {
 	if !ok {
 		return
 	}
+	deleteMetadata := true
+	if a := ctx.QueryArgs(); len(a.Peek("deleteMetadata")) > 0 {
+		deleteMetadata = boolArg(a, "deleteMetadata")
+	}
 	c, cancel := dbCtx()
 	defer cancel()
-	n, meta, touched, err := s.r.DeleteGroup(c, group, queue)
+	n, meta, touched, err := s.r.DeleteGroup(c, group, queue, deleteMetadata)
 	if err != nil {
 		s.dbFail(ctx, "delete group", err)
 		return
@@ -201,6 +223,93 @@ func (s *Server) deleteGroup(ctx *fasthttp.RequestCtx) {
 		s.c.WakeQueue(c, q)
 	}
 	writeJSON(ctx, fasthttp.StatusOK, res)
+}
+
+// updateSubscription serves POST /api/v1/consumer-groups/:group/subscription
+// with body {"subscriptionTimestamp": "<ISO 8601>"} (API.md §3.4; Go SDK
+// UpdateConsumerGroupTimestamp, JS updateConsumerGroupTimestamp). It moves
+// the group's stored subscription start to that time on every queue where
+// the group has subscription metadata. Existing cursors are NOT moved: the
+// new start applies only where the group has no cursor yet, i.e. partitions
+// it has not popped from (see pg.Store.UpdateSubscription); seek moves
+// cursors. The timestamp is read by parseTimestamp.
+//
+// 200 {success:true, consumerGroup, newTimestamp (the time stored, RFC 3339
+// UTC), rowsUpdated (queues whose metadata changed; 0 for a group without
+// metadata, not an error)}. 400 {"error"} for an empty or non-object body,
+// bad JSON, or a subscriptionTimestamp that is missing, not a string or
+// not a timestamp. Pops waiting on the queues updated are woken.
+func (s *Server) updateSubscription(ctx *fasthttp.RequestCtx) {
+	group, ok := pathName(ctx, "group")
+	if !ok {
+		return
+	}
+	var req struct {
+		SubscriptionTimestamp *string `json:"subscriptionTimestamp"`
+	}
+	if !s.readObject(ctx, &req) {
+		return
+	}
+	if req.SubscriptionTimestamp == nil {
+		writeErr(ctx, fasthttp.StatusBadRequest, "subscriptionTimestamp is required")
+		return
+	}
+	at, err := parseTimestamp(*req.SubscriptionTimestamp)
+	if err != nil {
+		writeErr(ctx, fasthttp.StatusBadRequest, "subscriptionTimestamp "+err.Error())
+		return
+	}
+	c, cancel := dbCtx()
+	defer cancel()
+	n, queues, err := s.r.UpdateSubscription(c, group, at)
+	if err != nil {
+		s.dbFail(ctx, "update subscription", err)
+		return
+	}
+	for _, q := range queues {
+		s.c.WakeQueue(c, q)
+	}
+	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"success": true, "consumerGroup": group,
+		"newTimestamp": at.UTC().Format(time.RFC3339Nano), "rowsUpdated": n})
+}
+
+// defaultMinLagSeconds is minLagSeconds' default on the lagging route
+// (Queen's C++ route: one hour).
+const defaultMinLagSeconds = 3600
+
+// laggingGroups serves GET /api/v1/consumer-groups/lagging?minLagSeconds=N
+// (API.md §3.4; Go SDK GetLaggingConsumers, JS getLaggingConsumers): the
+// cursors of every group (queue mode included) with messages past them and
+// a time lag of at least N seconds (default 3600; a bad value falls back to
+// it, a negative one counts as 0), largest lag first. The time lag is the
+// figure GET /api/v1/consumer-groups/:group reports (seconds since the
+// group last moved its cursor on the partition), in whole seconds.
+//
+// 200 [] or an array of rows with Queen's snake_case keys: {consumer_group,
+// queue_name, partition_name, partition_id, worker_id (live lease id or
+// null), offset_lag, time_lag_seconds, lag_hours, oldest_unconsumed_at,
+// last_consumed_at}.
+func (s *Server) laggingGroups(ctx *fasthttp.RequestCtx) {
+	minLag := intArg(ctx.QueryArgs(), "minLagSeconds", defaultMinLagSeconds, 0, 1<<31-1)
+	c, cancel := dbCtx()
+	defer cancel()
+	ls, err := s.r.LaggingPartitions(c, minLag)
+	if err != nil {
+		s.dbFail(ctx, "lagging groups", err)
+		return
+	}
+	out := make([]map[string]any, len(ls))
+	for i, l := range ls {
+		var worker any
+		if l.LeaseID != nil {
+			worker = l.LeaseID.String()
+		}
+		out[i] = map[string]any{"consumer_group": l.Group, "queue_name": l.Queue, "partition_name": l.Partition,
+			"partition_id": l.PartitionID.String(), "worker_id": worker, "offset_lag": l.OffsetLag,
+			"time_lag_seconds": l.TimeLagSeconds, "lag_hours": math.Round(float64(l.TimeLagSeconds)/36) / 100,
+			"oldest_unconsumed_at": timePtr(l.OldestUnconsumed), "last_consumed_at": timePtr(l.LastConsumedAt)}
+	}
+	writeJSON(ctx, fasthttp.StatusOK, out)
 }
 
 func (s *Server) seek(ctx *fasthttp.RequestCtx) {
@@ -254,13 +363,38 @@ func (s *Server) seek(ctx *fasthttp.RequestCtx) {
 	writeJSON(ctx, fasthttp.StatusOK, res)
 }
 
+// listDLQ serves GET /api/v1/dlq (API.md §3.3, SDK audit §11). Filters,
+// each optional: queue, partition, consumerGroup (exact names), from and to
+// (inclusive bounds on failedAt, read by parseTimestamp; an unreadable one
+// is a 400 {"error"}); limit (default 100, 1..1000) and offset (default 0)
+// page the newest-first list. 200 {"messages":[{id, transactionId,
+// partitionId, queue, partition, offset, consumerGroup, errorMessage,
+// retryCount, data, producerSub, createdAt, failedAt}], "pagination":
+// {limit, offset}, "total": n}, where total counts every dead letter
+// matching the filters, whatever limit and offset are (the Go SDK reads
+// it; Queen's C++ server documented it without sending it, API.md §9).
 func (s *Server) listDLQ(ctx *fasthttp.RequestCtx) {
 	a := ctx.QueryArgs()
-	limit := intArg(a, "limit", 100, 1, 1000)
-	offset := intArg(a, "offset", 0, 0, 1<<30)
+	f := pg.DeadLetterFilter{Queue: string(a.Peek("queue")), Partition: string(a.Peek("partition")),
+		Group: string(a.Peek("consumerGroup")), Limit: intArg(a, "limit", 100, 1, 1000),
+		Offset: intArg(a, "offset", 0, 0, 1<<30)}
+	for _, b := range []struct {
+		name string
+		to   **time.Time
+	}{{"from", &f.From}, {"to", &f.To}} {
+		if v := a.Peek(b.name); len(v) > 0 {
+			t, err := parseTimestamp(string(v))
+			if err != nil {
+				writeErr(ctx, fasthttp.StatusBadRequest, b.name+" "+err.Error())
+				return
+			}
+			*b.to = &t
+		}
+	}
+	limit, offset := f.Limit, f.Offset
 	c, cancel := dbCtx()
 	defer cancel()
-	dls, err := s.r.ListDeadLetters(c, string(a.Peek("queue")), string(a.Peek("consumerGroup")), limit, offset)
+	dls, total, err := s.r.ListDeadLetters(c, f)
 	if err != nil {
 		s.dbFail(ctx, "dlq", err)
 		return
@@ -286,5 +420,5 @@ func (s *Server) listDLQ(ctx *fasthttp.RequestCtx) {
 			"failedAt": d.FailedAt.UTC().Format(time.RFC3339Nano)}
 	}
 	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"messages": msgs,
-		"pagination": map[string]int{"limit": limit, "offset": offset}})
+		"pagination": map[string]int{"limit": limit, "offset": offset}, "total": total})
 }

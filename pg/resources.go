@@ -184,6 +184,14 @@ func (s *Store) DeleteQueue(ctx context.Context, name string) (bool, error) {
 	return tag.RowsAffected() > 0, nil
 }
 
+// timeLagSQL is a cursor's time lag in seconds (alias c for
+// queen.consumer_cursors): how long ago the group last moved its cursor on
+// the partition, or since the cursor was created if it never moved. Callers
+// apply it only where the partition has messages past the cursor (else the
+// lag is 0). GET /api/v1/consumer-groups, .../consumer-groups/:group and
+// .../consumer-groups/lagging all report this figure.
+const timeLagSQL = `extract(epoch FROM now() - coalesce(c.last_consumed_at, c.created_at))`
+
 // GroupSummary is one (consumer group, queue) of GET /api/v1/consumer-groups.
 type GroupSummary struct {
 	Name              string
@@ -203,8 +211,7 @@ func (s *Store) ListGroups(ctx context.Context) ([]GroupSummary, error) {
 		count(*) FILTER (WHERE c.lease_expires_at > now()),
 		count(*) FILTER (WHERE p.next_offset > c.cursor_offset),
 		coalesce(sum(greatest(p.next_offset - c.cursor_offset, 0)), 0)::bigint,
-		coalesce(max(CASE WHEN p.next_offset > c.cursor_offset
-			THEN extract(epoch FROM now() - coalesce(c.last_consumed_at, c.created_at)) END), 0)::float8,
+		coalesce(max(CASE WHEN p.next_offset > c.cursor_offset THEN `+timeLagSQL+` END), 0)::float8,
 		g.subscription_mode, g.subscription_from, g.created_at
 		FROM queen.consumer_cursors c
 		JOIN queen.partitions p ON p.id = c.partition_id
@@ -249,7 +256,7 @@ type GroupPartition struct {
 func (s *Store) GetGroup(ctx context.Context, group string) ([]GroupPartition, error) {
 	rows, err := s.pool.Query(ctx, `SELECT q.name, p.name, c.lease_id, coalesce(c.lease_expires_at > now(), false),
 		c.last_consumed_at, c.total_consumed, c.cursor_offset, greatest(p.next_offset - c.cursor_offset, 0),
-		CASE WHEN p.next_offset > c.cursor_offset THEN extract(epoch FROM now() - coalesce(c.last_consumed_at, c.created_at)) ELSE 0 END::float8
+		CASE WHEN p.next_offset > c.cursor_offset THEN `+timeLagSQL+` ELSE 0 END::float8
 		FROM queen.consumer_cursors c JOIN queen.partitions p ON p.id = c.partition_id
 		JOIN queen.queues q ON q.id = p.queue_id WHERE c.consumer_group = $1 ORDER BY q.name, p.name`, group)
 	if err != nil {
@@ -273,16 +280,25 @@ func (s *Store) GetGroup(ctx context.Context, group string) ([]GroupPartition, e
 	return out, rows.Err()
 }
 
-// DeleteGroup deletes a consumer group's cursors and subscription, on one
-// queue or (queue "") on all; the group then starts over by its
-// subscription mode on its next pop. It returns how many cursors went,
-// whether subscription metadata was deleted, and the names of the queues
-// it touched (so that the caller can wake pops waiting on them).
-func (s *Store) DeleteGroup(ctx context.Context, group, queue string) (int64, bool, []string, error) {
+// DeleteGroup deletes a consumer group's cursors on one queue or (queue "")
+// on all queues: DELETE /api/v1/consumer-groups/:group[/queues/:queue]
+// (API.md §3.4). With deleteMetadata (the route's ?deleteMetadata, default
+// true) the group's subscription metadata (queen.consumer_groups rows on
+// the same queues) goes too, and the group's next pop subscribes afresh by
+// the mode that pop sends. Without it the metadata stays, and the group
+// starts over in every partition by its stored subscription (mode and start
+// timestamp), as Queen's delete_consumer_group_v1 with
+// p_delete_metadata=false did.
+//
+// It returns how many cursors were deleted, whether any metadata row was
+// deleted (always false without deleteMetadata), and the sorted names of
+// the queues it changed (so that the caller can wake pops waiting on them).
+func (s *Store) DeleteGroup(ctx context.Context, group, queue string, deleteMetadata bool) (int64, bool, []string, error) {
 	var cursors, meta int64
 	touched := map[string]bool{}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		clear(touched)
+		cursors, meta = 0, 0
 		rows, err := tx.Query(ctx, `DELETE FROM queen.consumer_cursors c USING queen.partitions p, queen.queues q
 			WHERE c.partition_id = p.id AND p.queue_id = q.id AND c.consumer_group = $1 AND ($2 = '' OR q.name = $2)
 			RETURNING q.name`, group, queue)
@@ -296,6 +312,9 @@ func (s *Store) DeleteGroup(ctx context.Context, group, queue string) (int64, bo
 		cursors = int64(len(names))
 		for _, n := range names {
 			touched[n] = true
+		}
+		if !deleteMetadata {
+			return nil
 		}
 		rows, err = tx.Query(ctx, `DELETE FROM queen.consumer_groups g USING queen.queues q
 			WHERE g.queue_id = q.id AND g.consumer_group = $1 AND ($2 = '' OR q.name = $2)
@@ -313,12 +332,115 @@ func (s *Store) DeleteGroup(ctx context.Context, group, queue string) (int64, bo
 	if err != nil {
 		return 0, false, nil, fmt.Errorf("pg: delete group: %w", err)
 	}
-	queues := make([]string, 0, len(touched))
-	for n := range touched {
-		queues = append(queues, n)
+	return cursors, meta > 0, sortedKeys(touched), nil
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
 	}
-	sort.Strings(queues)
-	return cursors, meta > 0, queues, nil
+	sort.Strings(out)
+	return out
+}
+
+// UpdateSubscription moves a named consumer group's subscription start to
+// at on every queue where the group has subscription metadata (a
+// queen.consumer_groups row): POST /api/v1/consumer-groups/:group/subscription
+// (API.md §3.4, Queen's update_consumer_group_subscription_v1).
+//
+// Only where the group has no cursor yet does this change anything: there
+// the group's first pop starts at the first message committed at or after
+// at (see startOffset). Existing cursors are not moved (use seek for that),
+// as in Queen, where the timestamp "only matters for partitions where the
+// group has no cursor yet". This broker creates a cursor when the group
+// first claims a partition, so that covers the partitions the group has
+// not popped from yet, existing ones included, and partitions created
+// later.
+//
+// A group subscribed with mode "all" has a metadata row here but no start
+// time (Queen stored no row for it, so the call matched nothing there); its
+// mode becomes "timestamp" so that the new start time takes effect, which
+// is what the caller asked for. Modes "new" and "timestamp" keep their
+// mode. Queue mode (__QUEUE_MODE__) has no metadata and always starts at
+// the beginning, so it is never updated.
+//
+// It returns how many metadata rows were updated (one per queue) and the
+// sorted names of those queues.
+func (s *Store) UpdateSubscription(ctx context.Context, group string, at time.Time) (int64, []string, error) {
+	rows, err := s.pool.Query(ctx, `UPDATE queen.consumer_groups g SET subscription_from = $2,
+		subscription_mode = CASE WHEN g.subscription_mode = $3 THEN $4 ELSE g.subscription_mode END
+		FROM queen.queues q WHERE g.queue_id = q.id AND g.consumer_group = $1
+		RETURNING q.name`, group, at, SubscribeAll, SubscribeTimestamp)
+	if err != nil {
+		return 0, nil, fmt.Errorf("pg: update subscription: %w", err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return 0, nil, fmt.Errorf("pg: update subscription: %w", err)
+	}
+	sort.Strings(names)
+	return int64(len(names)), names, nil
+}
+
+// LaggingPartition is one row of GET /api/v1/consumer-groups/lagging: a
+// consumer group's cursor on a partition with messages past it.
+type LaggingPartition struct {
+	Group       string
+	Queue       string
+	Partition   string
+	PartitionID uuid.UUID
+	// LeaseID is the live lease on the partition for the group, if any.
+	LeaseID *uuid.UUID
+	// OffsetLag is how many messages are past the cursor.
+	OffsetLag int64
+	// TimeLagSeconds is timeLagSQL, truncated to whole seconds.
+	TimeLagSeconds int64
+	// OldestUnconsumed is when the oldest stored message past the cursor
+	// was committed (nil when retention removed them all).
+	OldestUnconsumed *time.Time
+	LastConsumedAt   *time.Time
+}
+
+// LaggingPartitions lists the cursors (every group, queue mode included)
+// that have messages past them and a time lag of at least minLagSeconds,
+// largest time lag first. The lag figures are those of GetGroup.
+func (s *Store) LaggingPartitions(ctx context.Context, minLagSeconds int) ([]LaggingPartition, error) {
+	rows, err := s.pool.Query(ctx, `SELECT * FROM (
+		SELECT c.consumer_group, q.name AS queue_name, p.name AS partition_name, p.id,
+			CASE WHEN c.lease_expires_at > now() THEN c.lease_id END,
+			p.next_offset - c.cursor_offset,
+			floor(`+timeLagSQL+`)::bigint AS time_lag,
+			(SELECT min(sg.created_at) FROM queen.segments sg WHERE sg.partition_id = p.id AND sg.last_offset >= c.cursor_offset),
+			c.last_consumed_at
+		FROM queen.consumer_cursors c JOIN queen.partitions p ON p.id = c.partition_id
+		JOIN queen.queues q ON q.id = p.queue_id
+		WHERE p.next_offset > c.cursor_offset) l
+		WHERE time_lag >= $1
+		ORDER BY time_lag DESC, consumer_group, queue_name, partition_name`, minLagSeconds)
+	if err != nil {
+		return nil, fmt.Errorf("pg: lagging: %w", err)
+	}
+	defer rows.Close()
+	out := []LaggingPartition{}
+	for rows.Next() {
+		var l LaggingPartition
+		var pid, lease pgtype.UUID
+		if err := rows.Scan(&l.Group, &l.Queue, &l.Partition, &pid, &lease, &l.OffsetLag, &l.TimeLagSeconds,
+			&l.OldestUnconsumed, &l.LastConsumedAt); err != nil {
+			return nil, fmt.Errorf("pg: lagging: %w", err)
+		}
+		l.PartitionID = pid.Bytes
+		if lease.Valid {
+			id := uuid.UUID(lease.Bytes)
+			l.LeaseID = &id
+		}
+		out = append(out, l)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("pg: lagging: %w", err)
+	}
+	return out, nil
 }
 
 // Seek moves a group's existing cursors on a queue (partition "" = all):
@@ -351,16 +473,36 @@ type DeadLetter struct {
 	PayloadFound bool
 }
 
-// ListDeadLetters returns dead letters, newest first, filtered by queue
-// and group when not "", with limit/offset paging.
-func (s *Store) ListDeadLetters(ctx context.Context, queue, group string, limit, offset int) ([]DeadLetter, error) {
+// DeadLetterFilter selects dead letters for GET /api/v1/dlq. Empty strings
+// and nil times do not filter. Queue, Partition and Group match names
+// exactly; From and To bound the time the message was dead-lettered
+// (failedAt), both inclusive. Limit and Offset page the newest-first list.
+type DeadLetterFilter struct {
+	Queue, Partition, Group string
+	From, To                *time.Time
+	Limit, Offset           int
+}
+
+// ListDeadLetters returns one page of the dead letters matching f, newest
+// first, and the number of all dead letters matching f (the page's
+// limit/offset ignored): the messages and total of GET /api/v1/dlq.
+func (s *Store) ListDeadLetters(ctx context.Context, f DeadLetterFilter) ([]DeadLetter, int64, error) {
 	var out []DeadLetter
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	var total int64
+	// One snapshot, so that total and the page agree.
+	opts := pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}
+	err := pgx.BeginTxFunc(ctx, s.pool, opts, func(tx pgx.Tx) error {
+		out, total = nil, 0
+		const from = ` FROM queen.dead_letters d JOIN queen.partitions p ON p.id = d.partition_id JOIN queen.queues q ON q.id = p.queue_id
+			WHERE ($1 = '' OR q.name = $1) AND ($2 = '' OR p.name = $2) AND ($3 = '' OR d.consumer_group = $3)
+			AND ($4::timestamptz IS NULL OR d.failed_at >= $4) AND ($5::timestamptz IS NULL OR d.failed_at <= $5)`
+		args := []any{f.Queue, f.Partition, f.Group, f.From, f.To}
+		if err := tx.QueryRow(ctx, `SELECT count(*)`+from, args...).Scan(&total); err != nil {
+			return err
+		}
 		rows, err := tx.Query(ctx, `SELECT d.partition_id, q.name, p.name, d.consumer_group, d.msg_offset, d.message_id,
-			d.transaction_id, coalesce(d.error, ''), d.retry_count, d.failed_at
-			FROM queen.dead_letters d JOIN queen.partitions p ON p.id = d.partition_id JOIN queen.queues q ON q.id = p.queue_id
-			WHERE ($1 = '' OR q.name = $1) AND ($2 = '' OR d.consumer_group = $2)
-			ORDER BY d.id DESC LIMIT $3 OFFSET $4`, queue, group, limit, offset)
+			d.transaction_id, coalesce(d.error, ''), d.retry_count, d.failed_at`+from+`
+			ORDER BY d.id DESC LIMIT $6 OFFSET $7`, append(args, f.Limit, f.Offset)...)
 		if err != nil {
 			return err
 		}
@@ -401,9 +543,9 @@ func (s *Store) ListDeadLetters(ctx context.Context, queue, group string, limit,
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("pg: dlq: %w", err)
+		return nil, 0, fmt.Errorf("pg: dlq: %w", err)
 	}
-	return out, nil
+	return out, total, nil
 }
 
 // retentionLockKey makes one broker at a time run a retention pass.

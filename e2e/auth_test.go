@@ -112,6 +112,8 @@ func TestAuthMatrix(t *testing.T) {
 		{"GET", "/api/v1/consumer-groups", "", auth.Read},
 		{"GET", "/api/v1/consumer-groups/g", "", auth.Read},
 		{"GET", "/api/v1/dlq", "", auth.Read},
+		{"GET", "/api/v1/consumer-groups/lagging", "", auth.Read},
+		{"POST", "/api/v1/consumer-groups/g/subscription", `{"subscriptionTimestamp":"2025-01-01T00:00:00Z"}`, rw},
 		{"DELETE", "/api/v1/resources/queues/nothere", "", auth.Admin},
 		{"DELETE", "/api/v1/consumer-groups/nobody", "", auth.Admin},
 		{"DELETE", "/api/v1/consumer-groups/nobody/queues/mq", "", auth.Admin},

@@ -70,7 +70,7 @@ func ParseBody(body []byte) (items []ParsedItem, err error) {
 	if !utf8.Valid(body) {
 		return nil, bad("request body is not valid UTF-8")
 	}
-	if d, ok := maxDepth(body); !ok {
+	if d, ok := JSONDepth(body); !ok {
 		return nil, bad("malformed JSON")
 	} else if d > MaxDepth {
 		return nil, bad("JSON nested deeper than %d levels", MaxDepth)
@@ -248,9 +248,10 @@ func kind(raw []byte) byte {
 	return t[0]
 }
 
-// maxDepth returns the deepest nesting of arrays and objects in b without
-// recursion, and false when brackets do not balance.
-func maxDepth(b []byte) (int, bool) {
+// JSONDepth returns the deepest nesting of arrays and objects in the JSON
+// text b without recursion, and false when brackets do not balance. Callers
+// compare it with MaxDepth before decoding untrusted JSON.
+func JSONDepth(b []byte) (int, bool) {
 	depth, max := 0, 0
 	inStr, esc := false, false
 	for _, c := range b {

@@ -120,3 +120,27 @@ CREATE TABLE IF NOT EXISTS queen.dead_letters (
     failed_at      timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX IF NOT EXISTS dead_letters_partition ON queen.dead_letters (partition_id, consumer_group);
+
+-- Message traces (POST /api/v1/traces, pg/traces.go): processing events a
+-- consumer records against a stored message, keyed like Queen's by
+-- (partition, transactionId); message_id/msg_offset name the message the
+-- key resolved to when the trace was recorded. data is the client's JSON
+-- value byte for byte (bytea: jsonb would reorder and respell it). Traces
+-- outlive the message's consumption and its segment's retention; they go
+-- with their partition (queue delete cascades). trace_names: 0..32 names,
+-- sorted and distinct.
+CREATE TABLE IF NOT EXISTS queen.message_traces (
+    id             uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    seq            bigserial NOT NULL,
+    partition_id   uuid NOT NULL REFERENCES queen.partitions(id) ON DELETE CASCADE,
+    transaction_id bytea NOT NULL,
+    message_id     uuid NOT NULL,
+    msg_offset     bigint NOT NULL,
+    consumer_group text NOT NULL,
+    event_type     text NOT NULL,
+    data           bytea NOT NULL,
+    trace_names    text[] NOT NULL DEFAULT '{}',
+    created_at     timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE INDEX IF NOT EXISTS message_traces_message ON queen.message_traces (partition_id, transaction_id, seq);
+CREATE INDEX IF NOT EXISTS message_traces_names ON queen.message_traces USING gin (trace_names);

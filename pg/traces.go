@@ -1,0 +1,251 @@
+package pg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// Message traces: processing events a consumer records against a stored
+// message (Queen's POST /api/v1/traces, called by the SDKs' msg.trace()).
+// Table queen.message_traces in schema.sql. A trace is keyed, as in Queen,
+// by (partition id, transactionId); it outlives the message's consumption
+// and its segment's retention and goes only with its partition (a queue
+// delete cascades to it).
+
+// ErrTraceMessageNotFound is returned by RecordTrace when no stored message
+// of the partition has the transactionId (unknown partition, unknown
+// transactionId, or a message whose segment retention already removed).
+var ErrTraceMessageNotFound = errors.New("pg: trace: message not found")
+
+// TraceInput is one trace to record. Callers validate it (fastapi): Data
+// is a JSON value, kept byte for byte; Names are distinct and sorted.
+type TraceInput struct {
+	PartitionID   uuid.UUID
+	TransactionID string
+	ConsumerGroup string
+	EventType     string
+	Data          []byte
+	Names         []string
+}
+
+// Trace is one recorded trace. Queue and Partition (names) are filled by
+// TracesByName only.
+type Trace struct {
+	ID            uuid.UUID
+	PartitionID   uuid.UUID
+	TransactionID string
+	MessageID     uuid.UUID
+	Offset        int64
+	Queue         string
+	Partition     string
+	ConsumerGroup string
+	EventType     string
+	Data          []byte
+	Names         []string
+	CreatedAt     time.Time
+}
+
+// TraceNameSummary is one row of GET /api/v1/traces/names: how many traces
+// carry the name, on how many distinct messages ((partition, transactionId)
+// keys), and when the newest of them was recorded.
+type TraceNameSummary struct {
+	Name         string
+	TraceCount   int64
+	MessageCount int64
+	LastSeen     time.Time
+}
+
+// RecordTrace stores one trace against the message (in.PartitionID,
+// in.TransactionID) and returns the trace's id, or ErrTraceMessageNotFound.
+//
+// The message is found through the dedup sidecar (the latest stored message
+// per key; its segment must still exist) and, because the sidecar is swept
+// once the queue's dedup window has passed, also among the messages under a
+// consumer's lease in that partition, which is where msg.trace() is called
+// from. A message older than its dedup window that no consumer holds is
+// therefore not found.
+func (s *Store) RecordTrace(ctx context.Context, in TraceInput) (uuid.UUID, error) {
+	var id pgtype.UUID
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		m, err := findTracedMessage(ctx, tx, in.PartitionID, in.TransactionID)
+		if err != nil {
+			return err
+		}
+		names := in.Names
+		if names == nil {
+			names = []string{}
+		}
+		return tx.QueryRow(ctx, `INSERT INTO queen.message_traces
+			(partition_id, transaction_id, message_id, msg_offset, consumer_group, event_type, data, trace_names)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id`,
+			in.PartitionID, []byte(in.TransactionID), m.ID, m.Offset, in.ConsumerGroup, in.EventType, in.Data, names).Scan(&id)
+	})
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23503" { // the partition went (queue deleted) meanwhile
+		return uuid.Nil, ErrTraceMessageNotFound
+	}
+	if errors.Is(err, ErrTraceMessageNotFound) {
+		return uuid.Nil, err
+	}
+	if err != nil {
+		return uuid.Nil, fmt.Errorf("pg: record trace: %w", err)
+	}
+	return id.Bytes, nil
+}
+
+// findTracedMessage finds the stored message of partition pid with
+// transactionId txid (see RecordTrace for where it looks).
+func findTracedMessage(ctx context.Context, tx pgx.Tx, pid uuid.UUID, txid string) (*StoredMessage, error) {
+	var off int64
+	err := tx.QueryRow(ctx, `SELECT msg_offset FROM queen.dedup WHERE partition_id = $1 AND transaction_id = $2`,
+		pid, []byte(txid)).Scan(&off)
+	switch {
+	case err == nil:
+		msgs, err := fetch(ctx, tx, pid, off, off)
+		if err != nil {
+			return nil, err
+		}
+		if len(msgs) == 1 && msgs[0].TransactionID == txid {
+			return &msgs[0], nil
+		}
+	case !errors.Is(err, pgx.ErrNoRows):
+		return nil, err
+	}
+	rows, err := tx.Query(ctx, `SELECT cursor_offset, lease_end FROM queen.consumer_cursors
+		WHERE partition_id = $1 AND lease_end IS NOT NULL AND lease_end >= cursor_offset`, pid)
+	if err != nil {
+		return nil, err
+	}
+	type span struct{ from, to int64 }
+	spans, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (span, error) {
+		var sp span
+		err := r.Scan(&sp.from, &sp.to)
+		return sp, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	var found *StoredMessage
+	for _, sp := range spans {
+		msgs, err := fetch(ctx, tx, pid, sp.from, sp.to)
+		if err != nil {
+			return nil, err
+		}
+		for i := range msgs {
+			if msgs[i].TransactionID == txid && (found == nil || msgs[i].Offset > found.Offset) {
+				found = &msgs[i]
+			}
+		}
+	}
+	if found == nil {
+		return nil, ErrTraceMessageNotFound
+	}
+	return found, nil
+}
+
+// traceColumns are the columns scanTrace reads, in order.
+const traceColumns = `t.id, t.partition_id, t.transaction_id, t.message_id, t.msg_offset, t.consumer_group,
+	t.event_type, t.data, t.trace_names, t.created_at`
+
+func scanTrace(row pgx.Row, tr *Trace, extra ...any) error {
+	var id, pid, mid pgtype.UUID
+	var txid []byte
+	dest := append([]any{&id, &pid, &txid, &mid, &tr.Offset, &tr.ConsumerGroup, &tr.EventType, &tr.Data,
+		&tr.Names, &tr.CreatedAt}, extra...)
+	if err := row.Scan(dest...); err != nil {
+		return err
+	}
+	tr.ID, tr.PartitionID, tr.MessageID, tr.TransactionID = id.Bytes, pid.Bytes, mid.Bytes, string(txid)
+	if tr.Names == nil {
+		tr.Names = []string{}
+	}
+	return nil
+}
+
+// MessageTraces returns the traces of (partition, transactionId), oldest
+// first; none (not an error) for an unknown message.
+func (s *Store) MessageTraces(ctx context.Context, pid uuid.UUID, txid string) ([]Trace, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+traceColumns+` FROM queen.message_traces t
+		WHERE t.partition_id = $1 AND t.transaction_id = $2 ORDER BY t.seq`, pid, []byte(txid))
+	if err != nil {
+		return nil, fmt.Errorf("pg: message traces: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Trace, error) {
+		var tr Trace
+		return tr, scanTrace(r, &tr)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pg: message traces: %w", err)
+	}
+	return out, nil
+}
+
+// readSnapshot runs fn in a read-only repeatable-read transaction, so that
+// a page and its total come from one snapshot.
+func (s *Store) readSnapshot(ctx context.Context, fn func(pgx.Tx) error) error {
+	return pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, fn)
+}
+
+// TracesByName returns one page (limit, offset) of the traces carrying
+// name, oldest first, with their queue and partition names, and the total
+// number of such traces.
+func (s *Store) TracesByName(ctx context.Context, name string, limit, offset int) ([]Trace, int64, error) {
+	var out []Trace
+	var total int64
+	err := s.readSnapshot(ctx, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM queen.message_traces WHERE trace_names @> ARRAY[$1::text]`,
+			name).Scan(&total); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT `+traceColumns+`, q.name, p.name FROM queen.message_traces t
+			JOIN queen.partitions p ON p.id = t.partition_id JOIN queen.queues q ON q.id = p.queue_id
+			WHERE t.trace_names @> ARRAY[$1::text] ORDER BY t.seq LIMIT $2 OFFSET $3`, name, limit, offset)
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Trace, error) {
+			var tr Trace
+			return tr, scanTrace(r, &tr, &tr.Queue, &tr.Partition)
+		})
+		return err
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("pg: traces by name: %w", err)
+	}
+	return out, total, nil
+}
+
+// TraceNames returns one page (limit, offset) of the trace names in use,
+// most recently seen first, and how many distinct names there are.
+func (s *Store) TraceNames(ctx context.Context, limit, offset int) ([]TraceNameSummary, int64, error) {
+	var out []TraceNameSummary
+	var total int64
+	err := s.readSnapshot(ctx, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `SELECT count(DISTINCT n.name) FROM queen.message_traces t,
+			unnest(t.trace_names) AS n(name)`).Scan(&total); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT n.name, count(*), count(DISTINCT (t.partition_id, t.transaction_id)),
+			max(t.created_at) FROM queen.message_traces t, unnest(t.trace_names) AS n(name)
+			GROUP BY n.name ORDER BY max(t.created_at) DESC, n.name LIMIT $1 OFFSET $2`, limit, offset)
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (TraceNameSummary, error) {
+			var n TraceNameSummary
+			return n, r.Scan(&n.Name, &n.TraceCount, &n.MessageCount, &n.LastSeen)
+		})
+		return err
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("pg: trace names: %w", err)
+	}
+	return out, total, nil
+}

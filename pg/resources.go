@@ -168,7 +168,8 @@ func (d *QueueDetail) Partitions2Lag(ctx context.Context, s *Store, index map[uu
 }
 
 // DeleteQueue deletes a queue with its partitions, messages, cursors, dead
-// letters and dedup entries; it reports whether the queue existed.
+// letters, dedup entries and message traces; it reports whether the queue
+// existed.
 func (s *Store) DeleteQueue(ctx context.Context, name string) (bool, error) {
 	tag, err := s.pool.Exec(ctx, `DELETE FROM queen.queues WHERE name = $1`, name)
 	if err != nil {

@@ -208,3 +208,76 @@ func TestStaleWALDirectoryIsRefused(t *testing.T) {
 		t.Fatalf("after the remedy the partition holds %s", got)
 	}
 }
+
+// TestWALByteCap: with QUEEN_WAL_MAX_BYTES set and PostgreSQL away, pushes
+// are buffered until the WAL's segment files reach the cap; after that they
+// answer failed and nothing of them is ever stored, while the disk keeps
+// its room. Once PostgreSQL is back every buffered item is stored, the
+// projected segments are truncated ahead of their retention (the WAL is
+// above 3/4 of its cap) and pushes are queued again.
+func TestWALByteCap(t *testing.T) {
+	t.Parallel()
+	c, url := testenv.OwnCluster(t)
+	const limit = 256 << 10
+	b := testenv.StartBroker(t, url, "", func(cfg *broker.Config) {
+		cfg.WAL.MaxBytes = limit
+		cfg.WAL.SegmentSize = 16 << 10
+		cfg.Projector.WALRetention = time.Hour
+	})
+	base := "http://" + b.Addr()
+	wantStatuses(t, push(t, base, body(item{"cap", "P", "first", "first"})), Q)
+	if err := c.Stop(context.Background(), "fast"); err != nil {
+		t.Fatal(err)
+	}
+	payload := strings.Repeat("x", 1000)
+	var buffered, failed []string
+	for i := 0; len(failed) < 20; i++ {
+		if i > 1000 {
+			t.Fatal("no failed verdict below the cap")
+		}
+		var items []item
+		for k := 0; k < 10; k++ {
+			items = append(items, item{"cap", "P", payload, fmt.Sprintf("%d-%d", i, k)})
+		}
+		for _, r := range push(t, base, body(items...)) {
+			switch r.Status {
+			case B:
+				if len(failed) > 0 {
+					t.Fatalf("%s buffered after failed verdicts began", r.TransactionID)
+				}
+				buffered = append(buffered, r.TransactionID)
+			case ingest.StatusFailed:
+				failed = append(failed, r.TransactionID)
+			default:
+				t.Fatalf("%s: %s with PostgreSQL away", r.TransactionID, r.Status)
+			}
+		}
+		if size := b.WAL.Size(); size > limit {
+			t.Fatalf("WAL holds %d bytes, cap %d", size, limit)
+		}
+	}
+	if len(buffered) < 100 {
+		t.Fatalf("only %d items buffered under a %d-byte cap", len(buffered), limit)
+	}
+	if err := c.Restart(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s := openStore(t, url)
+	testenv.WaitFor(t, 30*time.Second, "the buffered items in PostgreSQL", func() bool {
+		return len(readPartition(t, s, "cap", "P")) >= 1+len(buffered)
+	})
+	want := append([]string{"first"}, buffered...)
+	if got := txids(readPartition(t, s, "cap", "P")); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("partition holds %d items, want the first and the %d buffered ones in order", len(got), len(buffered))
+	}
+	testenv.WaitFor(t, 30*time.Second, "a queued push after truncation", func() bool {
+		return push(t, base, body(item{"cap", "Q", payload, ""}))[0].Status == Q
+	})
+	for _, id := range failed {
+		for _, m := range readPartition(t, s, "cap", "P") {
+			if m.TransactionID == id {
+				t.Fatalf("%s answered failed but stored", id)
+			}
+		}
+	}
+}

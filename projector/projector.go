@@ -467,6 +467,13 @@ func (p *Projector) maintain(ctx context.Context) {
 	if retention < 0 {
 		retention = 0
 	}
+	// Near the WAL's byte cap, room for new pushes wins over keeping
+	// projected segments for disaster recovery.
+	if limit := p.wal.MaxBytes(); limit > 0 && p.wal.Size() > limit/4*3 && retention > 0 {
+		p.log.Warn("projector: WAL above 3/4 of its byte cap; truncating projected segments before their retention",
+			"bytes", p.wal.Size(), "cap", limit)
+		retention = 0
+	}
 	if n, err := p.wal.TruncateProjected(p.checkpoint.Load(), retention); err != nil {
 		p.log.Warn("projector: WAL truncation failed", "err", err)
 	} else if n > 0 {

@@ -36,6 +36,9 @@ var (
 	// ErrRecordTooLarge is returned by Append for a payload above
 	// Options.MaxRecordBytes.
 	ErrRecordTooLarge = errors.New("wal: record too large")
+	// ErrFull is returned by Append when the record would take the
+	// segment files past Options.MaxBytes; nothing was written.
+	ErrFull = errors.New("wal: full (segment files at their byte cap)")
 )
 
 // Options configure a Log. Zero fields take the defaults above.
@@ -49,6 +52,12 @@ type Options struct {
 	// MaxBatchBytes caps the payload bytes of one group commit
 	// (default DefaultMaxBatchBytes).
 	MaxBatchBytes int
+	// MaxBytes caps the bytes of all segment files (QUEEN_WAL_MAX_BYTES):
+	// an Append whose record would take them past it fails with ErrFull and
+	// writes nothing. 0 = no cap (the disk is the cap: ENOSPC fails the
+	// write instead). It protects what shares the disk, PostgreSQL above
+	// all, from a WAL that grows through a long outage.
+	MaxBytes int64
 	// NoSync skips fsync. Only for tests that measure something else; the
 	// broker never sets it.
 	NoSync bool
@@ -105,6 +114,9 @@ type Log struct {
 
 	first   atomic.Uint64
 	durable atomic.Uint64
+	// size is the bytes of all segment files: summed on open and after a
+	// truncation, grown by each write.
+	size atomic.Int64
 	// tail is tailStart for other goroutines (TruncateProjected).
 	tail atomic.Uint64
 	// sealedGood maps the first index of a checked sealed segment to how
@@ -181,6 +193,12 @@ func (l *Log) openLocked(keep int64) (*RepairReport, error) {
 		lg.Close()
 		return rep, err
 	}
+	size, err := segmentFileBytes(l.dir, segs)
+	if err != nil {
+		lg.Close()
+		return rep, err
+	}
+	l.size.Store(size)
 	l.lg, l.last, l.tailStart, l.tailBytes = lg, last, tail.index, int(st.Size())
 	l.tail.Store(tail.index)
 	l.setTailFile()
@@ -202,13 +220,38 @@ func (l *Log) setTailFile() {
 
 func segName(index uint64) string { return fmt.Sprintf("%020d", index) }
 
+// segmentFileBytes sums the sizes of segs in dir.
+func segmentFileBytes(dir string, segs []segFile) (int64, error) {
+	var n int64
+	for _, sg := range segs {
+		st, err := os.Stat(filepath.Join(dir, sg.name))
+		if err != nil {
+			return 0, fmt.Errorf("wal: stat segment: %w", err)
+		}
+		n += st.Size()
+	}
+	return n, nil
+}
+
+// Size is the bytes of all segment files, as MaxBytes counts them.
+func (l *Log) Size() int64 { return l.size.Load() }
+
+// MaxBytes is Options.MaxBytes (0 = no cap).
+func (l *Log) MaxBytes() int64 { return l.opts.MaxBytes }
+
+// recordBytes is what a payload of n bytes takes in a segment file.
+func recordBytes(n int) int64 {
+	return int64(uvarintLen(uint64(n+headerSize)) + n + headerSize)
+}
+
 // Append writes payload as one record and returns its index once the record
 // is fsynced (group commit: it shares the write and the fsync with the
 // Appends that arrived meanwhile). onAssign, if not nil, is called with the
 // index from the writer goroutine before the record is written, so a caller
 // can register interest in the index before any reader can see it; after a
 // failed write the index is never visible. Errors: ErrRecordTooLarge,
-// ErrClosed, or the wrapped I/O error of a failed write (disk full...).
+// ErrFull (the MaxBytes cap; nothing written), ErrClosed, or the wrapped
+// I/O error of a failed write (disk full...).
 func (l *Log) Append(payload []byte, onAssign func(uint64)) (uint64, error) {
 	if len(payload) > l.opts.MaxRecordBytes {
 		return 0, ErrRecordTooLarge
@@ -247,11 +290,36 @@ func (l *Log) writer() {
 				break collect
 			}
 		}
+		batch = l.admit(batch)
+		if len(batch) == 0 {
+			continue
+		}
 		err := l.writeBatch(batch)
 		for _, r := range batch {
 			r.done <- err
 		}
 	}
+}
+
+// admit answers ErrFull to the requests of batch that would take the
+// segment files past MaxBytes (in arrival order: a request that fits after
+// a refused larger one is still admitted) and returns the rest.
+func (l *Log) admit(batch []*appendReq) []*appendReq {
+	if l.opts.MaxBytes <= 0 {
+		return batch
+	}
+	size := l.size.Load()
+	kept := batch[:0]
+	for _, r := range batch {
+		n := recordBytes(len(r.data))
+		if size+n > l.opts.MaxBytes {
+			r.done <- ErrFull
+			continue
+		}
+		size += n
+		kept = append(kept, r)
+	}
+	return kept
 }
 
 // writeBatch writes and fsyncs one group commit. On failure the handle is
@@ -310,6 +378,11 @@ func (l *Log) writeBatch(batch []*appendReq) error {
 		l.lgMu.Unlock()
 		return err
 	}
+	var written int64
+	for _, r := range batch {
+		written += recordBytes(len(r.data))
+	}
+	l.size.Add(written)
 	l.last, l.tailBytes = idx, bytes
 	l.durable.Store(idx)
 	select {
@@ -513,6 +586,10 @@ func (l *Log) TruncateProjected(checkpoint uint64, retention time.Duration) (int
 	if removed == 0 {
 		return 0, nil
 	}
+	gone, err := segmentFileBytes(l.dir, segs[:removed])
+	if err != nil {
+		return 0, err
+	}
 	l.readMu.Lock()
 	defer l.readMu.Unlock()
 	l.lgMu.RLock()
@@ -542,6 +619,7 @@ func (l *Log) TruncateProjected(checkpoint uint64, retention time.Duration) (int
 	}
 	l.lastSealed.from, l.lastSealed.to, l.lastSealed.good = 0, 0, 0
 	l.sealedMu.Unlock()
+	l.size.Add(-gone) // the kept first segment is rewritten with the same records
 	return removed, syncDir(l.dir)
 }
 

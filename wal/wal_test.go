@@ -977,3 +977,65 @@ func TestReadRecordAt(t *testing.T) {
 		t.Errorf("last record of a damaged segment: %v, want ErrCorruptRecord", err)
 	}
 }
+
+// TestMaxBytes: with a byte cap, appends fill the log up to the cap and the
+// next one fails with ErrFull, writing nothing (the index is not used).
+// Size matches the files on disk throughout. Truncating projected segments
+// frees room and appends succeed again; a reopen counts the same size.
+func TestMaxBytes(t *testing.T) {
+	const limit = 64 << 10
+	opts := Options{SegmentSize: 8 << 10, MaxBytes: limit}
+	b := setup(t, opts)
+	onDisk := func() int64 {
+		segs, err := listSegments(b.dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := segmentFileBytes(b.dir, segs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	payload := bytes.Repeat([]byte{'p'}, 1000)
+	var n uint64
+	for {
+		idx, err := b.log.Append(payload, nil)
+		if errors.Is(err, ErrFull) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		n++
+		if idx != n {
+			t.Fatalf("index %d, want %d", idx, n)
+		}
+		if n > 1000 {
+			t.Fatal("no ErrFull below the cap")
+		}
+	}
+	if got := b.log.Size(); got != onDisk() || got > limit || got+recordBytes(len(payload)) <= limit {
+		t.Fatalf("Size %d, on disk %d, cap %d: want on-disk size within one record of the cap", got, onDisk(), limit)
+	}
+	if b.log.DurableIndex() != n {
+		t.Fatalf("a refused append moved the durable index to %d (want %d)", b.log.DurableIndex(), n)
+	}
+	if _, err := b.log.Append(payload, nil); !errors.Is(err, ErrFull) {
+		t.Fatalf("append at the cap: %v, want ErrFull", err)
+	}
+	removed, err := b.log.TruncateProjected(n, 0)
+	if err != nil || removed == 0 {
+		t.Fatalf("TruncateProjected: %d, %v", removed, err)
+	}
+	if got := b.log.Size(); got != onDisk() {
+		t.Fatalf("after truncation Size %d, on disk %d", got, onDisk())
+	}
+	mustAppend(t, b.log, payload, n+1)
+	size := b.log.Size()
+	closeLog(t, b.log)
+	l, _ := openLog(t, b.dir, opts)
+	if l.Size() != size || l.Size() != onDisk() {
+		t.Fatalf("reopened Size %d, before %d, on disk %d", l.Size(), size, onDisk())
+	}
+}

@@ -26,6 +26,10 @@
 //	QUEEN_MAX_BODY_BYTES   push body limit in bytes (67108864 = 64 MiB)
 //	QUEEN_WAL_RETENTION_SECONDS   keep projected WAL segments this long (900)
 //	QUEEN_WAL_SEGMENT_BYTES       WAL segment size in bytes (16777216)
+//	QUEEN_WAL_MAX_BYTES    cap on the WAL's segment files in bytes (0 = none):
+//	                       beyond it pushes answer failed (500 in maintenance
+//	                       mode), and above 3/4 of it projected segments are
+//	                       truncated before their retention
 //	QUEEN_PUSH_VERDICT_TIMEOUT_MS longest wait for a PostgreSQL verdict before
 //	                              answering buffered (5000)
 //	QUEEN_MAX_CONNS        concurrent HTTP connections (fasthttp default 262144);
@@ -152,6 +156,10 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	walMax, err := envInt("QUEEN_WAL_MAX_BYTES", 0)
+	if err != nil {
+		return err
+	}
 	verdictMS, err := envInt("QUEEN_PUSH_VERDICT_TIMEOUT_MS", 5000)
 	if err != nil {
 		return err
@@ -215,7 +223,7 @@ func run(args []string) error {
 		PGURL:             pgURL,
 		WALDir:            walDir,
 		MaxBodyBytes:      maxBody,
-		WAL:               wal.Options{SegmentSize: segBytes},
+		WAL:               wal.Options{SegmentSize: segBytes, MaxBytes: int64(walMax)},
 		Projector:         projector.Config{WALRetention: walRetention(retention)},
 		VerdictTimeout:    time.Duration(verdictMS) * time.Millisecond,
 		RetentionInterval: time.Duration(max(retentionMS, 100)) * time.Millisecond,

@@ -143,7 +143,8 @@ func Start(cfg Config) (*Broker, error) {
 	b.Metrics = metrics.New(
 		func() float64 { return float64(b.WAL.DurableIndex()) },
 		func() float64 { return float64(b.Projector.Checkpoint()) },
-		func() float64 { return float64(b.Projector.Backlog()) })
+		func() float64 { return float64(b.Projector.Backlog()) },
+		func() float64 { return float64(b.WAL.Size()) })
 	wo := cfg.WAL
 	wo.Logger = cfg.Logger
 	wo.ObserveSync = func(d time.Duration) { b.Metrics.WALFsync.Observe(d.Seconds()) }

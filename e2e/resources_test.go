@@ -219,6 +219,15 @@ func TestQueuesGroupsSeekAndDLQRoutes(t *testing.T) {
 	if n := len(readQueue(t, s.store, "rq")); n != 0 {
 		t.Fatalf("deleted queue still holds %d", n)
 	}
+	// No dedup entry outlives its partition (the sidecar has no foreign key).
+	var orphans int
+	if err := s.store.Pool().QueryRow(context.Background(), `SELECT count(*) FROM queen.dedup d
+		WHERE NOT EXISTS (SELECT 1 FROM queen.partitions p WHERE p.id = d.partition_id)`).Scan(&orphans); err != nil || orphans != 0 {
+		t.Fatalf("dedup entries without a partition after the queue delete: %d (%v)", orphans, err)
+	}
+	if code, b := del(t, s.base+"/api/v1/resources/queues/rq"); code != 200 || !strings.Contains(b, `"existed":false`) {
+		t.Fatalf("delete a deleted queue: %d %s", code, b)
+	}
 	// Pushing to the deleted queue recreates it.
 	wantStatuses(t, push(t, s.base, body(item{"rq", "A", 1, "again"})), Q)
 }
@@ -269,4 +278,34 @@ func TestDedupSweep(t *testing.T) {
 	if count("keep") != 1 {
 		t.Fatalf("an entry inside its window was swept")
 	}
+}
+
+// TestQueueDeleteUnderLoadLeavesNoSidecarOrphans deletes a queue five
+// times while producers keep pushing into it: the dedup sidecar (no
+// foreign key) never keeps an entry whose partition is gone.
+func TestQueueDeleteUnderLoadLeavesNoSidecarOrphans(t *testing.T) {
+	t.Parallel()
+	s := setup(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &load{queue: "dq", partitions: 4, perPush: 20, producers: 3, bases: []string{s.base}}
+	done := make(chan struct{})
+	go func() { l.run(ctx, t); close(done) }()
+	for i := 0; i < 5; i++ {
+		time.Sleep(300 * time.Millisecond)
+		if code, b := del(t, s.base+"/api/v1/resources/queues/dq"); code != 200 {
+			t.Fatalf("delete queue: %d %s", code, b)
+		}
+	}
+	cancel()
+	<-done
+	testenv.WaitFor(t, 20*time.Second, "drain", func() bool { return s.b.Projector.Backlog() == 0 })
+	var orphans, entries int
+	if err := s.store.Pool().QueryRow(context.Background(), `SELECT count(*) FILTER (WHERE NOT EXISTS
+		(SELECT 1 FROM queen.partitions p WHERE p.id = d.partition_id)), count(*) FROM queen.dedup d`).Scan(&orphans, &entries); err != nil {
+		t.Fatal(err)
+	}
+	if orphans != 0 || entries == 0 {
+		t.Fatalf("%d of %d dedup entries have no partition", orphans, entries)
+	}
+	t.Logf("verdicts %v, %d sidecar entries", l.counts(), entries)
 }

@@ -171,7 +171,38 @@ func (d *QueueDetail) Partitions2Lag(ctx context.Context, s *Store, index map[uu
 // letters, dedup entries and message traces; it reports whether the queue
 // existed.
 func (s *Store) DeleteQueue(ctx context.Context, name string) (bool, error) {
-	tag, err := s.pool.Exec(ctx, `DELETE FROM queen.queues WHERE name = $1`, name)
+	// Deleting the partitions cascades to segments, cursors, dead letters
+	// and traces; the dedup sidecar has no foreign key (schema.sql), so its
+	// entries are deleted by partition id. Order matters: the queue row is
+	// locked first (a new partition's foreign-key check waits on it), the
+	// partitions' delete then waits for projections holding their row
+	// locks, and the sidecar delete, a later statement, sees what those
+	// committed. So no entry outlives its partition.
+	var existed bool
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var qid pgtype.UUID
+		err := tx.QueryRow(ctx, `SELECT id FROM queen.queues WHERE name = $1 FOR UPDATE`, name).Scan(&qid)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		existed = true
+		rows, err := tx.Query(ctx, `DELETE FROM queen.partitions WHERE queue_id = $1 RETURNING id`, qid)
+		if err != nil {
+			return err
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[pgtype.UUID])
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM queen.dedup WHERE partition_id = ANY($1)`, ids); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `DELETE FROM queen.queues WHERE id = $1`, qid)
+		return err
+	})
 	if err != nil {
 		return false, err
 	}
@@ -182,7 +213,7 @@ func (s *Store) DeleteQueue(ctx context.Context, name string) (bool, error) {
 		}
 	}
 	s.mu.Unlock()
-	return tag.RowsAffected() > 0, nil
+	return existed, nil
 }
 
 // timeLagSQL is a cursor's time lag in seconds (alias c for

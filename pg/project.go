@@ -156,9 +156,8 @@ func (s *Store) project(ctx context.Context, conn batcher, begin bool, items []P
 	b1.Queue(`SELECT p.id, p.next_offset, q.dedup_window_seconds, q.encryption_enabled
 		FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
 		WHERE p.id = ANY($1) ORDER BY p.id FOR NO KEY UPDATE OF p`, pgUUIDs(lockIDs))
-	b1.Queue(`SELECT d.partition_id, d.transaction_id, d.msg_offset, d.message_id, d.accepted_at
-		FROM unnest($1::uuid[], $2::bytea[]) AS k(pid, txid)
-		JOIN queen.dedup d ON d.partition_id = k.pid AND d.transaction_id = k.txid`, pgUUIDs(probePIDs), probeTx)
+	b1.Queue(`SELECT partition_id, transaction_id, msg_offset, message_id, accepted_at
+		FROM queen.dedup_probe($1::uuid[], $2::bytea[])`, pgUUIDs(probePIDs), probeTx)
 	br := conn.SendBatch(ctx, &b1)
 	if begin {
 		if _, err := br.Exec(); err != nil {

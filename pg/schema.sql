@@ -67,6 +67,22 @@ CREATE TABLE IF NOT EXISTS queen.dedup (
 CREATE INDEX IF NOT EXISTS dedup_accepted_at ON queen.dedup (accepted_at);
 ALTER TABLE queen.dedup DROP CONSTRAINT IF EXISTS dedup_partition_id_fkey;
 
+-- The projector's dedup probe: the sidecar entries of a batch's keys, one
+-- primary-key lookup per key. The planner settings are pinned because the
+-- sidecar grows fast from empty: until autovacuum analyzes it, the planner
+-- believes it tiny and hash-joins the keys against a sequential scan of the
+-- whole table (seen: 335 scans reading 21 M rows in an 8 s bench, the probe
+-- at 18 ms of a 24 ms batch). Lookups by key are right at every size.
+CREATE OR REPLACE FUNCTION queen.dedup_probe(pids uuid[], txids bytea[])
+RETURNS TABLE (partition_id uuid, transaction_id bytea, msg_offset bigint, message_id uuid, accepted_at timestamptz)
+LANGUAGE sql STABLE
+SET enable_hashjoin = off SET enable_mergejoin = off SET enable_seqscan = off SET enable_bitmapscan = off
+AS $$
+    SELECT d.partition_id, d.transaction_id, d.msg_offset, d.message_id, d.accepted_at
+    FROM unnest(pids, txids) AS k(pid, txid)
+    JOIN queen.dedup d ON d.partition_id = k.pid AND d.transaction_id = k.txid
+$$;
+
 -- Projector checkpoints: the last WAL index each broker committed.
 CREATE TABLE IF NOT EXISTS queen.projector_checkpoints (
     broker_id  uuid PRIMARY KEY,

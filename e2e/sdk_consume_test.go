@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -94,5 +95,16 @@ func TestPushCreatedQueueNamespaceTask(t *testing.T) {
 		if code := getJSON(t, s.base+"/api/v1/resources/queues/"+name, &q); code != 200 || q.Namespace != want[0] || q.Task != want[1] {
 			t.Errorf("%s: %d namespace %q task %q, want %q %q", name, code, q.Namespace, q.Task, want[0], want[1])
 		}
+	}
+}
+
+// TestUnknownRouteCode: a route this broker lacks answers 404 with
+// "code":"no_such_route", which Queen's SDKs read to fall back.
+func TestUnknownRouteCode(t *testing.T) {
+	t.Parallel()
+	s := setup(t, nil)
+	code, b := get(t, s.base+"/api/v1/no/such/route")
+	if code != http.StatusNotFound || !strings.Contains(b, `"code":"no_such_route"`) || !strings.Contains(b, `"error"`) {
+		t.Fatalf("unknown route: %d %s", code, b)
 	}
 }

@@ -133,7 +133,12 @@ func New(cfg Config, b Broker, res Resources) *Server {
 		r.GET("/debug/pprof/{profile:*}", pprofhandler.PprofHandler)
 	}
 	r.GlobalOPTIONS = func(ctx *fasthttp.RequestCtx) { cors(ctx); ctx.SetStatusCode(fasthttp.StatusNoContent) }
-	r.NotFound = func(ctx *fasthttp.RequestCtx) { writeErr(ctx, fasthttp.StatusNotFound, "not found") }
+	// An unknown route answers 404 {"error","code":"no_such_route"}: Queen's
+	// SDKs read "code" to tell a route this broker lacks (and fall back)
+	// from a resource that does not exist.
+	r.NotFound = func(ctx *fasthttp.RequestCtx) {
+		writeJSON(ctx, fasthttp.StatusNotFound, map[string]string{"error": "not found", "code": "no_such_route"})
+	}
 	r.MethodNotAllowed = func(ctx *fasthttp.RequestCtx) {
 		writeErr(ctx, fasthttp.StatusMethodNotAllowed, "method not allowed")
 	}

@@ -167,6 +167,13 @@ func FuzzOpenSegment(f *testing.F) {
 			if err != nil || !bytes.Equal(got, want) {
 				t.Fatalf("Read(%d) = %x, %v; want %x", i, got, err, want)
 			}
+			// The read-only reader (queen wal status) agrees with the log.
+			if got, err := ReadRecordAt(dir, i); err != nil || !bytes.Equal(got, want) {
+				t.Fatalf("ReadRecordAt(%d) = %x, %v; want %x", i, got, err, want)
+			}
+		}
+		if _, err := ReadRecordAt(dir, uint64(n)+1); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("ReadRecordAt(%d) past the last record: %v, want ErrNotFound", n+1, err)
 		}
 		idx, err := l.Append([]byte("n"), nil) // 1 byte: within any maxRecord
 		if err != nil || idx != uint64(n)+1 {

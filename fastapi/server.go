@@ -124,6 +124,7 @@ func New(cfg Config, b Broker, res Resources) *Server {
 	r.POST("/api/v1/transaction", s.transaction)
 	s.routeResources(r)
 	s.routeTraces(r)
+	s.routeAdmin(r)
 	r.POST("/api/v1/lease/{leaseId}/extend", s.extendLease)
 	if cfg.Metrics != nil {
 		r.GET("/metrics", cfg.Metrics)

@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -160,7 +162,7 @@ func TestStaleWALDirectoryIsRefused(t *testing.T) {
 		t.Helper()
 		base := "http://" + b.Addr()
 		testenv.WaitFor(t, 10*time.Second, "the projector to refuse the stale WAL", func() bool {
-			return b.Projector.Diverged() != nil
+			return b.Projector.Stopped() != nil
 		})
 		code, rb := get(t, base+"/health")
 		if code != 503 || !strings.Contains(rb, "WAL and database disagree") {
@@ -202,7 +204,7 @@ func TestStaleWALDirectoryIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, 20*time.Second, "re-projection after the remedy", func() bool {
-		return b.Projector.Diverged() == nil && b.Projector.Backlog() == 0
+		return b.Projector.Stopped() == nil && b.Projector.Backlog() == 0
 	})
 	if got := stored(); got != "[a1 a2 a3 b1 b2 b3 c1 c2 c3 c4]" {
 		t.Fatalf("after the remedy the partition holds %s", got)
@@ -279,5 +281,87 @@ func TestWALByteCap(t *testing.T) {
 				t.Fatalf("%s answered failed but stored", id)
 			}
 		}
+	}
+}
+
+// TestCorruptSealedSegmentSkip: a byte of a sealed WAL segment holding
+// buffered records is flipped while the broker is down. On restart the
+// projector stores what verifies before it and stops there (it never
+// skips by itself); /health says so, and `queen wal status` names the
+// unreadable records and prints the checkpoint update that gives them up.
+// Running that update (beside the running broker: the projector re-reads
+// its checkpoint before each retry) lets projection go on: every record
+// outside the unreadable run is stored once, in order, none inside it.
+func TestCorruptSealedSegmentSkip(t *testing.T) {
+	t.Parallel()
+	c, url := testenv.OwnCluster(t)
+	walDir := t.TempDir()
+	small := func(cfg *broker.Config) { cfg.WAL.SegmentSize = 4096 }
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	b := testenv.StartBroker(t, url, walDir, small)
+	base := "http://" + b.Addr()
+	wantStatuses(t, push(t, base, body(item{"bad", "P", "c0", "c0"})), Q) // WAL index 1
+	if err := c.Stop(ctx, "fast"); err != nil {
+		t.Fatal(err)
+	}
+	const n = 30
+	payload := strings.Repeat("y", 500)
+	for i := 1; i <= n; i++ { // WAL index i+1 holds c<i>
+		wantStatuses(t, push(t, base, body(item{"bad", "P", payload, fmt.Sprintf("c%d", i)})), B)
+	}
+	if err := b.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	segs, _ := filepath.Glob(filepath.Join(walDir, "wal", "[0-9]*"))
+	if len(segs) < 3 {
+		t.Fatalf("want at least 3 segments, have %d", len(segs))
+	}
+	data, err := os.ReadFile(segs[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[len(data)/2] ^= 0xff
+	if err := os.WriteFile(segs[1], data, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b = testenv.StartBroker(t, url, walDir, small)
+	testenv.WaitFor(t, 20*time.Second, "the projector to stop at the corrupt record", func() bool {
+		return b.Projector.Stopped() != nil
+	})
+	if code, rb := get(t, "http://"+b.Addr()+"/health"); code != 503 || !strings.Contains(rb, "does not verify") {
+		t.Fatalf("/health: %d %s", code, rb)
+	}
+	cmd := exec.Command(brokerBinary(t), "wal", "status", walDir)
+	cmd.Env = append(os.Environ(), "QUEEN_PG_URL="+url)
+	out, err := cmd.CombinedOutput()
+	m := regexp.MustCompile(`UPDATE queen\.projector_checkpoints SET wal_index = (\d+), record_crc32c = NULL WHERE broker_id = '[0-9a-f-]+'`).FindSubmatch(out)
+	u := regexp.MustCompile(`unreadable  records (\d+)\.\.(\d+)`).FindSubmatch(out)
+	if err == nil || m == nil || u == nil {
+		t.Fatalf("wal status on the corrupt WAL: %v\n%s", err, out)
+	}
+	t.Logf("wal status:\n%s", out)
+	from, _ := strconv.Atoi(string(u[1]))
+	through, _ := strconv.Atoi(string(m[1]))
+	if _, err := openStore(t, url).Pool().Exec(ctx, string(m[0])); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 20*time.Second, "projection past the unreadable records", func() bool {
+		return b.Projector.Stopped() == nil && b.Projector.Backlog() == 0
+	})
+	var want []string
+	for idx := 1; idx <= n+1; idx++ {
+		if idx < from || idx > through {
+			want = append(want, fmt.Sprintf("c%d", idx-1))
+		}
+	}
+	if got := txids(readPartition(t, openStore(t, url), "bad", "P")); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("partition holds %v,\nwant %v (records %d..%d given up)", got, want, from, through)
+	}
+	if through < from || through-from+1 >= n {
+		t.Fatalf("gave up records %d..%d of %d", from, through, n+1)
 	}
 }

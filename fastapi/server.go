@@ -21,6 +21,7 @@ import (
 	"github.com/queenmq/queen-go/ingest"
 	"github.com/queenmq/queen-go/pg"
 	"github.com/queenmq/queen-go/projector"
+	"github.com/queenmq/queen-go/wal"
 )
 
 // Defaults for Config.
@@ -297,6 +298,11 @@ func (s *Server) health(ctx *fasthttp.RequestCtx) {
 		if errors.Is(err, projector.ErrWALDiverged) {
 			writeJSON(ctx, fasthttp.StatusServiceUnavailable, map[string]any{
 				"status": "unhealthy", "database": "connected", "projector": "stopped: WAL and database disagree", "server": "queen-go"})
+			return
+		}
+		if errors.Is(err, wal.ErrCorruptRecord) || errors.Is(err, wal.ErrUnknownVersion) {
+			writeJSON(ctx, fasthttp.StatusServiceUnavailable, map[string]any{
+				"status": "unhealthy", "database": "connected", "projector": "stopped: a WAL record does not verify", "server": "queen-go"})
 			return
 		}
 		writeJSON(ctx, fasthttp.StatusServiceUnavailable, map[string]any{

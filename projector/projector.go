@@ -211,15 +211,23 @@ func (p *Projector) LastError() error {
 	return p.lastErr
 }
 
-// Diverged returns the ErrWALDiverged error that stopped projection, or
-// nil.
-func (p *Projector) Diverged() error {
+// Stopped returns the error that keeps projection from advancing until an
+// operator acts, or nil: ErrWALDiverged (README.md, "WAL and database
+// disagree") or a WAL record that does not verify (wal.ErrCorruptRecord,
+// wal.ErrUnknownVersion: README.md, "A corrupt WAL record"). A PostgreSQL
+// failure is not one of them: the projector rides it out by itself.
+func (p *Projector) Stopped() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if errors.Is(p.lastErr, ErrWALDiverged) {
+	if stopping(p.lastErr) {
 		return p.lastErr
 	}
 	return nil
+}
+
+// stopping reports whether err is one that Stopped returns.
+func stopping(err error) bool {
+	return errors.Is(err, ErrWALDiverged) || errors.Is(err, wal.ErrCorruptRecord) || errors.Is(err, wal.ErrUnknownVersion)
 }
 
 func (p *Projector) poke() {
@@ -244,6 +252,8 @@ func (p *Projector) run(ctx context.Context) {
 		p.mu.Unlock()
 		if errors.Is(err, ErrWALDiverged) {
 			p.log.Error("projector: stopped; resolve it as README.md says under \"WAL and database disagree\"", "err", err)
+		} else if stopping(err) {
+			p.log.Error("projector: stopped at a WAL record that does not verify; it is never skipped by itself: see README.md, \"A corrupt WAL record\", and `queen wal status`", "err", err)
 		} else {
 			p.log.Warn("projector: PostgreSQL step failed; retrying", "err", err, "backoff", backoff)
 		}
@@ -381,12 +391,11 @@ func (p *Projector) projectOnce(ctx context.Context, cursor uint64) error {
 		p.cur.Seek(cursor)
 	}
 	batch, err := p.cur.Next(p.cfg.MaxBatchEntries, p.cfg.MaxBatchBytes)
-	if err != nil {
+	if len(batch) == 0 {
 		return err // a corrupt record stalls projection loudly; it is never skipped
 	}
-	if len(batch) == 0 {
-		return nil
-	}
+	// Records read before a failing one are projected; the failure comes
+	// back on the next call, with the cursor at the failing record.
 	var items []pg.ProjectItem
 	entries := make([]entry, 0, len(batch))
 	for _, e := range batch {

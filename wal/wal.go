@@ -463,8 +463,20 @@ func (l *Log) Read(index uint64) ([]byte, error) {
 	if index > l.durable.Load() || index < l.first.Load() {
 		return nil, ErrNotFound
 	}
-	if err := l.checkSealed(index); err != nil {
+	damaged, err := l.checkSealed(index)
+	if err != nil {
 		return nil, fmt.Errorf("wal: read %d: %w", index, err)
+	}
+	if damaged {
+		// Never hand a damaged segment to tidwall: it refuses the whole
+		// segment, and a failed load was seen to leave wrong records in its
+		// segment cache, later served for other indexes of other segments.
+		// The records before the damage verify; read them from the file.
+		p, err := ReadRecordAt(l.dir, index)
+		if err != nil {
+			return nil, fmt.Errorf("wal: read %d: %w", index, err)
+		}
+		return p, nil
 	}
 	l.readMu.Lock()
 	defer l.readMu.Unlock()
@@ -474,17 +486,29 @@ func (l *Log) Read(index uint64) ([]byte, error) {
 		return nil, ErrClosed
 	}
 	rec, err := safeRead(l.lg, index)
-	if err != nil {
-		if errors.Is(err, twal.ErrNotFound) {
-			return nil, ErrNotFound
+	if errors.Is(err, twal.ErrNotFound) {
+		return nil, ErrNotFound
+	}
+	if err == nil {
+		p, derr := DecodeRecord(rec)
+		if derr == nil {
+			return p, nil
 		}
-		return nil, fmt.Errorf("wal: read %d: %w", index, err)
+		err = derr
+	} else if errors.Is(err, twal.ErrCorrupt) {
+		err = fmt.Errorf("%w: tidwall: %v", ErrCorruptRecord, err)
 	}
-	p, err := DecodeRecord(rec)
-	if err != nil {
-		return nil, fmt.Errorf("wal: read %d: %w", index, err)
+	// tidwall parses a whole segment on load and refuses all of it when any
+	// frame in it is damaged, so records of a sealed segment before the
+	// damage (checkSealed let this index through: they verify) would be
+	// lost to a damage behind them. Read those from the file instead; a
+	// sealed segment is never written again.
+	if index < l.tail.Load() {
+		if p, ferr := ReadRecordAt(l.dir, index); ferr == nil {
+			return p, nil
+		}
 	}
-	return p, nil
+	return nil, fmt.Errorf("wal: read %d: %w", index, err)
 }
 
 // safeRead turns a tidwall panic (it trusts a segment's entry count) into
@@ -502,24 +526,26 @@ func safeRead(lg *twal.Log, index uint64) (rec []byte, err error) {
 // segment holding index: tidwall maps an index to a record by position, so
 // a sealed segment that lost or merged records would otherwise be read as
 // the wrong records (the checksum does not cover the index). Records before
-// the first problem are served; from it on, and past a short segment's
-// end, Read returns ErrCorruptRecord.
-func (l *Log) checkSealed(index uint64) error {
+// the first problem are served (damaged reports that the segment has a
+// problem, so that Read serves them from the file, not through tidwall);
+// from it on, and past a short segment's end, Read returns
+// ErrCorruptRecord.
+func (l *Log) checkSealed(index uint64) (damaged bool, err error) {
 	if index >= l.tail.Load() {
-		return nil
+		return false, nil
 	}
 	l.sealedMu.Lock()
 	ls := l.lastSealed
 	l.sealedMu.Unlock()
 	if index >= ls.from && index < ls.to {
 		if index >= ls.from+ls.good {
-			return fmt.Errorf("%w: sealed segment %s verifies only up to index %d", ErrCorruptRecord, segName(ls.from), ls.from+ls.good-1)
+			return true, fmt.Errorf("%w: sealed segment %s verifies only up to index %d", ErrCorruptRecord, segName(ls.from), ls.from+ls.good-1)
 		}
-		return nil
+		return ls.from+ls.good < ls.to, nil
 	}
 	segs, err := listSegments(l.dir)
 	if err != nil {
-		return err
+		return false, err
 	}
 	for i := 0; i+1 < len(segs); i++ {
 		s, next := segs[i], segs[i+1]
@@ -532,7 +558,7 @@ func (l *Log) checkSealed(index uint64) error {
 		if !ok {
 			data, err := os.ReadFile(filepath.Join(l.dir, s.name))
 			if err != nil {
-				return err
+				return false, err
 			}
 			_, n, reason := scanSegment(data, -1)
 			good = uint64(n)
@@ -551,11 +577,11 @@ func (l *Log) checkSealed(index uint64) error {
 		l.lastSealed.from, l.lastSealed.to, l.lastSealed.good = s.index, next.index, good
 		l.sealedMu.Unlock()
 		if index >= s.index+good {
-			return fmt.Errorf("%w: sealed segment %s verifies only up to index %d", ErrCorruptRecord, s.name, s.index+good-1)
+			return true, fmt.Errorf("%w: sealed segment %s verifies only up to index %d", ErrCorruptRecord, s.name, s.index+good-1)
 		}
-		return nil
+		return s.index+good < next.index, nil
 	}
-	return nil
+	return false, nil
 }
 
 // TruncateProjected removes sealed segments whose entries are all <=

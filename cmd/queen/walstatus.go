@@ -63,8 +63,19 @@ func walStatus(w io.Writer, dir, pgURL string) error {
 		fmt.Fprintf(w, "wal         %s: %d segments, records %d..%d, %d bytes\n", walDir, len(reports), first, last, bytes)
 	}
 	var problems []string
+	// unreadable is the first run of records a sealed segment holds but
+	// cannot serve (from its first bad record to the next segment's start).
+	var unreadable [2]uint64
 	if !ok && len(reports) > 0 {
 		problems = append(problems, fmt.Sprintf("the WAL does not verify (run `queen wal verify %s`)", walDir))
+		for i := 0; i+1 < len(reports); i++ {
+			r, next := reports[i], reports[i+1]
+			if bad := r.FirstIndex + uint64(r.Records); bad < next.FirstIndex {
+				unreadable = [2]uint64{bad, next.FirstIndex - 1}
+				fmt.Fprintf(w, "unreadable  records %d..%d (segment %s: %s)\n", bad, next.FirstIndex-1, r.Name, r.Problem)
+				break
+			}
+		}
 	}
 	if pgURL == "" || id == uuid.Nil {
 		if pgURL == "" {
@@ -105,6 +116,12 @@ func walStatus(w io.Writer, dir, pgURL string) error {
 		} else if got := wal.PayloadCRC(payload); got != cp.RecordCRC {
 			problems = append(problems, fmt.Sprintf("WAL and database disagree: record %d has CRC-32C %08x, the checkpoint names %08x", cp.Index, got, cp.RecordCRC))
 		}
+	}
+	if unreadable[1] > cp.Index {
+		from := max(unreadable[0], cp.Index+1)
+		problems = append(problems, fmt.Sprintf("projection stops at record %d, which does not verify; to give up records %d..%d "+
+			"and project the rest, run: UPDATE queen.projector_checkpoints SET wal_index = %d, record_crc32c = NULL WHERE broker_id = '%s'",
+			from, from, unreadable[1], unreadable[1], id))
 	}
 	return report(w, problems)
 }

@@ -309,9 +309,9 @@ func (b *Broker) Configure(ctx context.Context, queue, namespace, task string, o
 }
 
 // Health implements fastapi.Broker: the error that stopped the projector
-// (projector.ErrWALDiverged), else a real round-trip to PostgreSQL.
+// (projector.Stopped), else a real round-trip to PostgreSQL.
 func (b *Broker) Health(ctx context.Context) error {
-	if err := b.Projector.Diverged(); err != nil {
+	if err := b.Projector.Stopped(); err != nil {
 		return err
 	}
 	return b.Store.Ping(ctx)

@@ -10,6 +10,9 @@ import (
 	"time"
 
 	json "github.com/goccy/go-json"
+
+	"github.com/queenmq/queen-go/internal/broker"
+	"github.com/queenmq/queen-go/internal/testenv"
 )
 
 // Message traces (API.md §3.3, fastapi/traces.go, pg/traces.go).
@@ -407,5 +410,37 @@ func TestTraceFindsLeasedMessageAfterDedupSweep(t *testing.T) {
 	}
 	if got := messageTraces(t, s.base, m2.PartitionID, m2.TransactionID); len(got) != 1 {
 		t.Fatalf("traces: %+v", got)
+	}
+}
+
+// TestTracesGoWithRetention: a message's traces are deleted when retention
+// deletes the message; the traces of a message still stored stay.
+func TestTracesGoWithRetention(t *testing.T) {
+	t.Parallel()
+	s := setup(t, func(c *broker.Config) { c.RetentionInterval = 200 * time.Millisecond })
+	configure(t, s.base, "tret", map[string]any{"retentionEnabled": true, "retentionSeconds": 2})
+	old, _ := popTwo(t, s.base, "tret")
+	mustTrace(t, s.base, map[string]any{"transactionId": old.TransactionID, "partitionId": old.PartitionID, "data": "old"})
+	time.Sleep(1500 * time.Millisecond)
+	pushN(t, s.base, "tret", "P", 3, 3) // a younger segment, kept for now
+	_, r := pop(t, s.base, popPath("tret", "P"), "consumerGroup=g&autoAck=true&batch=10")
+	var young popMsg
+	for _, m := range r.Messages {
+		if m.TransactionID == "m-3" {
+			young = m
+		}
+	}
+	if young.TransactionID == "" {
+		t.Fatalf("m-3 not popped: %s", r.raw)
+	}
+	mustTrace(t, s.base, map[string]any{"transactionId": young.TransactionID, "partitionId": young.PartitionID, "data": "young"})
+	testenv.WaitFor(t, 10*time.Second, "retention of the old segment", func() bool {
+		return len(readPartition(t, s.store, "tret", "P")) == 1
+	})
+	if got := messageTraces(t, s.base, old.PartitionID, old.TransactionID); len(got) != 0 {
+		t.Fatalf("traces of a message retention deleted: %+v", got)
+	}
+	if got := messageTraces(t, s.base, young.PartitionID, young.TransactionID); len(got) != 1 {
+		t.Fatalf("traces of a stored message: %+v", got)
 	}
 }

@@ -589,8 +589,9 @@ const retentionLockKey = 737001
 // retentionSeconds > 0 deletes segments older than that; retentionEnabled
 // with completedRetentionSeconds > 0 deletes segments older than that which
 // every consumer group of the partition has consumed; maxWaitTimeSeconds > 0
-// deletes segments older than that whether consumed or not. The dedup
-// sidecar is not touched (its window is separate, spec/producing.md).
+// deletes segments older than that whether consumed or not. The traces of
+// the deleted messages go with them. The dedup sidecar is not touched (its
+// window is separate, spec/producing.md).
 func (s *Store) RetentionPass(ctx context.Context, limit int) (int64, error) {
 	var n int64
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -598,7 +599,7 @@ func (s *Store) RetentionPass(ctx context.Context, limit int) (int64, error) {
 		if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1)", int64(retentionLockKey)).Scan(&got); err != nil || !got {
 			return err
 		}
-		tag, err := tx.Exec(ctx, `DELETE FROM queen.segments s WHERE (s.partition_id, s.base_offset) IN (
+		rows, err := tx.Query(ctx, `DELETE FROM queen.segments s WHERE (s.partition_id, s.base_offset) IN (
 			SELECT sg.partition_id, sg.base_offset FROM queen.segments sg
 			JOIN queen.partitions p ON p.id = sg.partition_id JOIN queen.queues q ON q.id = p.queue_id
 			WHERE (q.retention_enabled AND q.retention_seconds > 0
@@ -609,8 +610,26 @@ func (s *Store) RetentionPass(ctx context.Context, limit int) (int64, error) {
 			       AND sg.created_at < now() - make_interval(secs => q.completed_retention_seconds)
 			       AND EXISTS (SELECT 1 FROM queen.consumer_cursors c WHERE c.partition_id = p.id)
 			       AND sg.last_offset < (SELECT min(c.cursor_offset) FROM queen.consumer_cursors c WHERE c.partition_id = p.id))
-			LIMIT $1)`, limit)
-		n = tag.RowsAffected()
+			LIMIT $1)
+			RETURNING s.partition_id`, limit)
+		if err != nil {
+			return err
+		}
+		pids, err := pgx.CollectRows(rows, pgx.RowTo[pgtype.UUID])
+		if err != nil {
+			return err
+		}
+		n = int64(len(pids))
+		if n == 0 {
+			return nil
+		}
+		// A message's traces go with the message: retention deletes whole
+		// segments from a partition's old end, so the traces below its first
+		// stored offset belong to messages no longer stored.
+		_, err = tx.Exec(ctx, `DELETE FROM queen.message_traces t USING (
+			SELECT p.id, coalesce((SELECT min(sg.base_offset) FROM queen.segments sg WHERE sg.partition_id = p.id), p.next_offset) AS first
+			FROM queen.partitions p WHERE p.id = ANY($1)) f
+			WHERE t.partition_id = f.id AND t.msg_offset < f.first`, pids)
 		return err
 	})
 	if err != nil {

@@ -16,8 +16,8 @@ import (
 // message (Queen's POST /api/v1/traces, called by the SDKs' msg.trace()).
 // Table queen.message_traces in schema.sql. A trace is keyed, as in Queen,
 // by (partition id, transactionId); it outlives the message's consumption
-// and its segment's retention and goes only with its partition (a queue
-// delete cascades to it).
+// and goes with the message: when retention deletes the message's segment
+// (RetentionPass) or when the queue is deleted (cascade from partitions).
 
 // ErrTraceMessageNotFound is returned by RecordTrace when no stored message
 // of the partition has the transactionId (unknown partition, unknown

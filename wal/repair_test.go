@@ -315,10 +315,10 @@ func TestRepairHalfFinishedTruncateFront(t *testing.T) {
 
 // readRecover calls l.Read and turns a panic into an error, so that a
 // panicking Read fails one test instead of the whole binary.
-func readRecover(l *Log, idx uint64) (p []byte, err error, panicked any) {
+func readRecover(l *Log, idx uint64) (p []byte, panicked any, err error) {
 	defer func() { panicked = recover() }()
 	p, err = l.Read(idx)
-	return p, err, nil
+	return p, nil, err
 }
 
 // sealedCorruptionLog writes records whose sizes make one single-bit flip in
@@ -360,7 +360,7 @@ func TestSealedSegmentMissingRecordReadReturnsError(t *testing.T) {
 	for i := uint64(1); i <= 4; i++ {
 		mustRead(t, l, i, payloads[i-1])
 	}
-	p, err, panicked := readRecover(l, 5)
+	p, panicked, err := readRecover(l, 5)
 	if panicked != nil {
 		t.Fatalf("Read(5) of a sealed segment missing its last record panicked: %v", panicked)
 	}
@@ -390,7 +390,7 @@ func TestSealedSegmentFlippedLengthBitNeverReturnsWrongRecord(t *testing.T) {
 	}
 	l, _ := openLog(t, dir, opts)
 	for i := uint64(1); i <= 6; i++ {
-		p, err, panicked := readRecover(l, i)
+		p, panicked, err := readRecover(l, i)
 		switch {
 		case panicked != nil:
 			t.Errorf("Read(%d) panicked: %v", i, panicked)

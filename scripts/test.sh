@@ -2,7 +2,7 @@
 # The project's one test command: README.md, `make test` and .ci/run all run
 # this script. It makes sure PostgreSQL's binaries are installed (the tests
 # start their own throwaway servers with them; nothing needs to be running),
-# then vets and runs every test with the race detector.
+# then vets (go vet, staticcheck) and runs every test with the race detector.
 #
 #   scripts/test.sh                 all packages
 #   scripts/test.sh ./wal/ -run X   extra arguments go to `go test`
@@ -30,6 +30,8 @@ if [ "$(id -u)" = 0 ] && ! id postgres >/dev/null 2>&1; then
 fi
 
 go vet ./...
+# staticcheck, pinned, from the Go module proxy (like every other module).
+go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 if [ $# -gt 0 ]; then
   exec go test -race -count=1 -timeout 25m "$@"
 fi

@@ -2,10 +2,14 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/queenmq/queen-go/internal/testenv"
 )
@@ -106,5 +110,63 @@ func TestUnknownRouteCode(t *testing.T) {
 	code, b := get(t, s.base+"/api/v1/no/such/route")
 	if code != http.StatusNotFound || !strings.Contains(b, `"code":"no_such_route"`) || !strings.Contains(b, `"error"`) {
 		t.Fatalf("unknown route: %d %s", code, b)
+	}
+}
+
+// TestAbandonedLongPollClaimsNothing: a consumer cancelled while its pop
+// waits (the connection closes) must not be leased the next message: a
+// pop right after the push gets it, and no delivery attempt is counted.
+func TestAbandonedLongPollClaimsNothing(t *testing.T) {
+	t.Parallel()
+	s := setup(t, nil)
+	configure(t, s.base, "gone", map[string]any{"leaseTime": 60})
+	for round := 0; round < 3; round++ {
+		conn, err := net.Dial("tcp", s.b.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(conn, "GET %s?wait=true&timeout=10000&batch=10 HTTP/1.1\r\nHost: x\r\n\r\n", popPath("gone", ""))
+		time.Sleep(300 * time.Millisecond) // the pop is waiting
+		conn.Close()                       // the consumer gives up
+		time.Sleep(100 * time.Millisecond)
+		id := fmt.Sprintf("r%d", round)
+		wantStatuses(t, push(t, s.base, body(item{"gone", "P", round, id})), Q)
+		code, r := pop(t, s.base, popPath("gone", ""), "batch=10")
+		if code != http.StatusOK || len(r.Messages) != 1 || r.Messages[0].TransactionID != id {
+			t.Fatalf("round %d: pop after an abandoned long-poll: %d %s", round, code, r.raw)
+		}
+		if a := ack(t, s.base, r.Messages[0], "completed", ""); !a.Success {
+			t.Fatalf("round %d: ack: %+v", round, a)
+		}
+	}
+}
+
+// TestReleaseLeaseCountsNoAttempt: a lease given back because its pop's
+// answer never reached the client frees the messages at once and counts
+// no delivery attempt (with retryLimit 0 a counted one would dead-letter).
+func TestReleaseLeaseCountsNoAttempt(t *testing.T) {
+	t.Parallel()
+	s := setup(t, nil)
+	configure(t, s.base, "rel", map[string]any{"retryLimit": 0, "leaseTime": 60})
+	pushN(t, s.base, "rel", "P", 1, 2)
+	_, r := pop(t, s.base, popPath("rel", "P"), "batch=10")
+	if len(r.Messages) != 2 {
+		t.Fatalf("first pop: %s", r.raw)
+	}
+	lease, err := uuid.Parse(r.LeaseID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.b.ReleaseLease(context.Background(), lease, "rel"); err != nil {
+		t.Fatal(err)
+	}
+	code, r2 := pop(t, s.base, popPath("rel", "P"), "batch=10")
+	if code != http.StatusOK || len(r2.Messages) != 2 || r2.Messages[0].TransactionID != "m-1" {
+		t.Fatalf("pop after the release: %d %s", code, r2.raw)
+	}
+	var dlq struct{ Total int }
+	getJSON(t, s.base+"/api/v1/dlq?queue=rel", &dlq)
+	if dlq.Total != 0 {
+		t.Fatalf("a released lease was counted as a failed delivery: %d dead letters", dlq.Total)
 	}
 }

@@ -41,6 +41,10 @@ type Consumer interface {
 	Pop(ctx context.Context, req pg.PopRequest) (*pg.PopResult, error)
 	Ack(ctx context.Context, reqs []pg.AckRequest) ([]pg.AckResult, error)
 	ExtendLease(ctx context.Context, leaseID uuid.UUID, seconds int) (time.Time, string, error)
+	// ReleaseLease frees a lease whose messages never reached the consumer
+	// (its client left before the pop's answer was written), without
+	// counting a delivery attempt, and wakes pops waiting on queue.
+	ReleaseLease(ctx context.Context, leaseID uuid.UUID, queue string) error
 	// WaitChan returns a channel closed when queue may have news.
 	WaitChan(queue string) <-chan struct{}
 	// WakeQueue wakes the pops waiting on queue, on every broker (after a
@@ -135,6 +139,13 @@ func (s *Server) pop(ctx *fasthttp.RequestCtx) {
 			return
 		}
 		ch := s.c.WaitChan(queue)
+		if wait && clientGone(ctx) {
+			// A long-poll whose client left (a consumer cancelled while it
+			// waited) claims nothing: a lease on a request nobody reads
+			// would hold the messages until it lapsed and count a retry.
+			ctx.SetStatusCode(fasthttp.StatusNoContent)
+			return
+		}
 		limit := 30 * time.Second
 		if wait {
 			limit = min(limit, max(time.Until(deadline), 5*time.Second))
@@ -170,6 +181,21 @@ func (s *Server) pop(ctx *fasthttp.RequestCtx) {
 			continue
 		}
 		if len(res.Messages) > 0 {
+			if wait && clientGone(ctx) {
+				// Left between the check above and the claim: give the lease
+				// back. (An autoAck pop has moved its cursor already: those
+				// messages are gone, as autoAck's at-most-once allows.)
+				if res.LeaseID != uuid.Nil {
+					rctx, cancel := dbCtx()
+					if err := s.c.ReleaseLease(rctx, res.LeaseID, queue); err != nil {
+						s.log.Warn("pop: could not release the lease of a departed client; it lapses by itself",
+							"queue", queue, "err", err)
+					}
+					cancel()
+				}
+				ctx.SetStatusCode(fasthttp.StatusNoContent)
+				return
+			}
 			writePop(ctx, req, res)
 			return
 		}

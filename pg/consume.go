@@ -762,6 +762,21 @@ func applyAcks(ctx context.Context, tx pgx.Tx, reqs []AckRequest) ([]AckResult, 
 	return out, b.flush(ctx, tx)
 }
 
+// ReleaseLease frees every cursor held under leaseID as if the pop that
+// took it had delivered nothing: no delivery attempt is counted (the next
+// pop does not see a lapsed lease) and the messages are offered again at
+// once. For a pop whose answer never reached its client. It returns how
+// many cursors it freed.
+func (s *Store) ReleaseLease(ctx context.Context, leaseID uuid.UUID) (int64, error) {
+	tag, err := s.pool.Exec(ctx, `UPDATE queen.consumer_cursors
+		SET lease_id = NULL, lease_expires_at = NULL, lease_end = NULL, acked = '{}'
+		WHERE lease_id = $1`, pgtype.UUID{Bytes: leaseID, Valid: true})
+	if err != nil {
+		return 0, fmt.Errorf("pg: release lease: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
 // ExtendLease pushes the expiry of every live cursor row under leaseID to
 // at least now + seconds. It returns the new expiry, or an error text:
 // "Lease not found" or "Lease already expired".

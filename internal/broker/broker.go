@@ -400,6 +400,15 @@ func (b *Broker) Ack(ctx context.Context, reqs []pg.AckRequest) ([]pg.AckResult,
 	return res, nil
 }
 
+// ReleaseLease implements fastapi.Consumer.
+func (b *Broker) ReleaseLease(ctx context.Context, leaseID uuid.UUID, queue string) error {
+	if _, err := b.Store.ReleaseLease(ctx, leaseID); err != nil {
+		return err
+	}
+	b.WakeQueue(ctx, queue)
+	return nil
+}
+
 // ExtendLease implements fastapi.Consumer.
 func (b *Broker) ExtendLease(ctx context.Context, leaseID uuid.UUID, seconds int) (time.Time, string, error) {
 	return b.Store.ExtendLease(ctx, leaseID, seconds)

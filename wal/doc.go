@@ -45,7 +45,18 @@
 // fsynced, and the cut is returned in a RepairReport and logged. Nothing is
 // skipped silently: records before the cut are kept, records after it are in
 // the evidence file only. Corruption in an older, sealed segment is not
-// repaired; Read returns ErrCorruptRecord for it.
+// repaired: Read returns ErrCorruptRecord from the first damaged record to
+// the segment's end, and serves the records before it from the file with
+// this package's own verified reader (ReadRecordAt). A damaged segment is
+// never handed to tidwall: tidwall refuses all of it, and once it had loaded
+// one it was seen to serve that segment's records for the indexes of the
+// next segment, with valid checksums.
+//
+// # Byte cap
+//
+// With Options.MaxBytes set, an Append whose record would take the segment
+// files past it fails with ErrFull and writes nothing (Size reports the
+// bytes). The projector truncates projected segments early above 3/4 of it.
 //
 // # Truncation
 //

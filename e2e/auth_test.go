@@ -119,6 +119,8 @@ func TestAuthMatrix(t *testing.T) {
 		{"GET", "/api/v1/resources/tasks", "", auth.Read},
 		{"GET", "/api/v1/resources/partitions", "", auth.Read},
 		{"POST", "/api/v1/stats/refresh", `{}`, auth.Admin},
+		{"GET", "/api/v1/messages", "", auth.Read},
+		{"GET", "/api/v1/messages/" + lease + "/t1", "", auth.Read},
 		{"POST", "/api/v1/traces", `{}`, rw},
 		{"GET", "/api/v1/traces/names", "", auth.Read},
 		{"GET", "/api/v1/traces/by-name/n", "", auth.Read},

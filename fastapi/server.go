@@ -126,6 +126,7 @@ func New(cfg Config, b Broker, res Resources) *Server {
 	s.routeResources(r)
 	s.routeTraces(r)
 	s.routeAdmin(r)
+	s.routeMessages(r)
 	r.POST("/api/v1/lease/{leaseId}/extend", s.extendLease)
 	if cfg.Metrics != nil {
 		r.GET("/metrics", cfg.Metrics)

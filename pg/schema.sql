@@ -166,3 +166,11 @@ CREATE TABLE IF NOT EXISTS queen.message_traces (
 );
 CREATE INDEX IF NOT EXISTS message_traces_message ON queen.message_traces (partition_id, transaction_id, seq);
 CREATE INDEX IF NOT EXISTS message_traces_names ON queen.message_traces USING gin (trace_names);
+
+-- Segments by commit time: GET /api/v1/messages walks the segments of a
+-- time window newest first and stops once it has its page (pg/messages.go),
+-- which without this index would read and sort every segment of the
+-- matching partitions. The retention pass's age conditions and the
+-- timestamp seeks filter on created_at too. One entry per segment (a
+-- projector batch per partition), not per message.
+CREATE INDEX IF NOT EXISTS segments_created_at ON queen.segments (created_at, partition_id, base_offset);

@@ -14,7 +14,9 @@ import (
 // reset means gone; no data yet, or bytes of a next request, mean still
 // there. fasthttp tells a handler nothing of a peer that leaves, and a
 // long-polling pop must not lease messages to a request nobody reads.
-// Connections that are not plain sockets report false (unknown).
+// Connections that are not plain sockets report false (unknown). A client
+// that half-closes its side after sending the request (no HTTP client in
+// use does) reads as gone too: its long-poll answers 204 at once.
 func clientGone(ctx *fasthttp.RequestCtx) bool {
 	sc, ok := ctx.Conn().(syscall.Conn)
 	if !ok {

@@ -16,6 +16,11 @@ import (
 	"github.com/queenmq/queen-go/pg"
 )
 
+// MicrosLayout is how message times are written (pop's createdAt, traces,
+// the message routes): UTC with microseconds, the precision PostgreSQL
+// keeps.
+const MicrosLayout = "2006-01-02T15:04:05.000000Z"
+
 // Pop defaults (Queen's DEFAULT_TIMEOUT and DEFAULT_BATCH_SIZE).
 const (
 	DefaultPopTimeout = 30 * time.Second
@@ -277,7 +282,7 @@ func appendMessage(b []byte, m *pg.PoppedMessage, group, lease string) []byte {
 		b = append(b, "null"...)
 	}
 	b = append(b, `,"createdAt":"`...)
-	b = time.UnixMicro(m.CreatedAtMicros).UTC().AppendFormat(b, "2006-01-02T15:04:05.000000Z")
+	b = time.UnixMicro(m.CreatedAtMicros).UTC().AppendFormat(b, MicrosLayout)
 	b = append(b, `","partitionId":"`...)
 	b = append(b, m.PartitionID.String()...)
 	b = append(b, `","partition":`...)

@@ -43,9 +43,6 @@ const (
 	// DefaultMessagesWindow is the window when from is absent: the hour
 	// before to (API.md: the last hour).
 	DefaultMessagesWindow = time.Hour
-	// messageTimeLayout is createdAt and the lease times: UTC,
-	// microseconds, as pop's createdAt.
-	messageTimeLayout = "2006-01-02T15:04:05.000000Z"
 )
 
 // messageRoutes serves the message routes with the MessageReader found on
@@ -163,7 +160,7 @@ func (mr *messageRoutes) list(ctx *fasthttp.RequestCtx) {
 			"partitionId": m.PartitionID.String(), "queue": m.Queue, "partition": m.Partition,
 			"namespace": m.Namespace, "task": m.Task, "offset": m.Offset, "status": m.Status,
 			"traceId": traceIDJSON(m.TraceID), "producerSub": m.ProducerSub,
-			"createdAt":      time.UnixMicro(m.CreatedAtMicros).UTC().Format(messageTimeLayout),
+			"createdAt":      time.UnixMicro(m.CreatedAtMicros).UTC().Format(MicrosLayout),
 			"leaseExpiresAt": messageTime(m.LeaseExpiresAt)}
 	}
 	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"messages": out, "mode": modeJSON(l.Mode),
@@ -249,7 +246,7 @@ func (mr *messageRoutes) get(ctx *fasthttp.RequestCtx) {
 	rest, err := json.Marshal(map[string]any{"id": d.ID.String(), "transactionId": d.TransactionID,
 		"partitionId": d.PartitionID.String(), "queue": d.Queue, "partition": d.Partition,
 		"namespace": d.Namespace, "task": d.Task, "offset": d.Offset, "traceId": traceIDJSON(d.TraceID),
-		"producerSub": d.ProducerSub, "createdAt": time.UnixMicro(d.CreatedAtMicros).UTC().Format(messageTimeLayout),
+		"producerSub": d.ProducerSub, "createdAt": time.UnixMicro(d.CreatedAtMicros).UTC().Format(MicrosLayout),
 		"isEncrypted": d.Encrypted, "status": d.Status, "leaseExpiresAt": messageTime(d.LeaseExpiresAt),
 		"errorMessage": errMsg, "retryCount": retries, "failedAt": failedAt, "queueConfig": d.Options,
 		"mode": modeJSON(d.Mode), "consumerGroups": groups})
@@ -277,12 +274,12 @@ func traceIDJSON(id *uuid.UUID) any {
 	return id.String()
 }
 
-// messageTime renders an optional time as messageTimeLayout, or null.
+// messageTime renders an optional time as MicrosLayout, or null.
 func messageTime(t *time.Time) any {
 	if t == nil {
 		return nil
 	}
-	return t.UTC().Format(messageTimeLayout)
+	return t.UTC().Format(MicrosLayout)
 }
 
 func modeJSON(m pg.GroupsMode) map[string]any {

@@ -28,9 +28,6 @@ const (
 	// DefaultTraceEventType is eventType when the body has none (Queen's
 	// record_trace_v1).
 	DefaultTraceEventType = "info"
-	// traceTimeLayout is created_at/last_seen: UTC, microseconds, as pop's
-	// createdAt (Queen printed milliseconds).
-	traceTimeLayout = "2006-01-02T15:04:05.000000Z"
 )
 
 // Tracer is what the trace routes need; *pg.Store implements it.
@@ -255,7 +252,7 @@ func traceNames(raw json.RawMessage) ([]string, error) {
 func traceJSON(t *pg.Trace) map[string]any {
 	return map[string]any{"id": t.ID.String(), "event_type": t.EventType, "data": json.RawMessage(t.Data),
 		"consumer_group": t.ConsumerGroup, "worker_id": nil,
-		"created_at": t.CreatedAt.UTC().Format(traceTimeLayout), "trace_names": t.Names}
+		"created_at": t.CreatedAt.UTC().Format(MicrosLayout), "trace_names": t.Names}
 }
 
 // ofMessage handles GET /api/v1/traces/{partitionId}/{transactionId}
@@ -355,7 +352,7 @@ func (tr *traceRoutes) names(ctx *fasthttp.RequestCtx) {
 	out := make([]map[string]any, len(ns))
 	for i, n := range ns {
 		out[i] = map[string]any{"trace_name": n.Name, "trace_count": n.TraceCount, "message_count": n.MessageCount,
-			"last_seen": n.LastSeen.UTC().Format(traceTimeLayout)}
+			"last_seen": n.LastSeen.UTC().Format(MicrosLayout)}
 	}
 	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"trace_names": out, "total": total,
 		"pagination": map[string]int{"limit": limit, "offset": offset}})

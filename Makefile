@@ -43,3 +43,4 @@ fuzz:
 	$(FUZZ_SLOW) -fuzz='^FuzzOpenSegment$$' ./wal/
 	$(FUZZ) -fuzz='^FuzzVerify$$' ./auth/
 	$(FUZZ) -fuzz='^FuzzDecrypt$$' ./crypt/
+	$(FUZZ) -fuzz='^FuzzParseTimestamp$$' ./fastapi/

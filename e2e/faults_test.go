@@ -214,7 +214,7 @@ func TestCaseP15TornWALTail(t *testing.T) {
 		t.Errorf("evidence files: %v", ev)
 	}
 	p2.term(t)
-	if out, err := exec.Command(brokerBinary(t), "wal", "verify", filepath.Join(walDir, "wal")).CombinedOutput(); err != nil {
+	if out, err := exec.Command(brokerBinary(t), "wal", "verify", walDir).CombinedOutput(); err != nil { // the broker directory
 		t.Fatalf("wal verify after repair: %v\n%s", err, out)
 	}
 }

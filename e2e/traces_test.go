@@ -223,7 +223,7 @@ func TestTracesRecordReadAndSurviveAck(t *testing.T) {
 }
 
 // TestTraceUnknownMessage404: a trace for a message that is not stored is
-// the client's mistake: 404 {"error":"message not found"} (Queen: 500),
+// the client's mistake: 404 {"error":"Message not found"} (Queen: 500),
 // and nothing is stored.
 func TestTraceUnknownMessage404(t *testing.T) {
 	t.Parallel()
@@ -238,8 +238,8 @@ func TestTraceUnknownMessage404(t *testing.T) {
 			code, rb := recordTrace(t, s.base, map[string]any{"transactionId": c.txid, "partitionId": c.pid, "data": 1,
 				"traceNames": "lost"})
 			var e struct{ Error string }
-			if code != http.StatusNotFound || json.Unmarshal(rb, &e) != nil || e.Error != "message not found" {
-				t.Fatalf("got %d %s, want 404 message not found", code, rb)
+			if code != http.StatusNotFound || json.Unmarshal(rb, &e) != nil || e.Error != "Message not found" {
+				t.Fatalf("got %d %s, want 404 Message not found", code, rb)
 			}
 			if got := messageTraces(t, s.base, c.pid, c.txid); len(got) != 0 {
 				t.Fatalf("stored: %+v", got)

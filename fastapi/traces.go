@@ -93,7 +93,7 @@ type traceBody struct {
 // the same JSON value, compacted). A malformed body or field is 400 and
 // stores nothing. The message must exist (pg.Store.RecordTrace says where
 // it is looked for): Queen answered 500 for an unknown message, here it is
-// 404 {"error":"message not found"}, because it is the client's mistake
+// 404 {"error":"Message not found"}, because it is the client's mistake
 // (STYLE.md: a client's mistake is never 500). 503 when PostgreSQL fails.
 func (tr *traceRoutes) record(ctx *fasthttp.RequestCtx) {
 	var b traceBody
@@ -109,7 +109,7 @@ func (tr *traceRoutes) record(ctx *fasthttp.RequestCtx) {
 	defer cancel()
 	id, err := tr.t.RecordTrace(c, in)
 	if errors.Is(err, pg.ErrTraceMessageNotFound) {
-		writeErr(ctx, fasthttp.StatusNotFound, "message not found")
+		writeErr(ctx, fasthttp.StatusNotFound, "Message not found")
 		return
 	}
 	if err != nil {

@@ -465,6 +465,8 @@ func (p *Projector) maintainLoop(ctx context.Context) {
 			return
 		case <-t.C:
 			p.maintain(ctx)
+		case <-p.wal.Full(): // a push was refused at the byte cap: make room now
+			p.truncateWAL()
 		}
 	}
 }
@@ -472,6 +474,17 @@ func (p *Projector) maintainLoop(ctx context.Context) {
 // maintain truncates projected WAL segments past retention and sweeps
 // expired dedup entries. Errors are logged; they never stop projection.
 func (p *Projector) maintain(ctx context.Context) {
+	p.truncateWAL()
+	sctx, cancel := context.WithTimeout(ctx, p.cfg.TxTimeout)
+	defer cancel()
+	if _, err := p.store.SweepDedup(sctx, p.cfg.DedupGrace, 10000); err != nil {
+		p.log.Warn("projector: dedup sweep failed", "err", err)
+	}
+}
+
+// truncateWAL removes projected WAL segments past their retention, or past
+// none when the WAL is above 3/4 of its byte cap.
+func (p *Projector) truncateWAL() {
 	retention := p.cfg.WALRetention
 	if retention < 0 {
 		retention = 0
@@ -479,7 +492,7 @@ func (p *Projector) maintain(ctx context.Context) {
 	// Near the WAL's byte cap, room for new pushes wins over keeping
 	// projected segments for disaster recovery.
 	if limit := p.wal.MaxBytes(); limit > 0 && p.wal.Size() > limit/4*3 && retention > 0 {
-		p.log.Warn("projector: WAL above 3/4 of its byte cap; truncating projected segments before their retention",
+		p.log.Debug("projector: WAL above 3/4 of its byte cap; truncating projected segments before their retention",
 			"bytes", p.wal.Size(), "cap", limit)
 		retention = 0
 	}
@@ -487,11 +500,6 @@ func (p *Projector) maintain(ctx context.Context) {
 		p.log.Warn("projector: WAL truncation failed", "err", err)
 	} else if n > 0 {
 		p.log.Info("projector: truncated projected WAL segments", "segments", n, "checkpoint", p.checkpoint.Load())
-	}
-	sctx, cancel := context.WithTimeout(ctx, p.cfg.TxTimeout)
-	defer cancel()
-	if _, err := p.store.SweepDedup(sctx, p.cfg.DedupGrace, 10000); err != nil {
-		p.log.Warn("projector: dedup sweep failed", "err", err)
 	}
 }
 

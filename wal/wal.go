@@ -129,6 +129,9 @@ type Log struct {
 
 	reqs     chan *appendReq
 	notify   chan struct{}
+	full     chan struct{}
+	// lastFullWarn rate-limits the ErrFull warning (writer goroutine only).
+	lastFullWarn time.Time
 	stop     chan struct{}
 	done     chan struct{}
 	stopOnce sync.Once
@@ -138,7 +141,11 @@ type Log struct {
 // writer. The report is non-nil when a torn or corrupt tail was cut.
 func Open(dir string, opts Options) (*Log, *RepairReport, error) {
 	l := &Log{dir: dir, opts: opts.withDefaults(), reqs: make(chan *appendReq),
-		notify: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+		notify: make(chan struct{}, 1), full: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	if l.opts.MaxBytes > 0 && l.opts.MaxBytes < MinSegmentsUnderCap*int64(l.opts.SegmentSize) {
+		return nil, nil, fmt.Errorf("wal: MaxBytes %d is below %d segments of %d bytes: truncation always keeps the tail and the newest sealed segment, so a smaller cap could fill for good",
+			l.opts.MaxBytes, MinSegmentsUnderCap, l.opts.SegmentSize)
+	}
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, nil, fmt.Errorf("wal: create dir: %w", err)
 	}
@@ -239,6 +246,16 @@ func (l *Log) Size() int64 { return l.size.Load() }
 // MaxBytes is Options.MaxBytes (0 = no cap).
 func (l *Log) MaxBytes() int64 { return l.opts.MaxBytes }
 
+// MinSegmentsUnderCap is the smallest Options.MaxBytes in segments: the
+// tail and the newest sealed segment are never truncated, and the cap must
+// leave room beyond them.
+const MinSegmentsUnderCap = 4
+
+// Full returns a channel that receives (coalesced) when an Append was
+// refused with ErrFull, so that truncation can run at once instead of at
+// its next tick.
+func (l *Log) Full() <-chan struct{} { return l.full }
+
 // recordBytes is what a payload of n bytes takes in a segment file.
 func recordBytes(n int) int64 {
 	return int64(uvarintLen(uint64(n+headerSize)) + n + headerSize)
@@ -310,14 +327,27 @@ func (l *Log) admit(batch []*appendReq) []*appendReq {
 	}
 	size := l.size.Load()
 	kept := batch[:0]
+	refused := 0
 	for _, r := range batch {
 		n := recordBytes(len(r.data))
 		if size+n > l.opts.MaxBytes {
 			r.done <- ErrFull
+			refused++
 			continue
 		}
 		size += n
 		kept = append(kept, r)
+	}
+	if refused > 0 {
+		select {
+		case l.full <- struct{}{}:
+		default:
+		}
+		if time.Since(l.lastFullWarn) > 10*time.Second {
+			l.lastFullWarn = time.Now()
+			l.opts.Logger.Warn("wal: at its byte cap; appends refused (pushes answer failed) until projected segments are truncated",
+				"bytes", size, "cap", l.opts.MaxBytes, "refused", refused)
+		}
 	}
 	return kept
 }

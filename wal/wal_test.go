@@ -1032,6 +1032,11 @@ func TestMaxBytes(t *testing.T) {
 		t.Fatalf("after truncation Size %d, on disk %d", got, onDisk())
 	}
 	mustAppend(t, b.log, payload, n+1)
+	select {
+	case <-b.log.Full():
+	default:
+		t.Fatal("a refused append did not signal Full")
+	}
 	size := b.log.Size()
 	closeLog(t, b.log)
 	l, _ := openLog(t, b.dir, opts)
@@ -1102,4 +1107,16 @@ func TestSealedSegmentDamageKeepsRecordsBefore(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestMaxBytesBelowFourSegments: a cap that could never be relieved by
+// truncation (the tail and the newest sealed segment always stay) is
+// refused at Open.
+func TestMaxBytesBelowFourSegments(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "wal")
+	if _, _, err := Open(dir, Options{SegmentSize: 8 << 10, MaxBytes: 3 * 8 << 10}); err == nil {
+		t.Fatal("Open accepted a cap of 3 segments")
+	}
+	l, _ := openLog(t, dir, Options{SegmentSize: 8 << 10, MaxBytes: 4 * 8 << 10})
+	closeLog(t, l)
 }

@@ -2,8 +2,10 @@
 //
 //	queen          run the broker, configured by environment
 //	queen wal verify [DIR]
-//	               check every WAL record's checksum (read-only); DIR
-//	               defaults to $FILE_BUFFER_DIR/wal; exit 1 on a problem
+//	               check every WAL record's checksum (read-only); DIR is
+//	               the broker directory (default $FILE_BUFFER_DIR) or its
+//	               wal/ segment directory; exit 1 on a problem or when it
+//	               holds no segments
 //	queen wal status [DIR]
 //	               what a broker directory holds (DIR defaults to
 //	               $FILE_BUFFER_DIR): broker id, WAL record range, and, when a
@@ -260,15 +262,23 @@ func walCommand(args []string) error {
 		return walStatus(os.Stdout, dir, pgConfigured())
 	}
 	if len(args) == 0 || args[0] != "verify" {
-		return fmt.Errorf("usage: queen wal verify [WALDIR] | queen wal status [DIR]")
+		return fmt.Errorf("usage: queen wal verify [DIR] | queen wal status [DIR]")
 	}
-	dir := filepath.Join(env("FILE_BUFFER_DIR", "/var/lib/queen/buffers"), "wal")
+	dir := env("FILE_BUFFER_DIR", "/var/lib/queen/buffers")
 	if len(args) > 1 {
 		dir = args[1]
+	}
+	// DIR is the broker directory (FILE_BUFFER_DIR, holding wal/), as for
+	// `wal status`; the segment directory itself is accepted too.
+	if st, err := os.Stat(filepath.Join(dir, "wal")); err == nil && st.IsDir() {
+		dir = filepath.Join(dir, "wal")
 	}
 	reports, ok, err := wal.Verify(dir)
 	if err != nil {
 		return err
+	}
+	if len(reports) == 0 {
+		return fmt.Errorf("wal verify: no WAL segments in %s (give the broker's FILE_BUFFER_DIR)", dir)
 	}
 	for _, r := range reports {
 		status := "ok"

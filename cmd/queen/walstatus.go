@@ -32,6 +32,11 @@ func pgConfigured() string {
 // is non-nil when the WAL does not verify, the WAL and the checkpoint
 // disagree, or the database cannot be asked.
 func walStatus(w io.Writer, dir, pgURL string) error {
+	if st, err := os.Stat(dir); err != nil {
+		return fmt.Errorf("wal status: %w", err)
+	} else if !st.IsDir() {
+		return fmt.Errorf("wal status: %s is not a directory (give the broker's FILE_BUFFER_DIR)", dir)
+	}
 	var id uuid.UUID
 	if b, err := os.ReadFile(filepath.Join(dir, "broker.id")); err != nil {
 		fmt.Fprintf(w, "broker id   none (%s has no broker.id: no broker has run here)\n", dir)
@@ -134,5 +139,5 @@ func report(w io.Writer, problems []string) error {
 	for _, p := range problems {
 		fmt.Fprintf(w, "state       PROBLEM: %s\n", p)
 	}
-	return errors.New("wal status: problems found (see README.md, \"WAL and database disagree\")")
+	return errors.New("wal status: problems found (README.md: \"A corrupt WAL record\", \"WAL and database disagree\")")
 }

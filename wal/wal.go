@@ -127,11 +127,12 @@ type Log struct {
 	// sealed segment read last, so sequential reads skip the directory scan.
 	lastSealed struct{ from, to, good uint64 }
 
+	// lastFullWarn rate-limits the ErrFull warning (writer goroutine only).
+	lastFullWarn time.Time
+
 	reqs     chan *appendReq
 	notify   chan struct{}
 	full     chan struct{}
-	// lastFullWarn rate-limits the ErrFull warning (writer goroutine only).
-	lastFullWarn time.Time
 	stop     chan struct{}
 	done     chan struct{}
 	stopOnce sync.Once

@@ -274,13 +274,8 @@ func (ar *adminRoutes) partitions(ctx *fasthttp.RequestCtx) {
 // or a JSON object (the JS SDK sends {}); anything else is 400, a body over
 // the limit 413.
 func (ar *adminRoutes) refreshStats(ctx *fasthttp.RequestCtx) {
-	body, err := ar.s.readBody(ctx)
-	if errors.Is(err, errTooLarge) {
-		writeErr(ctx, fasthttp.StatusRequestEntityTooLarge, "request body exceeds QUEEN_MAX_BODY_BYTES")
-		return
-	}
-	if err != nil {
-		writeErr(ctx, fasthttp.StatusBadRequest, "could not read request body")
+	body, ok := ar.s.readBodyOrAnswer(ctx)
+	if !ok {
 		return
 	}
 	if t := bytes.TrimSpace(body); len(t) > 0 && string(t) != "null" {

@@ -39,13 +39,8 @@ func decodeObject(body []byte, v any) (err error) {
 // v. On failure it has already answered (413 over the body limit, 400 for
 // anything else) and returns false.
 func (s *Server) readObject(ctx *fasthttp.RequestCtx, v any) bool {
-	body, err := s.readBody(ctx)
-	if errors.Is(err, errTooLarge) {
-		writeErr(ctx, fasthttp.StatusRequestEntityTooLarge, "request body exceeds QUEEN_MAX_BODY_BYTES")
-		return false
-	}
-	if err != nil {
-		writeErr(ctx, fasthttp.StatusBadRequest, "could not read request body")
+	body, ok := s.readBodyOrAnswer(ctx)
+	if !ok {
 		return false
 	}
 	if err := decodeObject(body, v); err != nil {

@@ -247,11 +247,13 @@ func writePop(ctx *fasthttp.RequestCtx, req pg.PopRequest, res *pg.PopResult) {
 	b = append(b, `,"partitionsClaimed":`...)
 	b = strconv.AppendInt(b, int64(len(res.Claimed)), 10)
 	b = append(b, `,"messages":[`...)
-	for i, m := range res.Messages {
+	// The lease and group are the same for every message: encoded once.
+	leaseJSON, groupJSON := appendJSONString(nil, lease), appendJSONString(nil, req.Group)
+	for i := range res.Messages {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendMessage(b, &m, req.Group, lease)
+		b = appendMessage(b, &res.Messages[i], groupJSON, leaseJSON)
 	}
 	b = append(b, "]}"...)
 	cors(ctx)
@@ -260,7 +262,9 @@ func writePop(ctx *fasthttp.RequestCtx, req pg.PopRequest, res *pg.PopResult) {
 	ctx.SetBody(b)
 }
 
-func appendMessage(b []byte, m *pg.PoppedMessage, group, lease string) []byte {
+// appendMessage appends one popped message; group and lease are already
+// JSON strings.
+func appendMessage(b []byte, m *pg.PoppedMessage, group, lease []byte) []byte {
 	b = append(b, `{"id":"`...)
 	b = append(b, m.ID.String()...)
 	b = append(b, `","transactionId":`...)
@@ -292,9 +296,9 @@ func appendMessage(b []byte, m *pg.PoppedMessage, group, lease string) []byte {
 	b = append(b, `,"offset":`...)
 	b = strconv.AppendInt(b, m.Offset, 10)
 	b = append(b, `,"leaseId":`...)
-	b = appendJSONString(b, lease)
+	b = append(b, lease...)
 	b = append(b, `,"consumerGroup":`...)
-	b = appendJSONString(b, group)
+	b = append(b, group...)
 	return append(b, '}')
 }
 

@@ -3,7 +3,6 @@ package fastapi
 import (
 	"context"
 	"errors"
-	"net/url"
 	"time"
 
 	"github.com/fasthttp/router"
@@ -200,19 +199,8 @@ func (mr *messageRoutes) list(ctx *fasthttp.RequestCtx) {
 // broker has no key (or the key does not open it); 503 when PostgreSQL
 // fails.
 func (mr *messageRoutes) get(ctx *fasthttp.RequestCtx) {
-	rawPID, _ := ctx.UserValue("partitionId").(string)
-	pid, err := uuid.Parse(rawPID)
-	if err != nil {
-		writeErr(ctx, fasthttp.StatusBadRequest, "partitionId must be a UUID")
-		return
-	}
-	rawTx, _ := ctx.UserValue("transactionId").(string)
-	txid, err := url.PathUnescape(rawTx)
-	if err == nil {
-		err = validateTransactionID(txid)
-	}
-	if err != nil {
-		writeErr(ctx, fasthttp.StatusBadRequest, "invalid transactionId")
+	pid, txid, ok := messageKey(ctx)
+	if !ok {
 		return
 	}
 	c, cancel := dbCtx()

@@ -203,6 +203,21 @@ func writeErr(ctx *fasthttp.RequestCtx, status int, msg string) {
 	writeJSON(ctx, status, map[string]string{"error": msg})
 }
 
+// readBodyOrAnswer is readBody for handlers: on failure it has answered
+// 413 (over QUEEN_MAX_BODY_BYTES) or 400 and returns false.
+func (s *Server) readBodyOrAnswer(ctx *fasthttp.RequestCtx) ([]byte, bool) {
+	body, err := s.readBody(ctx)
+	if errors.Is(err, errTooLarge) {
+		writeErr(ctx, fasthttp.StatusRequestEntityTooLarge, "request body exceeds QUEEN_MAX_BODY_BYTES")
+		return nil, false
+	}
+	if err != nil {
+		writeErr(ctx, fasthttp.StatusBadRequest, "could not read request body")
+		return nil, false
+	}
+	return body, true
+}
+
 // errTooLarge is returned by readBody for a body over the limit.
 var errTooLarge = errors.New("request body too large")
 
@@ -256,13 +271,8 @@ func (s *Server) drain(ctx *fasthttp.RequestCtx) {
 }
 
 func (s *Server) push(ctx *fasthttp.RequestCtx) {
-	body, err := s.readBody(ctx)
-	if err != nil {
-		if errors.Is(err, errTooLarge) {
-			writeErr(ctx, fasthttp.StatusRequestEntityTooLarge, "request body exceeds QUEEN_MAX_BODY_BYTES")
-			return
-		}
-		writeErr(ctx, fasthttp.StatusBadRequest, "could not read request body")
+	body, ok := s.readBodyOrAnswer(ctx)
+	if !ok {
 		return
 	}
 	res, err := s.b.Push(ctx, body, producerSub(ctx))

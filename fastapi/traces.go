@@ -68,6 +68,29 @@ func (s *Server) routeTraces(r *router.Router) {
 	r.GET("/api/v1/traces/{partitionId}/{transactionId}", tr.ofMessage)
 }
 
+// messageKey reads the {partitionId}/{transactionId} path segments of the
+// per-message routes (traces, messages): a UUID and a percent-decoded
+// transactionId valid as a push's. On a bad one it answers 400 and returns
+// false.
+func messageKey(ctx *fasthttp.RequestCtx) (uuid.UUID, string, bool) {
+	rawPID, _ := ctx.UserValue("partitionId").(string)
+	pid, err := uuid.Parse(rawPID)
+	if err != nil {
+		writeErr(ctx, fasthttp.StatusBadRequest, "partitionId must be a UUID")
+		return uuid.Nil, "", false
+	}
+	rawTx, _ := ctx.UserValue("transactionId").(string)
+	txid, err := url.PathUnescape(rawTx)
+	if err == nil {
+		err = validateTransactionID(txid)
+	}
+	if err != nil {
+		writeErr(ctx, fasthttp.StatusBadRequest, "invalid transactionId")
+		return uuid.Nil, "", false
+	}
+	return pid, txid, true
+}
+
 // traceBody is POST /api/v1/traces' body; every field is raw so that each
 // gets its own 400 text.
 type traceBody struct {
@@ -261,19 +284,8 @@ func traceJSON(t *pg.Trace) map[string]any {
 // without traces or unknown (as Queen). transactionId is percent-decoded.
 // 400 for a partitionId that is not a UUID or a bad transactionId.
 func (tr *traceRoutes) ofMessage(ctx *fasthttp.RequestCtx) {
-	rawPID, _ := ctx.UserValue("partitionId").(string)
-	pid, err := uuid.Parse(rawPID)
-	if err != nil {
-		writeErr(ctx, fasthttp.StatusBadRequest, "partitionId must be a UUID")
-		return
-	}
-	rawTx, _ := ctx.UserValue("transactionId").(string)
-	txid, err := url.PathUnescape(rawTx)
-	if err == nil {
-		err = validateTransactionID(txid)
-	}
-	if err != nil {
-		writeErr(ctx, fasthttp.StatusBadRequest, "invalid transactionId")
+	pid, txid, ok := messageKey(ctx)
+	if !ok {
 		return
 	}
 	c, cancel := dbCtx()

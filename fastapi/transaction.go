@@ -96,11 +96,11 @@ func (s *Server) transaction(ctx *fasthttp.RequestCtx) {
 	type slot struct {
 		push bool
 		idx  int // into pushes or acks
+		op   int // index into req.Operations
 	}
 	var pushes []pg.ProjectItem
 	var acks []pg.AckRequest
 	var order []slot
-	var opOf []int // operation index of each slot
 	now := time.Now().UnixMicro()
 	sub := producerSub(ctx)
 	for i, op := range req.Operations {
@@ -121,8 +121,7 @@ func (s *Server) transaction(ctx *fasthttp.RequestCtx) {
 				if txid == "" {
 					txid = id.String()
 				}
-				order = append(order, slot{true, len(pushes)})
-				opOf = append(opOf, i)
+				order = append(order, slot{true, len(pushes), i})
 				pushes = append(pushes, pg.ProjectItem{Queue: it.Queue, Partition: it.Partition, AcceptedAtMicros: now,
 					Message: pg.Message{ID: id, TransactionID: txid, CreatedAtMicros: now, TraceID: it.TraceID, ProducerSub: sub,
 						Payload: append([]byte(nil), it.Payload...)}})
@@ -137,8 +136,7 @@ func (s *Server) transaction(ctx *fasthttp.RequestCtx) {
 			if r.LeaseID == nil && lent != nil {
 				r.LeaseID = lent // fenced exactly like an ack carrying leaseId
 			}
-			order = append(order, slot{false, len(acks)})
-			opOf = append(opOf, i)
+			order = append(order, slot{false, len(acks), i})
 			acks = append(acks, r)
 		default:
 			writeErr(ctx, fasthttp.StatusBadRequest, fmt.Sprintf("operations[%d].type must be \"push\" or \"ack\"", i))
@@ -153,9 +151,9 @@ func (s *Server) transaction(ctx *fasthttp.RequestCtx) {
 	switch {
 	case errors.As(err, &abort):
 		op := -1 // the operation the failing push item or ack came from
-		for i, sl := range order {
+		for _, sl := range order {
 			if sl.push == abort.Push && sl.idx == abort.Index {
-				op = opOf[i]
+				op = sl.op
 				break
 			}
 		}

@@ -89,16 +89,22 @@ func ParseBody(body []byte) (items []ParsedItem, err error) {
 	if !ok {
 		return nil, bad("\"items\" is required")
 	}
-	if kind(rawItems) != '[' {
+	return parseItems(rawItems, false)
+}
+
+// parseItems validates an "items" array (allowTrace: a transaction's, whose
+// items may carry traceId). An empty array gives an empty, non-nil slice.
+func parseItems(raw json.RawMessage, allowTrace bool) ([]ParsedItem, error) {
+	if kind(raw) != '[' {
 		return nil, bad("\"items\" must be an array")
 	}
 	var elems []json.RawMessage
-	if err := json.Unmarshal(rawItems, &elems); err != nil {
+	if err := json.Unmarshal(raw, &elems); err != nil {
 		return nil, bad("malformed JSON: %s", jsonErr(err))
 	}
-	items = make([]ParsedItem, 0, len(elems))
-	for i, raw := range elems {
-		it, err := parseItem(i, raw, false)
+	items := make([]ParsedItem, 0, len(elems))
+	for i, e := range elems {
+		it, err := parseItem(i, e, allowTrace)
 		if err != nil {
 			return nil, err
 		}
@@ -117,21 +123,7 @@ func ParseTransactionItems(raw []byte) (items []ParsedItem, err error) {
 			items, err = nil, bad("malformed JSON")
 		}
 	}()
-	if kind(raw) != '[' {
-		return nil, bad("\"items\" must be an array")
-	}
-	var elems []json.RawMessage
-	if err := json.Unmarshal(raw, &elems); err != nil {
-		return nil, bad("malformed JSON: %s", jsonErr(err))
-	}
-	for i, e := range elems {
-		it, err := parseItem(i, e, true)
-		if err != nil {
-			return nil, err
-		}
-		items = append(items, it)
-	}
-	return items, nil
+	return parseItems(raw, true)
 }
 
 func parseItem(i int, raw json.RawMessage, allowTrace bool) (ParsedItem, error) {

@@ -296,8 +296,7 @@ type PartitionFilter struct {
 func (s *Store) ListPartitions(ctx context.Context, f PartitionFilter) ([]PartitionSummary, int64, error) {
 	var out []PartitionSummary
 	var total int64
-	opts := pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}
-	err := pgx.BeginTxFunc(ctx, s.pool, opts, func(tx pgx.Tx) error {
+	err := s.readSnapshot(ctx, func(tx pgx.Tx) error {
 		out, total = []PartitionSummary{}, 0
 		var qid pgtype.UUID // NULL: every queue
 		if f.Queue != "" {

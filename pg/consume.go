@@ -86,16 +86,14 @@ type queueRow struct {
 	name                  string
 	leaseTime, retryLimit int
 	delayed, windowBuffer int
-	encryptionEnabled     bool
-	dedupWindow           int
 }
 
 func (s *Store) queueByName(ctx context.Context, tx pgx.Tx, name string) (*queueRow, error) {
 	var q queueRow
 	var id pgtype.UUID
-	err := tx.QueryRow(ctx, `SELECT id, name, lease_time, retry_limit, delayed_processing, window_buffer,
-		encryption_enabled, dedup_window_seconds FROM queen.queues WHERE name = $1`, name).
-		Scan(&id, &q.name, &q.leaseTime, &q.retryLimit, &q.delayed, &q.windowBuffer, &q.encryptionEnabled, &q.dedupWindow)
+	err := tx.QueryRow(ctx, `SELECT id, name, lease_time, retry_limit, delayed_processing, window_buffer
+		FROM queen.queues WHERE name = $1`, name).
+		Scan(&id, &q.name, &q.leaseTime, &q.retryLimit, &q.delayed, &q.windowBuffer)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}

@@ -423,12 +423,9 @@ func readSegment(ctx context.Context, tx pgx.Tx, pid uuid.UUID, base, last int64
 	if err != nil {
 		return nil, nil, err // the snapshot saw the header, so the row is there
 	}
-	msgs, err := DecodeSegment(body)
+	msgs, err := decodeSegmentRange(pid, base, last, body)
 	if err != nil {
-		return nil, nil, fmt.Errorf("partition %s offset %d: %w", pid, base, err)
-	}
-	if int64(len(msgs)) != last-base+1 {
-		return nil, nil, fmt.Errorf("partition %s offset %d: %w: %d messages for %d offsets", pid, base, ErrBadSegment, len(msgs), last-base+1)
+		return nil, nil, err
 	}
 	return msgs, dl, nil
 }

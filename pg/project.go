@@ -278,7 +278,7 @@ func (s *Store) project(ctx context.Context, conn batcher, begin bool, items []P
 	// 5. Write segments, offsets, sidecar entries and the checkpoint.
 	var b pgx.Batch
 	var segPID []uuid.UUID
-	var segBase, segLast []int64
+	var segBase, segLast, segNext []int64
 	var segBody [][]byte
 	for _, id := range lockIDs {
 		ps := parts[id]
@@ -293,13 +293,15 @@ func (s *Store) project(ctx context.Context, conn batcher, begin bool, items []P
 		segPID = append(segPID, id)
 		segBase = append(segBase, ps.base)
 		segLast = append(segLast, ps.next-1)
+		segNext = append(segNext, ps.next)
 		segBody = append(segBody, EncodeSegment(nil, ps.msgs))
 	}
+	segIDs := pgUUIDs(segPID)
 	if len(segPID) > 0 {
 		b.Queue(`UPDATE queen.partitions p SET next_offset = v.next, last_message_at = now()
-			FROM unnest($1::uuid[], $2::bigint[]) AS v(id, next) WHERE p.id = v.id`, pgUUIDs(segPID), addOne(segLast))
+			FROM unnest($1::uuid[], $2::bigint[]) AS v(id, next) WHERE p.id = v.id`, segIDs, segNext)
 		b.Queue(`INSERT INTO queen.segments (partition_id, base_offset, last_offset, body)
-			SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bytea[])`, pgUUIDs(segPID), segBase, segLast, segBody)
+			SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bytea[])`, segIDs, segBase, segLast, segBody)
 	}
 	var dPID, dMID []uuid.UUID
 	var dTx [][]byte
@@ -335,7 +337,7 @@ func (s *Store) project(ctx context.Context, conn batcher, begin bool, items []P
 	if len(segPID) > 0 {
 		// Wake long-polling pops on every broker (pg/listen.go).
 		b.Queue(`SELECT pg_notify($1, q.name) FROM queen.queues q
-			WHERE q.id IN (SELECT p.queue_id FROM queen.partitions p WHERE p.id = ANY($2))`, NotifyChannel, pgUUIDs(segPID))
+			WHERE q.id IN (SELECT p.queue_id FROM queen.partitions p WHERE p.id = ANY($2))`, NotifyChannel, segIDs)
 	}
 	if finish != nil {
 		finish(&b)
@@ -347,14 +349,6 @@ func (s *Store) project(ctx context.Context, conn batcher, begin bool, items []P
 		return nil, fmt.Errorf("pg: write and commit (outcome unknown): %w", err)
 	}
 	return out, nil
-}
-
-func addOne(v []int64) []int64 {
-	out := make([]int64, len(v))
-	for i, x := range v {
-		out[i] = x + 1
-	}
-	return out
 }
 
 // partitionIDs resolves (queue, partition) of every item to a partition id,

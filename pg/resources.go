@@ -522,8 +522,7 @@ func (s *Store) ListDeadLetters(ctx context.Context, f DeadLetterFilter) ([]Dead
 	var out []DeadLetter
 	var total int64
 	// One snapshot, so that total and the page agree.
-	opts := pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}
-	err := pgx.BeginTxFunc(ctx, s.pool, opts, func(tx pgx.Tx) error {
+	err := s.readSnapshot(ctx, func(tx pgx.Tx) error {
 		out, total = nil, 0
 		const from = ` FROM queen.dead_letters d JOIN queen.partitions p ON p.id = d.partition_id JOIN queen.queues q ON q.id = p.queue_id
 			WHERE ($1 = '' OR q.name = $1) AND ($2 = '' OR p.name = $2) AND ($3 = '' OR d.consumer_group = $3)

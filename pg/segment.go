@@ -109,3 +109,17 @@ func DecodeSegment(b []byte) ([]Message, error) {
 	}
 	return out, nil
 }
+
+// decodeSegmentRange decodes the body of partition pid's segment holding
+// offsets base..last and checks it holds exactly that many messages
+// (ErrBadSegment otherwise); errors name the partition and base offset.
+func decodeSegmentRange(pid uuid.UUID, base, last int64, body []byte) ([]Message, error) {
+	msgs, err := DecodeSegment(body)
+	if err != nil {
+		return nil, fmt.Errorf("partition %s offset %d: %w", pid, base, err)
+	}
+	if int64(len(msgs)) != last-base+1 {
+		return nil, fmt.Errorf("partition %s offset %d: %w: %d messages for %d offsets", pid, base, ErrBadSegment, len(msgs), last-base+1)
+	}
+	return msgs, nil
+}

@@ -229,12 +229,9 @@ func (s *Store) readMessages(ctx context.Context, sql string, args ...any) ([]St
 		if err := rows.Scan(&q, &p, &pid, &base, &last, &body); err != nil {
 			return nil, err
 		}
-		msgs, err := DecodeSegment(body)
+		msgs, err := decodeSegmentRange(pid, base, last, body)
 		if err != nil {
-			return nil, fmt.Errorf("partition %s offset %d: %w", pid, base, err)
-		}
-		if int64(len(msgs)) != last-base+1 {
-			return nil, fmt.Errorf("partition %s offset %d: %w: %d messages for %d offsets", pid, base, ErrBadSegment, len(msgs), last-base+1)
+			return nil, err
 		}
 		if err := s.decrypt(msgs); err != nil {
 			return nil, err

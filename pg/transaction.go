@@ -59,7 +59,7 @@ func (s *Store) Transaction(ctx context.Context, pushes []ProjectItem, acks []Ac
 	err = withRetry(func() error {
 		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 			if len(pushes) > 0 {
-				out, err := s.project(ctx, tx, false, pushes, res.PartitionIDs, func(b *pgx.Batch) {})
+				out, err := s.project(ctx, tx, false, pushes, res.PartitionIDs, nil)
 				if err != nil {
 					return err
 				}
@@ -88,10 +88,7 @@ func (s *Store) Transaction(ctx context.Context, pushes []ProjectItem, acks []Ac
 	if errors.As(err, &abort) {
 		return nil, abort
 	}
-	if err != nil {
-		if errors.Is(err, ErrPartitionGone) {
-			s.forgetPartitions(pushes)
-		}
+	if err != nil { // project has forgotten the cached ids of a partition that went (ErrPartitionGone)
 		return nil, fmt.Errorf("pg: transaction: %w", err)
 	}
 	return res, nil

@@ -35,15 +35,6 @@ func (c *Cursor) Seek(next uint64) {
 // Position is the index of the next record the cursor reads.
 func (c *Cursor) Position() uint64 { return c.next }
 
-// Pending is the number of durable records at or after the cursor.
-func (c *Cursor) Pending() uint64 {
-	d := c.log.DurableIndex()
-	if d < c.next {
-		return 0
-	}
-	return d - c.next + 1
-}
-
 // Next reads up to maxEntries durable records from the cursor, stopping
 // before the payload bytes would exceed maxBytes (the first record is
 // always returned, however large). It returns nil without error when no

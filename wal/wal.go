@@ -356,14 +356,17 @@ func (l *Log) admit(batch []*appendReq) []*appendReq {
 // writeBatch writes and fsyncs one group commit. On failure the handle is
 // failed, the log is rolled back to l.last and reopened (fail-stop).
 func (l *Log) writeBatch(batch []*appendReq) error {
-	l.lgMu.Lock() // exclusive only around a reopen; cheap when uncontended
+	// broken and lg are written only by this goroutine (and by Close, after
+	// it has exited), so they are read here without the lock; the exclusive
+	// lock, which waits for readers, is taken only for a reopen.
 	if l.broken != nil || l.lg == nil {
-		if err := l.reopenLocked(); err != nil {
-			l.lgMu.Unlock()
+		l.lgMu.Lock()
+		err := l.reopenLocked()
+		l.lgMu.Unlock()
+		if err != nil {
 			return err
 		}
 	}
-	l.lgMu.Unlock()
 
 	l.lgMu.RLock()
 	var b twal.Batch
@@ -371,6 +374,7 @@ func (l *Log) writeBatch(batch []*appendReq) error {
 	bytes := l.tailBytes
 	tailStart := l.tailStart
 	rolled := false
+	var written int64
 	// Mirror tidwall's roll rule to learn which segment the batch ends in.
 	if bytes > l.opts.SegmentSize {
 		bytes, tailStart, rolled = 0, idx+1, true
@@ -380,7 +384,9 @@ func (l *Log) writeBatch(batch []*appendReq) error {
 		r.index = idx
 		rec := EncodeRecord(make([]byte, 0, len(r.data)+headerSize), r.data)
 		b.Write(idx, rec)
-		bytes += uvarintLen(uint64(len(rec))) + len(rec)
+		n := uvarintLen(uint64(len(rec))) + len(rec)
+		bytes += n
+		written += int64(n)
 		if bytes >= l.opts.SegmentSize {
 			bytes, tailStart, rolled = 0, idx+1, true
 		}
@@ -408,10 +414,6 @@ func (l *Log) writeBatch(batch []*appendReq) error {
 		}
 		l.lgMu.Unlock()
 		return err
-	}
-	var written int64
-	for _, r := range batch {
-		written += recordBytes(len(r.data))
 	}
 	l.size.Add(written)
 	l.last, l.tailBytes = idx, bytes

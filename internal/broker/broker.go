@@ -393,8 +393,7 @@ func (b *Broker) Ack(ctx context.Context, reqs []pg.AckRequest) ([]pg.AckResult,
 		b.Metrics.Acks.WithLabelValues(reqs[i].Status, result).Inc()
 		if r.LeaseReleased && !woken[r.QueueName] {
 			woken[r.QueueName] = true
-			b.waker.Wake(r.QueueName)
-			b.Store.NotifyQueue(ctx, r.QueueName)
+			b.WakeQueue(ctx, r.QueueName)
 		}
 	}
 	return res, nil
@@ -455,8 +454,7 @@ func (b *Broker) Transaction(ctx context.Context, pushes []pg.ProjectItem, acks 
 		}
 	}
 	for q := range woken {
-		b.waker.Wake(q)
-		b.Store.NotifyQueue(ctx, q)
+		b.WakeQueue(ctx, q)
 	}
 	return res, nil
 }

@@ -86,15 +86,11 @@ func createDatabase(t testing.TB, admin string) string {
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
 		t.Fatalf("create database: %v", err)
 	}
-	cfg, err := pgx.ParseConfig(admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return replaceDB(admin, cfg.Database, name)
+	return replaceDB(admin, name)
 }
 
 // replaceDB swaps the database name in a postgres:// URL.
-func replaceDB(u, old, name string) string {
+func replaceDB(u, name string) string {
 	q := ""
 	if i := strings.IndexByte(u, '?'); i >= 0 {
 		u, q = u[:i], u[i:]

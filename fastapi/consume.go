@@ -139,11 +139,14 @@ func (s *Server) pop(ctx *fasthttp.RequestCtx) {
 	timeout := time.Duration(intArg(a, "timeout", int(DefaultPopTimeout/time.Millisecond), 0, 3600_000)) * time.Millisecond
 	deadline := time.Now().Add(timeout)
 	for {
-		if s.c.PopMaintenance() {
+		if s.b.PopMaintenance() {
 			ctx.SetStatusCode(fasthttp.StatusNoContent)
 			return
 		}
-		ch := s.c.WaitChan(queue)
+		var ch <-chan struct{} // taken before the pop, so no wake-up is missed
+		if wait {
+			ch = s.b.WaitChan(queue)
+		}
 		if wait && clientGone(ctx) {
 			// A long-poll whose client left (a consumer cancelled while it
 			// waited) claims nothing: a lease on a request nobody reads
@@ -156,7 +159,7 @@ func (s *Server) pop(ctx *fasthttp.RequestCtx) {
 			limit = min(limit, max(time.Until(deadline), 5*time.Second))
 		}
 		pctx, cancel := context.WithTimeout(context.Background(), limit)
-		res, err := s.c.Pop(pctx, req)
+		res, err := s.b.Pop(pctx, req)
 		cancel()
 		if err != nil {
 			// A waiting pop rides out a PostgreSQL outage inside its timeout
@@ -192,7 +195,7 @@ func (s *Server) pop(ctx *fasthttp.RequestCtx) {
 				// messages are gone, as autoAck's at-most-once allows.)
 				if res.LeaseID != uuid.Nil {
 					rctx, cancel := dbCtx()
-					if err := s.c.ReleaseLease(rctx, res.LeaseID, queue); err != nil {
+					if err := s.b.ReleaseLease(rctx, res.LeaseID, queue); err != nil {
 						s.log.Warn("pop: could not release the lease of a departed client; it lapses by itself",
 							"queue", queue, "err", err)
 					}
@@ -407,7 +410,7 @@ func (s *Server) ackBatch(ctx *fasthttp.RequestCtx) {
 func (s *Server) runAcks(ctx *fasthttp.RequestCtx, reqs []pg.AckRequest) {
 	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	res, err := s.c.Ack(c, reqs)
+	res, err := s.b.Ack(c, reqs)
 	if err != nil {
 		s.log.Error("ack failed", "err", err)
 		writeErr(ctx, fasthttp.StatusServiceUnavailable, "database unavailable")
@@ -448,7 +451,7 @@ func (s *Server) extendLease(ctx *fasthttp.RequestCtx) {
 	}
 	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	exp, msg, err := s.c.ExtendLease(c, id, secs)
+	exp, msg, err := s.b.ExtendLease(c, id, secs)
 	if err != nil {
 		s.log.Error("lease extend failed", "err", err)
 		writeErr(ctx, fasthttp.StatusServiceUnavailable, "database unavailable")
@@ -464,8 +467,8 @@ func (s *Server) extendLease(ctx *fasthttp.RequestCtx) {
 }
 
 func (s *Server) getPopMaintenance(ctx *fasthttp.RequestCtx) {
-	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"popMaintenanceMode": s.c.PopMaintenance(),
-		"message": popMaintenanceMessage(s.c.PopMaintenance())})
+	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"popMaintenanceMode": s.b.PopMaintenance(),
+		"message": popMaintenanceMessage(s.b.PopMaintenance())})
 }
 
 func popMaintenanceMessage(on bool) string {
@@ -482,7 +485,7 @@ func (s *Server) postPopMaintenance(ctx *fasthttp.RequestCtx) {
 	}
 	c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := s.c.SetPopMaintenance(c, enabled); err != nil {
+	if err := s.b.SetPopMaintenance(c, enabled); err != nil {
 		s.log.Warn("pop maintenance: could not persist the flag", "err", err)
 	}
 	s.getPopMaintenance(ctx)

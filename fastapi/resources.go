@@ -220,7 +220,7 @@ func (s *Server) deleteGroup(ctx *fasthttp.RequestCtx) {
 	// Pops of this group waiting on any touched queue start over at once
 	// by their subscription mode, not at their next safety recheck.
 	for _, q := range touched {
-		s.c.WakeQueue(c, q)
+		s.b.WakeQueue(c, q)
 	}
 	writeJSON(ctx, fasthttp.StatusOK, res)
 }
@@ -267,7 +267,7 @@ func (s *Server) updateSubscription(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	for _, q := range queues {
-		s.c.WakeQueue(c, q)
+		s.b.WakeQueue(c, q)
 	}
 	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"success": true, "consumerGroup": group,
 		"newTimestamp": at.UTC().Format(time.RFC3339Nano), "rowsUpdated": n})
@@ -354,7 +354,7 @@ func (s *Server) seek(ctx *fasthttp.RequestCtx) {
 		s.dbFail(ctx, "seek", err)
 		return
 	}
-	s.c.WakeQueue(c, queue)
+	s.b.WakeQueue(c, queue)
 	res := map[string]any{"success": true, "consumerGroup": group, "queueName": queue, "seekToEnd": req.ToEnd,
 		"partitionsUpdated": n}
 	if !req.ToEnd {

@@ -85,8 +85,6 @@ type Config struct {
 type Server struct {
 	cfg Config
 	b   Broker
-	c   Consumer
-	t   Transactor
 	r   Resources
 	srv *fasthttp.Server
 	log *slog.Logger
@@ -107,7 +105,7 @@ func New(cfg Config, b Broker, res Resources) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Server{cfg: cfg, b: b, c: b, t: b, r: res, log: cfg.Logger}
+	s := &Server{cfg: cfg, b: b, r: res, log: cfg.Logger}
 	// The router matches the raw path, so a queue named "a/b" arrives as
 	// one segment a%2Fb and is decoded by the handler (pathName).
 	r := router.New()

@@ -146,7 +146,7 @@ func (s *Server) transaction(ctx *fasthttp.RequestCtx) {
 	txID, _ := uuid.NewV7()
 	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	res, err := s.t.Transaction(c, pushes, acks)
+	res, err := s.b.Transaction(c, pushes, acks)
 	var abort *pg.TxAbort
 	switch {
 	case errors.As(err, &abort):

@@ -598,7 +598,7 @@ func (v *Verifier) Middleware(next fasthttp.RequestHandler) fasthttp.RequestHand
 	return func(ctx *fasthttp.RequestCtx) {
 		method := string(ctx.Method())
 		orig, norm := string(ctx.Request.URI().PathOriginal()), string(ctx.Path())
-		if method == fasthttp.MethodOptions || (v.skip(orig) && v.skip(norm)) {
+		if method == fasthttp.MethodOptions || (v.skip(norm) && (orig == norm || v.skip(orig))) {
 			next(ctx)
 			return
 		}
@@ -614,7 +614,11 @@ func (v *Verifier) Middleware(next fasthttp.RequestHandler) fasthttp.RequestHand
 			writeError(ctx, fasthttp.StatusUnauthorized, "authentication required")
 			return
 		}
-		if p.Require(Required(method, orig)|Required(method, norm)) != nil {
+		need := Required(method, norm)
+		if orig != norm { // both spellings must pass (a %2F must not dodge the policy)
+			need |= Required(method, orig)
+		}
+		if p.Require(need) != nil {
 			writeError(ctx, fasthttp.StatusForbidden, "insufficient permissions")
 			return
 		}

@@ -299,7 +299,9 @@ func TestMessagesFiltersPagingAndWindow(t *testing.T) {
 		{"from=" + at("r1") + "&to=" + at("o1"), "o1 i3 r1"},
 		{"from=" + at("i2") + "&to=" + at("i2"), "i2"},
 		{"from=" + url.QueryEscape(time.Now().Add(-4*time.Hour).UTC().Format(time.RFC3339)) + "&partition=A", "i4 i2 i1 ancient"},
-		{"to=" + url.QueryEscape(time.Now().Add(-2*time.Hour).UTC().Format(time.RFC3339)), "ancient"},
+		// The default window is the hour before to; to = now-2h30m keeps the
+		// 3-hour-old message well inside it however long the suite takes.
+		{"to=" + url.QueryEscape(time.Now().Add(-150*time.Minute).UTC().Format(time.RFC3339)), "ancient"},
 		{"to=" + url.QueryEscape(time.Now().Add(-5*time.Hour).UTC().Format("2006-01-02 15:04:05")), ""},
 	} {
 		if got := listedTx(listMessages(t, s.base, c.query).Messages); got != c.want {

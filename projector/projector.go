@@ -88,7 +88,6 @@ type Projector struct {
 	// unhealthy is set by a failed PostgreSQL step and cleared by a
 	// successful one; a projector that has not tried yet is not unhealthy.
 	unhealthy  atomic.Bool
-	cursor     atomic.Uint64 // next WAL index to project
 	checkpoint atomic.Uint64 // last committed WAL index
 	wake       chan struct{}
 	cur        *wal.Cursor // owned by the loop
@@ -279,7 +278,7 @@ func (p *Projector) run(ctx context.Context) {
 			}
 			known = true
 		}
-		cursor := p.cursor.Load()
+		cursor := p.checkpoint.Load() + 1 // the next WAL index to project
 		if cursor > p.wal.DurableIndex() {
 			idle.Reset(time.Second)
 			select {
@@ -371,10 +370,7 @@ func (p *Projector) loadCursor(ctx context.Context) error {
 		next = first
 	}
 	p.cur.Seek(next)
-	p.cursor.Store(next)
-	if next > 0 {
-		p.checkpoint.Store(next - 1)
-	}
+	p.checkpoint.Store(next - 1) // next >= 1
 	p.unhealthy.Store(false)
 	p.log.Debug("projector: cursor loaded", "cursor", next)
 	return nil
@@ -422,7 +418,6 @@ func (p *Projector) projectOnce(ctx context.Context, cursor uint64) error {
 	if err != nil {
 		return err
 	}
-	p.cursor.Store(last + 1)
 	p.checkpoint.Store(last)
 	p.unhealthy.Store(false)
 	p.mu.Lock()

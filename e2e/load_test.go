@@ -41,7 +41,9 @@ type load struct {
 }
 
 func (l *load) run(ctx context.Context, t testing.TB) {
+	l.mu.Lock() // counts may be read while the load runs
 	l.verdicts = make(map[string]ingest.Status)
+	l.mu.Unlock()
 	client := &http.Client{Timeout: 20 * time.Second}
 	var wg sync.WaitGroup
 	for p := 0; p < l.producers; p++ {

@@ -369,11 +369,28 @@ func (p *Projector) loadCursor(ctx context.Context) error {
 		}
 		next = first
 	}
+	p.warnBehind(cp.Index, next)
 	p.cur.Seek(next)
 	p.checkpoint.Store(next - 1) // next >= 1
 	p.unhealthy.Store(false)
 	p.log.Debug("projector: cursor loaded", "cursor", next)
 	return nil
+}
+
+// warnBehind logs, at warn level, that the database's checkpoint dbIndex
+// (0 when the row is missing) is below the last WAL index this projector
+// saw committed, so the records from next up to that index are projected
+// again: the database lost commits it had confirmed (a promoted standby
+// that had not received them, or a restored backup). Nothing is lost as
+// long as the WAL still holds them (README.md, "PostgreSQL failover").
+func (p *Projector) warnBehind(dbIndex, next uint64) {
+	committed := p.checkpoint.Load()
+	if dbIndex >= committed || next > committed {
+		return
+	}
+	k := committed - (next - 1)
+	p.log.Warn(fmt.Sprintf("database checkpoint %d is behind the WAL's %d: re-projecting %d records", dbIndex, committed, k),
+		"database_checkpoint", dbIndex, "wal_checkpoint", committed, "records", k)
 }
 
 type entry struct {

@@ -1,7 +1,10 @@
 // Package pgcluster starts throwaway PostgreSQL servers for tests, the
 // bench and `queen dev`: initdb into a temporary directory, start on a free
 // loopback port, and stop, kill (SIGKILL) or restart them on demand so that
-// fault tests can take the database away for real.
+// fault tests can take the database away for real. For failover tests a
+// primary (StartPrimary) gets an asynchronous streaming standby
+// (StartStandby) whose lag can be forced (PauseWALSenders) before it is
+// promoted (Promote).
 //
 // The binaries are found in $PG_BIN, on PATH, or in
 // /usr/lib/postgresql/*/bin. initdb refuses to run as root, so as root the
@@ -31,6 +34,8 @@ type Cluster struct {
 	Port  int
 	bin   string
 	runAs string // "" or "postgres"
+	// extra are server options ("-c name=value") added to every start.
+	extra []string
 }
 
 // URL is a connection URL for database db (default "postgres").
@@ -89,6 +94,36 @@ func (c *Cluster) run(ctx context.Context, name string, args ...string) error {
 // Start initialises a new cluster under a fresh temporary directory and
 // starts it. The caller must Destroy it.
 func Start(ctx context.Context) (*Cluster, error) {
+	return start(ctx, nil)
+}
+
+// replicationOptions make a server a primary that streaming standbys can
+// follow: WAL with enough detail for a standby, a few WAL senders, and
+// WAL kept for a standby that falls behind for a while.
+var replicationOptions = []string{"-c wal_level=replica", "-c max_wal_senders=4", "-c wal_keep_size=256MB"}
+
+// StartPrimary is Start for a primary that asynchronous streaming standbys
+// (StartStandby) can follow: wal_level=replica, max_wal_senders, and a
+// pg_hba.conf entry that lets 127.0.0.1 connect for replication. The
+// caller must Destroy it.
+func StartPrimary(ctx context.Context) (*Cluster, error) {
+	return start(ctx, func(c *Cluster) error {
+		c.extra = replicationOptions
+		f, err := os.OpenFile(filepath.Join(c.Dir, "data", "pg_hba.conf"), os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			return err
+		}
+		if _, err := f.WriteString("host replication all 127.0.0.1/32 trust\n"); err != nil {
+			f.Close()
+			return err
+		}
+		return f.Close()
+	})
+}
+
+// newCluster creates the cluster's temporary directory, owned by the
+// postgres user when running as root.
+func newCluster() (*Cluster, error) {
 	bin, err := findBin()
 	if err != nil {
 		return nil, err
@@ -102,19 +137,38 @@ func Start(ctx context.Context) (*Cluster, error) {
 		c.runAs = "postgres"
 		u, err := user.Lookup("postgres")
 		if err != nil {
+			os.RemoveAll(dir)
 			return nil, fmt.Errorf("pgcluster: running as root needs a postgres user: %w", err)
 		}
 		uid, _ := strconv.Atoi(u.Uid)
 		gid, _ := strconv.Atoi(u.Gid)
 		if err := os.Chown(dir, uid, gid); err != nil {
+			os.RemoveAll(dir)
 			return nil, err
 		}
 		_ = os.Chmod(dir, 0o755)
 	}
+	return c, nil
+}
+
+// start runs initdb into a new cluster, lets prepare (if not nil) adjust
+// the data directory and options, and starts the server.
+func start(ctx context.Context, prepare func(*Cluster) error) (*Cluster, error) {
+	c, err := newCluster()
+	if err != nil {
+		return nil, err
+	}
+	dir := c.Dir
 	if err := c.run(ctx, "initdb", "-D", filepath.Join(dir, "data"), "-U", "postgres", "-A", "trust",
 		"--no-sync", "-E", "UTF8", "--locale=C"); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
+	}
+	if prepare != nil {
+		if err := prepare(c); err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
 	}
 	if err := c.mkSock(); err != nil {
 		os.RemoveAll(dir)
@@ -153,6 +207,9 @@ func (c *Cluster) Restart(ctx context.Context) error {
 	}
 	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 -c shared_buffers=128MB",
 		c.Port, filepath.Join(c.Dir, "sock"))
+	if len(c.extra) > 0 {
+		opts += " " + strings.Join(c.extra, " ")
+	}
 	if err := c.run(ctx, "pg_ctl", "-D", filepath.Join(c.Dir, "data"), "-o", opts,
 		"-l", filepath.Join(c.Dir, "server.log"), "-w", "-t", "60", "start"); err != nil {
 		return err
@@ -229,4 +286,126 @@ func (c *Cluster) Destroy() {
 	defer cancel()
 	_ = c.Stop(ctx, "immediate")
 	os.RemoveAll(c.Dir)
+}
+
+// psql runs one SQL command against database postgres and returns its
+// unaligned, tuples-only output (one row a line, columns split by "|").
+func (c *Cluster) psql(ctx context.Context, sql string) (string, error) {
+	cmd := c.cmd(ctx, "psql", "-h", "127.0.0.1", "-p", strconv.Itoa(c.Port), "-U", "postgres", "-d", "postgres",
+		"-v", "ON_ERROR_STOP=1", "-X", "-A", "-t", "-c", sql)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("pgcluster: psql -c %q: %w: %s", sql, err, errOut.String())
+	}
+	return strings.TrimSpace(out.String()), nil
+}
+
+// StartStandby clones the running primary c (started with StartPrimary)
+// with pg_basebackup -R into a new cluster and starts it on another free
+// port as an asynchronous streaming standby (hot standby: it answers
+// read-only queries). It returns once the standby accepts connections;
+// WaitReplicated waits until it has caught up. The caller must Destroy it.
+func (c *Cluster) StartStandby(ctx context.Context) (*Cluster, error) {
+	s, err := newCluster()
+	if err != nil {
+		return nil, err
+	}
+	if err := s.run(ctx, "pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(c.Port), "-U", "postgres",
+		"-D", filepath.Join(s.Dir, "data"), "-R", "-X", "stream", "--checkpoint=fast", "--no-sync"); err != nil {
+		os.RemoveAll(s.Dir)
+		return nil, err
+	}
+	s.extra = replicationOptions // a promoted standby is a primary like the first one
+	if err := s.mkSock(); err != nil {
+		os.RemoveAll(s.Dir)
+		return nil, err
+	}
+	if err := s.Restart(ctx); err != nil {
+		s.Destroy()
+		return nil, err
+	}
+	return s, nil
+}
+
+// WaitReplicated waits until every standby streaming from the primary c
+// has replayed the WAL c had written when it was called (at least one
+// standby must be streaming), polling every 20 ms until ctx ends.
+func (c *Cluster) WaitReplicated(ctx context.Context) error {
+	target, err := c.psql(ctx, "SELECT pg_current_wal_lsn()")
+	if err != nil {
+		return err
+	}
+	q := fmt.Sprintf("SELECT count(*), count(*) FILTER (WHERE state = 'streaming' AND replay_lsn >= '%s') FROM pg_stat_replication", target)
+	for {
+		out, err := c.psql(ctx, q)
+		if err != nil {
+			return err
+		}
+		if n, caught, ok := strings.Cut(out, "|"); ok && n != "0" && n == caught {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("pgcluster: standby has not replayed up to %s (pg_stat_replication: %s): %w", target, out, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// PauseWALSenders stops (SIGSTOP) the primary's WAL sender processes, the
+// pids pg_stat_replication lists, so that its standbys stop receiving WAL
+// while the primary keeps committing: the lag of an asynchronous standby,
+// forced. resume sends SIGCONT to the same processes. At least one WAL
+// sender must exist.
+func (c *Cluster) PauseWALSenders(ctx context.Context) (resume func() error, err error) {
+	out, err := c.psql(ctx, "SELECT pid FROM pg_stat_replication")
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for _, f := range strings.Fields(out) {
+		pid, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, fmt.Errorf("pgcluster: WAL sender pid %q: %w", f, err)
+		}
+		pids = append(pids, pid)
+	}
+	if len(pids) == 0 {
+		return nil, errors.New("pgcluster: no WAL sender to pause (no standby streaming)")
+	}
+	signal := func(sig syscall.Signal) error {
+		var errs []error
+		for _, pid := range pids {
+			if err := syscall.Kill(pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+				errs = append(errs, fmt.Errorf("pgcluster: signal %v to WAL sender %d: %w", sig, pid, err))
+			}
+		}
+		return errors.Join(errs...)
+	}
+	if err := signal(syscall.SIGSTOP); err != nil {
+		_ = signal(syscall.SIGCONT)
+		return nil, err
+	}
+	return func() error { return signal(syscall.SIGCONT) }, nil
+}
+
+// Promote ends recovery on a standby (pg_ctl promote) and waits until it
+// accepts writes.
+func (c *Cluster) Promote(ctx context.Context) error {
+	return c.run(ctx, "pg_ctl", "-D", filepath.Join(c.Dir, "data"), "-w", "-t", "60", "promote")
+}
+
+// FailoverDSN is a libpq key/value connection string for database db that
+// names every cluster in cs, in order, with target_session_attrs=read-write:
+// a client tries them in turn and keeps the first one that accepts writes
+// (the primary, or a standby once promoted).
+func FailoverDSN(db string, cs ...*Cluster) string {
+	hosts := make([]string, len(cs))
+	ports := make([]string, len(cs))
+	for i, c := range cs {
+		hosts[i], ports[i] = "127.0.0.1", strconv.Itoa(c.Port)
+	}
+	return fmt.Sprintf("host=%s port=%s user=postgres dbname=%s sslmode=disable target_session_attrs=read-write",
+		strings.Join(hosts, ","), strings.Join(ports, ","), db)
 }

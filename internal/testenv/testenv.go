@@ -75,6 +75,13 @@ func NewDatabase(t testing.TB) string {
 
 func createDatabase(t testing.TB, admin string) string {
 	t.Helper()
+	return replaceDB(admin, createDatabaseName(t, admin))
+}
+
+// createDatabaseName creates a fresh database through the admin URL and
+// returns its name.
+func createDatabaseName(t testing.TB, admin string) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, admin)
@@ -86,7 +93,7 @@ func createDatabase(t testing.TB, admin string) string {
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
 		t.Fatalf("create database: %v", err)
 	}
-	return replaceDB(admin, name)
+	return name
 }
 
 // replaceDB swaps the database name in a postgres:// URL.
@@ -113,6 +120,33 @@ func OwnCluster(t testing.TB) (*pgcluster.Cluster, string) {
 	}
 	t.Cleanup(c.Destroy)
 	return c, createDatabase(t, c.URL("postgres"))
+}
+
+// OwnStandbyPair starts a primary and an asynchronous streaming standby of
+// it that only this test uses (pgcluster.StartPrimary, StartStandby),
+// creates a fresh database on the primary, waits until the standby has
+// replayed it, and returns both clusters with the database's connection
+// string naming both hosts, primary first, with
+// target_session_attrs=read-write (pgcluster.FailoverDSN).
+func OwnStandbyPair(t testing.TB) (primary, standby *pgcluster.Cluster, dsn string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	primary, err := pgcluster.StartPrimary(ctx)
+	if err != nil {
+		t.Fatalf("start PostgreSQL primary: %v", err)
+	}
+	t.Cleanup(primary.Destroy)
+	standby, err = primary.StartStandby(ctx)
+	if err != nil {
+		t.Fatalf("start PostgreSQL standby: %v", err)
+	}
+	t.Cleanup(standby.Destroy)
+	name := createDatabaseName(t, primary.URL("postgres"))
+	if err := primary.WaitReplicated(ctx); err != nil {
+		t.Fatalf("standby: %v", err)
+	}
+	return primary, standby, pgcluster.FailoverDSN(name, primary, standby)
 }
 
 // StartBroker starts an in-process broker on a free loopback port with the

@@ -382,7 +382,7 @@ func (p *Projector) loadCursor(ctx context.Context) error {
 // saw committed, so the records from next up to that index are projected
 // again: the database lost commits it had confirmed (a promoted standby
 // that had not received them, or a restored backup). Nothing is lost as
-// long as the WAL still holds them (README.md, "PostgreSQL failover").
+// long as the WAL still holds them (docs/failover.md).
 func (p *Projector) warnBehind(dbIndex, next uint64) {
 	committed := p.checkpoint.Load()
 	if dbIndex >= committed || next > committed {

@@ -220,5 +220,5 @@ func report(w io.Writer, problems []string) error {
 	for _, p := range problems {
 		fmt.Fprintf(w, "state       PROBLEM: %s\n", p)
 	}
-	return errors.New("wal status: problems found (README.md: \"A corrupt WAL record\", \"WAL and database disagree\")")
+	return errors.New("wal status: problems found (docs/operations.md: \"A corrupt WAL record\", \"WAL and database disagree\")")
 }

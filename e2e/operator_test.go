@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net"
@@ -132,5 +133,110 @@ func TestDevModeExit(t *testing.T) {
 	}
 	if _, err := os.Stat(up[2]); !os.IsNotExist(err) {
 		t.Errorf("the throwaway PostgreSQL's directory %s is still there: %v", up[2], err)
+	}
+}
+
+// TestConfigureUnknownOptions: an option name the broker does not know is
+// stored nowhere, named in the 200 answer ("ignored", "warning") and
+// logged; the known options are applied. A 400 would break Queen SDK users
+// whose options object carries names this broker does not implement.
+func TestConfigureUnknownOptions(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var logs bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	s := setup(t, func(c *broker.Config) { c.Logger = logger })
+	code, rb := post(t, s.base, "/api/v1/configure",
+		[]byte(`{"queue":"typo","options":{"leaseTimee":30,"retryLimit":7,"zzz":null,"evictionPolicy":"x"}}`))
+	if code != http.StatusOK {
+		t.Fatalf("configure: %d %s", code, rb)
+	}
+	var res struct {
+		Ignored []string       `json:"ignored"`
+		Warning string         `json:"warning"`
+		Options map[string]any `json:"options"`
+	}
+	if err := json.Unmarshal(rb, &res); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(res.Ignored) != "[evictionPolicy leaseTimee zzz]" || !strings.Contains(res.Warning, "leaseTimee") {
+		t.Errorf("ignored %v warning %q", res.Ignored, res.Warning)
+	}
+	if res.Options["retryLimit"] != float64(7) || res.Options["leaseTime"] != float64(300) {
+		t.Errorf("options %v: retryLimit 7 applied, leaseTime at its default", res.Options)
+	}
+	mu.Lock()
+	out := logs.String()
+	mu.Unlock()
+	if !strings.Contains(out, `msg="configure: unknown options ignored" queue=typo ignored="[evictionPolicy leaseTimee zzz]"`) {
+		t.Errorf("not logged:\n%s", out)
+	}
+	// Only known options: no ignored field at all.
+	code, rb = post(t, s.base, "/api/v1/configure", []byte(`{"queue":"typo","options":{"leaseTime":30}}`))
+	if code != http.StatusOK || strings.Contains(string(rb), "ignored") {
+		t.Errorf("configure without unknown options: %d %s", code, rb)
+	}
+}
+
+// TestErrorsNameTheProblem: valid JSON of the wrong shape is answered with
+// the field and the type it needs, not "malformed JSON"; broken JSON still
+// is "malformed JSON".
+func TestErrorsNameTheProblem(t *testing.T) {
+	t.Parallel()
+	s := setup(t, nil)
+	for _, tt := range []struct {
+		path, body, want string
+	}{
+		{"/api/v1/system/maintenance", `{"enabled":"yes"}`, `{"error":"\"enabled\" must be a boolean, not a string"}`},
+		{"/api/v1/configure", `{"queue":5}`, `{"error":"\"queue\" must be a string, not a number"}`},
+		{"/api/v1/configure", `{"queue":"q","options":[]}`, `{"error":"\"options\" must be an object, not an array"}`},
+		{"/api/v1/ack/batch", `{"acknowledgments":[{"transactionId":5}]}`, `{"error":"\"acknowledgments[0].transactionId\" must be a string, not a number"}`},
+		{"/api/v1/ack/batch", `{"acknowledgments":{}}`, `{"error":"\"acknowledgments\" must be an array, not an object"}`},
+		{"/api/v1/configure", `{"queue":"q",}`, `{"error":"malformed JSON"}`},
+		{"/api/v1/configure", `[1]`, `{"error":"body must be a JSON object"}`},
+	} {
+		code, rb := post(t, s.base, tt.path, []byte(tt.body))
+		if code != http.StatusBadRequest || string(rb) != tt.want {
+			t.Errorf("POST %s %s: %d %s, want 400 %s", tt.path, tt.body, code, rb, tt.want)
+		}
+	}
+}
+
+// TestContentEncodingIs415: the broker decompresses nothing, so a body
+// with a Content-Encoding other than identity is 415 with a JSON error and
+// Accept-Encoding: identity, on every route; identity is accepted.
+func TestContentEncodingIs415(t *testing.T) {
+	t.Parallel()
+	s := setup(t, nil)
+	send := func(path, enc, b string) (*http.Response, string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, s.base+path, strings.NewReader(b))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Content-Encoding", enc)
+		resp, err := testenv.Client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out bytes.Buffer
+		_, _ = out.ReadFrom(resp.Body)
+		return resp, out.String()
+	}
+	push := `{"items":[{"queue":"enc","payload":1}]}`
+	for _, enc := range []string{"gzip", "br", "deflate", "gzip, identity"} {
+		for _, path := range []string{"/api/v1/push", "/api/v1/configure", "/api/v1/ack"} {
+			resp, b := send(path, enc, push)
+			want := `{"error":"Content-Encoding \"` + enc + `\" is not supported: send the body uncompressed"}`
+			if resp.StatusCode != http.StatusUnsupportedMediaType || b != want ||
+				resp.Header.Get("Accept-Encoding") != "identity" || resp.Header.Get("Content-Type") != "application/json" {
+				t.Errorf("%s with %s: %d %s %v", path, enc, resp.StatusCode, b, resp.Header)
+			}
+		}
+	}
+	if resp, b := send("/api/v1/push", "identity", push); resp.StatusCode != http.StatusCreated {
+		t.Errorf("identity: %d %s", resp.StatusCode, b)
+	}
+	if n := len(readQueue(t, s.store, "enc")); n != 1 {
+		t.Errorf("%d messages stored, want only the identity push's", n)
 	}
 }

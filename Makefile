@@ -1,12 +1,17 @@
 # Two commands for a newcomer: `make run` and `make test` (see README.md).
 GO ?= go
 
-.PHONY: run test build bench fuzz soak
+.PHONY: run test build bench fuzz soak docs
 SOAKTIME ?= 60s
+# Version and commit stamped into `queen version` (Go's own vcs stamp is
+# missing in git worktrees and with -buildvcs=false).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS = -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
 ## run: start the broker on :6632 (a throwaway PostgreSQL when none is configured)
 run:
-	$(GO) build -o bin/queen ./cmd/queen
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/queen ./cmd/queen
 	exec ./bin/queen dev
 
 ## test: every test against real, throwaway PostgreSQL servers
@@ -15,8 +20,12 @@ test:
 
 ## build: the broker and bench binaries into bin/
 build:
-	$(GO) build -o bin/queen ./cmd/queen
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/queen ./cmd/queen
 	$(GO) build -o bin/queen-bench ./cmd/queen-bench
+
+## docs: regenerate docs/configuration.md from the table in internal/config
+docs:
+	$(GO) generate ./cmd/queen
 
 ## soak: producers and fan-out consumers for SOAKTIME, verified end to end
 soak:

@@ -198,7 +198,7 @@ func TestStaleWALDirectoryIsRefused(t *testing.T) {
 		t.Errorf("wal status on the WAL of the checkpoint: %v\n%s", err, out)
 	}
 
-	// Remedy (README.md): forget this broker's checkpoint; the projector
+	// Remedy (docs/operations.md, "WAL and database disagree"): forget this broker's checkpoint; the projector
 	// re-projects its whole WAL under the dedup window.
 	if _, err := s.Pool().Exec(ctx, "DELETE FROM queen.projector_checkpoints WHERE broker_id = $1", b.ID); err != nil {
 		t.Fatal(err)

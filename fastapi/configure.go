@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
+	"strings"
 	"time"
 
 	json "github.com/goccy/go-json"
@@ -30,7 +32,11 @@ func decodeObject(body []byte, v any) (err error) {
 		return errors.New("body must be a JSON object")
 	}
 	if err := json.Unmarshal(t, v); err != nil {
-		return errors.New("malformed JSON")
+		if !json.Valid(t) {
+			return errors.New("malformed JSON")
+		}
+		// Valid JSON of the wrong shape: name the field and what it needs.
+		return shapeError(err)
 	}
 	return nil
 }
@@ -85,29 +91,40 @@ func optionFields(o *pg.QueueOptions) (map[string]*int, map[string]*bool) {
 // options must be whole numbers in 0..2^31-1, boolean options booleans;
 // an option given as JSON null takes its default, as an omitted one does
 // (Queen's Go SDK sends null to mean "restore the default"; decoding it
-// as 0 would, for example, turn dedup off). Unknown options are ignored.
-func ParseQueueOptions(raw map[string]json.RawMessage) (pg.QueueOptions, error) {
-	o := pg.DefaultQueueOptions()
+// as 0 would, for example, turn dedup off). An option name this broker
+// does not know is not an error (Queen's SDKs pass on whatever options
+// object the user's code builds, and newer Queen options must not break
+// a configure): it is returned in ignored, sorted, so the route can answer
+// and log it.
+func ParseQueueOptions(raw map[string]json.RawMessage) (o pg.QueueOptions, ignored []string, err error) {
+	o = pg.DefaultQueueOptions()
 	ints, bools := optionFields(&o)
 	for name, v := range raw {
+		_, isInt := ints[name]
+		_, isBool := bools[name]
+		if !isInt && !isBool {
+			ignored = append(ignored, name)
+			continue
+		}
 		if string(bytes.TrimSpace(v)) == "null" {
 			continue
 		}
 		if p, ok := ints[name]; ok {
 			var n int64
 			if err := json.Unmarshal(v, &n); err != nil || n < 0 || n > 1<<31-1 {
-				return o, fmt.Errorf("options.%s must be a non-negative integer", name)
+				return o, nil, fmt.Errorf("options.%s must be a non-negative integer", name)
 			}
 			*p = int(n)
 		} else if p, ok := bools[name]; ok {
 			var b bool
 			if err := json.Unmarshal(v, &b); err != nil {
-				return o, fmt.Errorf("options.%s must be a boolean", name)
+				return o, nil, fmt.Errorf("options.%s must be a boolean", name)
 			}
 			*p = b
 		}
 	}
-	return o, nil
+	sort.Strings(ignored)
+	return o, ignored, nil
 }
 
 func (s *Server) configure(ctx *fasthttp.RequestCtx) {
@@ -128,7 +145,7 @@ func (s *Server) configure(ctx *fasthttp.RequestCtx) {
 		writeErr(ctx, fasthttp.StatusBadRequest, "queue "+err.Error())
 		return
 	}
-	opts, err := ParseQueueOptions(req.Options)
+	opts, ignored, err := ParseQueueOptions(req.Options)
 	if err != nil {
 		writeErr(ctx, fasthttp.StatusBadRequest, err.Error())
 		return
@@ -154,8 +171,16 @@ func (s *Server) configure(ctx *fasthttp.RequestCtx) {
 		writeErr(ctx, fasthttp.StatusServiceUnavailable, "database unavailable")
 		return
 	}
-	writeJSON(ctx, fasthttp.StatusOK, map[string]any{
+	out := map[string]any{
 		"configured": true, "queueId": res.QueueID.String(), "partitionId": res.PartitionID.String(),
 		"queue": *req.Queue, "namespace": res.Namespace, "task": res.Task, "options": res.Options,
-	})
+	}
+	if len(ignored) > 0 {
+		// A typo (leaseTimee) is visible to the caller and in the log; the
+		// options that are known were stored all the same.
+		s.log.Warn("configure: unknown options ignored", "queue", *req.Queue, "ignored", ignored)
+		out["ignored"] = ignored
+		out["warning"] = "unknown options ignored: " + strings.Join(ignored, ", ")
+	}
+	writeJSON(ctx, fasthttp.StatusOK, out)
 }

@@ -147,7 +147,7 @@ func New(cfg Config, b Broker, res Resources) *Server {
 		s.log.Error("http: handler panic", "path", string(ctx.Path()), "panic", v)
 		writeErr(ctx, fasthttp.StatusInternalServerError, "internal error")
 	}
-	handler := r.Handler
+	handler := requireIdentity(r.Handler)
 	if cfg.Auth != nil {
 		handler = cfg.Auth.Middleware(handler)
 	}

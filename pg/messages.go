@@ -31,7 +31,7 @@ import (
 //	pending      anything else, also where the group has no cursor yet
 //
 // Messages acked out of order inside a live lease are still processing:
-// if the lease lapses they are delivered again (README, consume model).
+// if the lease lapses they are delivered again (docs/consume.md, "Lease expiry, retries, dead letters").
 //
 // Bounding the list. Messages live packed in segments (segment.go), so a
 // list must decode segments, and the window is on the message's createdAt

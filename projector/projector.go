@@ -97,6 +97,8 @@ type Projector struct {
 	done      chan struct{}
 	maintDone chan struct{}
 	lastErr   error
+
+	outage outageLog // owned by the loop
 }
 
 // New returns a stopped projector.
@@ -132,7 +134,7 @@ func New(cfg Config, w *wal.Log, store *pg.Store, reg *ingest.Registry) *Project
 		cfg.Logger = slog.Default()
 	}
 	return &Projector{cfg: cfg, wal: w, store: store, reg: reg, log: cfg.Logger, wake: make(chan struct{}, 1),
-		cur: w.NewCursor(1)}
+		cur: w.NewCursor(1), outage: outageLog{log: cfg.Logger, now: time.Now}}
 }
 
 // Start launches the loop. It returns an error only if already started.
@@ -211,9 +213,9 @@ func (p *Projector) LastError() error {
 }
 
 // Stopped returns the error that keeps projection from advancing until an
-// operator acts, or nil: ErrWALDiverged (README.md, "WAL and database
+// operator acts, or nil: ErrWALDiverged (docs/operations.md, "WAL and database
 // disagree") or a WAL record that does not verify (wal.ErrCorruptRecord,
-// wal.ErrUnknownVersion: README.md, "A corrupt WAL record"). A PostgreSQL
+// wal.ErrUnknownVersion: docs/operations.md, "A corrupt WAL record"). A PostgreSQL
 // failure is not one of them: the projector rides it out by itself.
 func (p *Projector) Stopped() error {
 	p.mu.Lock()
@@ -250,11 +252,11 @@ func (p *Projector) run(ctx context.Context) {
 		p.lastErr = err
 		p.mu.Unlock()
 		if errors.Is(err, ErrWALDiverged) {
-			p.log.Error("projector: stopped; resolve it as README.md says under \"WAL and database disagree\"", "err", err)
+			p.outage.stopped("projector: stopped; resolve it as docs/operations.md says under \"WAL and database disagree\"", err)
 		} else if stopping(err) {
-			p.log.Error("projector: stopped at a WAL record that does not verify; it is never skipped by itself: see README.md, \"A corrupt WAL record\", and `queen wal status`", "err", err)
+			p.outage.stopped("projector: stopped at a WAL record that does not verify; it is never skipped by itself: see docs/operations.md, \"A corrupt WAL record\", and `queen wal status`", err)
 		} else {
-			p.log.Warn("projector: PostgreSQL step failed; retrying", "err", err, "backoff", backoff)
+			p.outage.failed(err, backoff, p.Backlog())
 		}
 		sleep(ctx, backoff, p.wake)
 		backoff = min(backoff*2, p.cfg.BackoffMax)
@@ -277,6 +279,7 @@ func (p *Projector) run(ctx context.Context) {
 				continue
 			}
 			known = true
+			p.outage.succeeded(p.checkpoint.Load(), p.Backlog())
 		}
 		cursor := p.checkpoint.Load() + 1 // the next WAL index to project
 		if cursor > p.wal.DurableIndex() {
@@ -290,6 +293,7 @@ func (p *Projector) run(ctx context.Context) {
 					fail(err)
 				} else {
 					p.unhealthy.Store(false)
+					p.outage.succeeded(p.checkpoint.Load(), p.Backlog())
 				}
 			case <-ctx.Done():
 			}
@@ -302,6 +306,7 @@ func (p *Projector) run(ctx context.Context) {
 			fail(err)
 			continue
 		}
+		p.outage.succeeded(p.checkpoint.Load(), p.Backlog())
 		backoff = p.cfg.BackoffMin
 	}
 }
@@ -318,7 +323,7 @@ func (p *Projector) ping(ctx context.Context) error {
 // from there would skip or repeat records, and truncating by that
 // checkpoint would delete unprojected ones, so the projector does neither:
 // it stays stopped (the broker unhealthy, pushes kept in the WAL and
-// answered buffered) until an operator resolves it (README.md, "WAL and
+// answered buffered) until an operator resolves it (docs/operations.md, "WAL and
 // database disagree").
 var ErrWALDiverged = errors.New("projector: the WAL directory does not match this broker's checkpoint in PostgreSQL")
 

@@ -14,6 +14,7 @@ have_pg() {
   command -v pg_ctl >/dev/null 2>&1 && return 0
   ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1
 }
+echo "== PostgreSQL binaries"
 if ! have_pg; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "test.sh: installing PostgreSQL (Debian package)"
@@ -29,10 +30,14 @@ if [ "$(id -u)" = 0 ] && ! id postgres >/dev/null 2>&1; then
   exit 1
 fi
 
+echo "== go vet"
 go vet ./...
 # staticcheck, pinned, from the Go module proxy (like every other module).
+echo "== staticcheck"
 go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 if [ $# -gt 0 ]; then
+  echo "== go test $*"
   exec go test -race -count=1 -timeout 25m "$@"
 fi
+echo "== go test ./... (race detector; the e2e package takes several minutes)"
 exec go test -race -count=1 -timeout 25m ./...

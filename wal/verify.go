@@ -2,6 +2,7 @@ package wal
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -88,4 +89,68 @@ func ReadRecordAt(dir string, index uint64) ([]byte, error) {
 		at++
 	}
 	return nil, ErrNotFound
+}
+
+// ErrStopScan, returned by a Scan callback, ends the scan early; Scan then
+// returns nil.
+var ErrStopScan = errors.New("wal: stop scan")
+
+// Scan calls fn with the index and payload of every record in dir whose
+// index is at least from, in index order, reading the segment files
+// directly: read-only, and safe beside a running broker (nothing is opened
+// for writing, no lock is taken). payload aliases a buffer that is only
+// valid during the call.
+//
+// In the newest segment, a record cut short at the end of the file is where
+// the writer is (or a torn tail that the next Open repairs): the scan ends
+// there without an error, so the last records shown may still be waiting
+// for their fsync. Anywhere else, a record that does not verify ends the
+// scan with ErrCorruptRecord wrapped with the segment and index; a gap
+// between segments ends it with an error naming the indexes. A segment
+// removed while it is read (truncation by the broker) is an error too: run
+// the scan again.
+func Scan(dir string, from uint64, fn func(index uint64, payload []byte) error) error {
+	segs, err := listSegments(dir)
+	if err != nil {
+		return err
+	}
+	for i, s := range segs {
+		if i+1 < len(segs) && segs[i+1].index <= from {
+			continue // every record of this segment is before from
+		}
+		data, err := os.ReadFile(filepath.Join(dir, s.name))
+		if err != nil {
+			return fmt.Errorf("wal: read segment %s: %w", s.name, err)
+		}
+		last := i+1 == len(segs)
+		at := s.index
+		for pos := 0; pos < len(data); at++ {
+			size, k := binary.Uvarint(data[pos:])
+			torn := k <= 0 || size > uint64(len(data)-pos-k)
+			if torn && last {
+				return nil
+			}
+			if torn {
+				return fmt.Errorf("%w: segment %s is torn at record %d", ErrCorruptRecord, s.name, at)
+			}
+			p, err := DecodeRecord(data[pos+k : pos+k+int(size)])
+			if err != nil {
+				return fmt.Errorf("segment %s, record %d: %w", s.name, at, err)
+			}
+			pos += k + int(size)
+			if at < from {
+				continue
+			}
+			if err := fn(at, p); err != nil {
+				if errors.Is(err, ErrStopScan) {
+					return nil
+				}
+				return err
+			}
+		}
+		if !last && at != segs[i+1].index {
+			return fmt.Errorf("wal: segment %s ends before record %d but the next segment starts at %d", s.name, at, segs[i+1].index)
+		}
+	}
+	return nil
 }

@@ -223,14 +223,20 @@ func (c *Cluster) Stop(ctx context.Context, mode string) error {
 	return c.run(ctx, "pg_ctl", "-D", filepath.Join(c.Dir, "data"), "-m", mode, "-w", "-t", "60", "stop")
 }
 
+// Pid is the postmaster's process id, from data/postmaster.pid (an error
+// when the server is not running).
+func (c *Cluster) Pid() (int, error) {
+	b, err := os.ReadFile(filepath.Join(c.Dir, "data", "postmaster.pid"))
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
+}
+
 // Kill crashes the server: SIGKILL to the postmaster and every backend,
 // then waits until they are all gone.
 func (c *Cluster) Kill() error {
-	b, err := os.ReadFile(filepath.Join(c.Dir, "data", "postmaster.pid"))
-	if err != nil {
-		return err
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
+	pid, err := c.Pid()
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,215 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	json "github.com/goccy/go-json"
+	"github.com/google/uuid"
+
+	"github.com/queenmq/queen-go/ingest"
+	"github.com/queenmq/queen-go/internal/broker"
+	"github.com/queenmq/queen-go/internal/config"
+	"github.com/queenmq/queen-go/wal"
+)
+
+// TestHelpListsEverything: `queen help`, -h and --help list every
+// subcommand and every environment variable with its default and unit.
+func TestHelpListsEverything(t *testing.T) {
+	for _, arg := range []string{"help", "-h", "--help"} {
+		var out bytes.Buffer
+		if err := run([]string{arg}, &out); err != nil {
+			t.Fatalf("%s: %v", arg, err)
+		}
+		s := out.String()
+		for _, c := range commands {
+			if !strings.Contains(s, c.usage) {
+				t.Errorf("%s: no command %q", arg, c.usage)
+			}
+		}
+		for _, v := range config.Vars {
+			line := ""
+			for _, l := range strings.Split(s, "\n") {
+				if strings.HasPrefix(strings.TrimSpace(l), v.Name+" ") {
+					line = l
+				}
+			}
+			want := v.Default
+			if want == "" {
+				want = "(none)"
+			}
+			if line == "" || !strings.Contains(line, "default "+want) || !strings.HasSuffix(line, v.Unit) {
+				t.Errorf("%s: %s listed as %q, want its default %q and unit %q", arg, v.Name, line, want, v.Unit)
+			}
+		}
+	}
+}
+
+// TestConfigurationDocIsGenerated: docs/configuration.md is exactly what
+// `queen help --markdown` prints, so the docs cannot drift from the table.
+func TestConfigurationDocIsGenerated(t *testing.T) {
+	var out bytes.Buffer
+	if err := run([]string{"help", "--markdown"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	committed, err := os.ReadFile(filepath.Join("..", "..", "docs", "configuration.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(committed, out.Bytes()) {
+		t.Fatal("docs/configuration.md differs from `queen help --markdown`: run `go generate ./cmd/queen` and commit the result")
+	}
+}
+
+func TestVersion(t *testing.T) {
+	var out bytes.Buffer
+	if err := run([]string{"version"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"queen dev\n", "commit  ", "go      go1."} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("version output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// TestBadEnvironmentStops: a bad value is an error at start naming the
+// variable, before anything is opened.
+func TestBadEnvironmentStops(t *testing.T) {
+	t.Setenv("PORT", "abc")
+	t.Setenv("QUEEN_WAL_MAX_BYTES", "-1")
+	err := run(nil, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), `PORT="abc"`) || !strings.Contains(err.Error(), "QUEEN_WAL_MAX_BYTES") {
+		t.Fatalf("err = %v", err)
+	}
+	if err := run([]string{"nonsense"}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "queen help") {
+		t.Fatalf("unknown command: %v", err)
+	}
+}
+
+// walWithRecords writes n push records (two items each, the second with a
+// producerSub and a long payload) into a fresh broker directory and
+// returns it with the still open log.
+func walWithRecords(t *testing.T, n int) (string, *wal.Log) {
+	t.Helper()
+	dir := t.TempDir()
+	if _, err := broker.BrokerID(dir); err != nil {
+		t.Fatal(err)
+	}
+	l, _, err := wal.Open(filepath.Join(dir, "wal"), wal.Options{SegmentSize: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	sub := "alice"
+	for i := range n {
+		rec := &ingest.Record{AcceptedAt: 1700000000000000 + int64(i), Items: []ingest.Item{
+			{Queue: "orders", Partition: "cust-1", TransactionID: "tx-" + string(rune('a'+i%26)), MessageID: uuid.New(),
+				Payload: []byte(`{"n":1}`)},
+			{Queue: "orders", Partition: "Default", TransactionID: "t2", MessageID: uuid.New(), ProducerSub: &sub,
+				Payload: []byte(`"` + strings.Repeat("é", 100) + `"`)},
+		}}
+		if _, err := l.Append(ingest.EncodeRecord(nil, rec), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir, l
+}
+
+// TestWALDump reads records beside an open log (as beside a running
+// broker): text and JSON, --from, --limit, --payload, flags after DIR.
+func TestWALDump(t *testing.T) {
+	dir, l := walWithRecords(t, 40) // 4 KiB segments: several of them
+	cfg, err := config.Load(func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	dump := func(args ...string) string {
+		t.Helper()
+		var out bytes.Buffer
+		if err := walCommand(cfg, append([]string{"dump"}, args...), &out); err != nil {
+			t.Fatalf("dump %v: %v", args, err)
+		}
+		return out.String()
+	}
+	out := dump(dir)
+	if got := strings.Count(out, "\nrecord ") + strings.Count(out[:7], "record "); got != 40 {
+		t.Errorf("%d records printed, want 40:\n%s", got, out)
+	}
+	for _, want := range []string{
+		"record 1  accepted=2023-11-14T22:13:20.000000Z  items=2  bytes=",
+		`  [0] queue="orders" partition="cust-1" id=`,
+		`transactionId="tx-a" payload(7)={"n":1}`,
+		`producerSub="alice" payload(202)="`,
+		"wal dump: 40 records (1..40) from " + filepath.Join(dir, "wal"),
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("dump lacks %q:\n%s", want, out)
+		}
+	}
+	// The excerpt is cut at a character boundary and marked.
+	if !strings.Contains(out, strings.Repeat("é", 39)+"…") || strings.Contains(out, "\uFFFD") {
+		t.Errorf("payload excerpt:\n%s", out)
+	}
+
+	out = dump("--from", "10", dir, "--limit", "3", "--json", "--payload", "-1")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("--limit 3 --json: %d lines:\n%s", len(lines), out)
+	}
+	for i, line := range lines {
+		var r dumpRecord
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Index != uint64(10+i) || len(r.Items) != 2 || r.Items[1].PayloadTruncated || r.Items[1].PayloadBytes != 202 ||
+			*r.Items[1].ProducerSub != "alice" || r.Items[0].Queue != "orders" || r.Items[0].MessageID == "" {
+			t.Errorf("record %d: %+v", i, r)
+		}
+	}
+	// Appends while dumping, and past the end.
+	go func() {
+		for range 20 {
+			_, _ = l.Append(ingest.EncodeRecord(nil, &ingest.Record{AcceptedAt: 1}), nil)
+		}
+	}()
+	if out := dump("--from", "1000", filepath.Join(dir, "wal")); !strings.Contains(out, "no records from index 1000") {
+		t.Errorf("past the end: %s", out)
+	}
+	if err := walCommand(cfg, []string{"dump", t.TempDir()}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "no WAL segments") {
+		t.Errorf("empty dir: %v", err)
+	}
+	if err := walCommand(cfg, []string{"dump", "--limit", "-1", dir}, &bytes.Buffer{}); err == nil {
+		t.Error("--limit -1 accepted")
+	}
+}
+
+// TestWALStatusPostgresDown: with the database unreachable, `wal status`
+// still reports the WAL side, says PostgreSQL could not be asked, and
+// exits non-zero.
+func TestWALStatusPostgresDown(t *testing.T) {
+	dir, l := walWithRecords(t, 5)
+	id, _ := broker.BrokerID(dir)
+	l.Close()
+	var out bytes.Buffer
+	// Port 1 on loopback: nothing listens there, the connection is refused.
+	err := walStatus(&out, dir, "postgres://postgres@127.0.0.1:1/postgres?sslmode=disable")
+	s := out.String()
+	if err == nil || !strings.Contains(err.Error(), "PostgreSQL unreachable") {
+		t.Errorf("err = %v", err)
+	}
+	for _, want := range []string{
+		"broker id   " + id.String(),
+		"records 1..5",
+		"checkpoint  not checked: PostgreSQL unreachable: ",
+		"5 records in it",
+		"state       WAL ok; checkpoint not checked (PostgreSQL unreachable)",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("status lacks %q:\n%s", want, s)
+		}
+	}
+}

@@ -1,0 +1,450 @@
+// Package config is the broker's configuration: one table (Vars) of every
+// environment variable the broker reads, with its default, unit,
+// description and parser. Load parses the environment through it, `queen
+// help` prints it and docs/configuration.md is generated from it, so the
+// three cannot drift apart (cmd/queen tests compare the committed file
+// with the generated one).
+//
+// Rules every variable follows:
+//   - an unset or empty variable takes its default, and the default is
+//     parsed by the same parser as a set value;
+//   - a value that does not parse (LOG_LEVEL=verbose, PORT=abc, a negative
+//     size, JWT_ENABLED=yes) is an error at start that names the variable;
+//     there is no silent fallback to the default;
+//   - booleans are exactly "true" or "false";
+//   - values of secret variables (passwords, keys) never appear in errors.
+//
+// # Adding a variable
+//
+// Add one row to Vars (in the section it belongs to) with a field of Config
+// as its destination, e.g.
+//
+//	intVar("QUEEN_MAX_HEADER_BYTES", 8192, unitBytes, 1024, 1<<20,
+//		"largest request header block; a larger one is answered 431",
+//		func(c *Config) *int { return &c.MaxHeaderBytes }),
+//
+// then run `go generate ./cmd/queen` to regenerate docs/configuration.md.
+// A variable read anywhere else through Load's getenv (auth.ConfigFromEnv
+// reads the JWT_* ones) must have a row too: TestEveryReadVariableIsListed
+// fails otherwise.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/queenmq/queen-go/auth"
+	"github.com/queenmq/queen-go/crypt"
+	"github.com/queenmq/queen-go/wal"
+)
+
+// Units shown in the table.
+const (
+	unitNone  = ""
+	unitBytes = "bytes"
+	unitMS    = "ms"
+	unitSec   = "s"
+)
+
+// Sections, in the order help and the docs show them.
+const (
+	SectionHTTP     = "HTTP"
+	SectionPG       = "PostgreSQL"
+	SectionWAL      = "WAL and push"
+	SectionAuth     = "Authentication (JWT)"
+	SectionCrypto   = "Encryption at rest"
+	SectionLogDebug = "Logging and debugging"
+)
+
+// Sections lists the sections in display order.
+var Sections = []string{SectionHTTP, SectionPG, SectionWAL, SectionAuth, SectionCrypto, SectionLogDebug}
+
+// Var is one environment variable.
+type Var struct {
+	// Name is the variable's name (Queen's name where Queen has one).
+	Name string
+	// Section groups it in help and the docs.
+	Section string
+	// Default is the value an unset (or empty) variable takes, as it would
+	// be written in the environment; "" means none (the feature is off or
+	// the value is empty).
+	Default string
+	// Unit is the unit of a number ("bytes", "ms", "s"), else "".
+	Unit string
+	// Doc says what it does, in one or two sentences.
+	Doc string
+	// Secret hides the value in error messages.
+	Secret bool
+	// parse checks v (non-empty, trimmed) and stores it in c; its error
+	// says what is wanted, without the variable's name (Load adds it).
+	parse func(c *Config, v string) error
+}
+
+// Config is the parsed environment. The zero value is not useful; build
+// it with Load.
+type Config struct {
+	// Port and Host make the listen address (PORT, HOST).
+	Port int
+	Host string
+	// MaxBodyBytes is the request body limit in bytes (QUEEN_MAX_BODY_BYTES).
+	MaxBodyBytes int
+	// MaxConns bounds concurrent connections; 0 = fasthttp's default
+	// (QUEEN_MAX_CONNS).
+	MaxConns int
+	// ReadTimeout bounds reading one request (QUEEN_READ_TIMEOUT_MS).
+	ReadTimeout time.Duration
+	// Pprof serves /debug/pprof/ (QUEEN_PPROF).
+	Pprof bool
+
+	// PGURLRaw is QUEEN_PG_URL ("" = build the URL from the PG_* fields).
+	PGURLRaw                                 string
+	PGHost, PGPort, PGUser, PGPassword, PGDB string
+	// PGUseSSL leaves sslmode to the driver's default (PG_USE_SSL).
+	PGUseSSL bool
+	// PoolSize is the PostgreSQL connection pool size (DB_POOL_SIZE).
+	PoolSize int
+	// RetentionInterval is the time between retention passes
+	// (RETENTION_INTERVAL).
+	RetentionInterval time.Duration
+	// PGBin is where dev mode finds PostgreSQL's binaries (PG_BIN); read by
+	// internal/pgcluster itself, listed here for help and the docs.
+	PGBin string
+
+	// WALDir is the broker directory (FILE_BUFFER_DIR).
+	WALDir string
+	// WALSegmentBytes, WALMaxBytes: QUEEN_WAL_SEGMENT_BYTES, QUEEN_WAL_MAX_BYTES.
+	WALSegmentBytes int
+	WALMaxBytes     int
+	// WALRetentionSeconds keeps projected WAL segments this long; 0 =
+	// truncate once projected (QUEEN_WAL_RETENTION_SECONDS).
+	WALRetentionSeconds int
+	// VerdictTimeout is the longest wait for PostgreSQL's verdict on a push
+	// (QUEEN_PUSH_VERDICT_TIMEOUT_MS).
+	VerdictTimeout time.Duration
+
+	// Auth is the JWT configuration (JWT_*), built by auth.ConfigFromEnv
+	// after the table's own checks.
+	Auth auth.Config
+	// EncryptionKey is QUEEN_ENCRYPTION_KEY parsed; nil when unset.
+	EncryptionKey *crypt.Key
+
+	// LogLevel is LOG_LEVEL.
+	LogLevel slog.Level
+
+	// set records the variables given a non-empty value.
+	set map[string]bool
+}
+
+// IsSet reports whether the environment gave name a non-empty value.
+func (c *Config) IsSet(name string) bool { return c.set[name] }
+
+// DatabaseConfigured reports whether a database was named (QUEEN_PG_URL or
+// PG_HOST set); dev mode starts a throwaway PostgreSQL when not.
+func (c *Config) DatabaseConfigured() bool { return c.IsSet("QUEEN_PG_URL") || c.IsSet("PG_HOST") }
+
+// Addr is the listen address host:port.
+func (c *Config) Addr() string { return net.JoinHostPort(c.Host, strconv.Itoa(c.Port)) }
+
+// PGURL is QUEEN_PG_URL, or a URL built from PG_HOST, PG_PORT, PG_USER,
+// PG_PASSWORD, PG_DB and PG_USE_SSL (sslmode=disable unless PG_USE_SSL=true).
+func (c *Config) PGURL() string {
+	if c.PGURLRaw != "" {
+		return c.PGURLRaw
+	}
+	u := url.URL{Scheme: "postgres", Host: net.JoinHostPort(c.PGHost, c.PGPort), Path: "/" + c.PGDB}
+	if c.PGPassword != "" {
+		u.User = url.UserPassword(c.PGUser, c.PGPassword)
+	} else {
+		u.User = url.User(c.PGUser)
+	}
+	if !c.PGUseSSL {
+		u.RawQuery = url.Values{"sslmode": {"disable"}}.Encode()
+	}
+	return u.String()
+}
+
+// WALRetention maps QUEEN_WAL_RETENTION_SECONDS to projector.Config's
+// WALRetention (0 seconds = truncate as soon as projected, which the
+// projector spells as a negative duration).
+func (c *Config) WALRetention() time.Duration {
+	if c.WALRetentionSeconds == 0 {
+		return -1
+	}
+	return time.Duration(c.WALRetentionSeconds) * time.Second
+}
+
+// Vars is the table of every environment variable the broker reads.
+var Vars = []Var{
+	// HTTP
+	intVar("PORT", SectionHTTP, 6632, unitNone, 0, 65535,
+		"TCP port of the HTTP API (0 = any free port).",
+		func(c *Config) *int { return &c.Port }),
+	strVar("HOST", SectionHTTP, "0.0.0.0",
+		"Listen address of the HTTP API. `queen dev` defaults to 127.0.0.1.",
+		func(c *Config) *string { return &c.Host }),
+	intVar("QUEEN_MAX_BODY_BYTES", SectionHTTP, 64<<20, unitBytes, 1, math.MaxInt32,
+		"Largest request body (64 MiB); a larger one is answered 413.",
+		func(c *Config) *int { return &c.MaxBodyBytes }),
+	intVar("QUEEN_MAX_CONNS", SectionHTTP, 0, unitNone, 0, math.MaxInt32,
+		"Concurrent HTTP connections; over it new connections get 503 and are closed. 0 = fasthttp's default (262144).",
+		func(c *Config) *int { return &c.MaxConns }),
+	durVar("QUEEN_READ_TIMEOUT_MS", SectionHTTP, 30000, time.Millisecond, 1,
+		"Longest time to read one request, headers and body: slow clients are cut off.",
+		func(c *Config) *time.Duration { return &c.ReadTimeout }),
+
+	// PostgreSQL
+	{Name: "QUEEN_PG_URL", Section: SectionPG, Secret: true,
+		Doc: "PostgreSQL connection URL or keyword/value string. When set, the PG_* variables below are ignored.",
+		parse: func(c *Config, v string) error {
+			if _, err := pgx.ParseConfig(v); err != nil {
+				return errors.New("not a PostgreSQL connection string (postgres://user:password@host:port/db?sslmode=...)")
+			}
+			c.PGURLRaw = v
+			return nil
+		}},
+	strVar("PG_HOST", SectionPG, "localhost", "PostgreSQL host (without QUEEN_PG_URL).",
+		func(c *Config) *string { return &c.PGHost }),
+	{Name: "PG_PORT", Section: SectionPG, Default: "5432", Doc: "PostgreSQL port.",
+		parse: func(c *Config, v string) error {
+			if n, err := strconv.Atoi(v); err != nil || n < 1 || n > 65535 {
+				return errors.New("want a port number in 1..65535")
+			}
+			c.PGPort = v
+			return nil
+		}},
+	strVar("PG_USER", SectionPG, "postgres", "PostgreSQL user.",
+		func(c *Config) *string { return &c.PGUser }),
+	{Name: "PG_PASSWORD", Section: SectionPG, Secret: true, Doc: "PostgreSQL password.",
+		parse: func(c *Config, v string) error { c.PGPassword = v; return nil }},
+	strVar("PG_DB", SectionPG, "postgres", "PostgreSQL database.",
+		func(c *Config) *string { return &c.PGDB }),
+	boolVar("PG_USE_SSL", SectionPG, false,
+		"`true` leaves `sslmode` to the driver's default (`prefer`); `false` connects with `sslmode=disable`.",
+		func(c *Config) *bool { return &c.PGUseSSL }),
+	intVar("DB_POOL_SIZE", SectionPG, 10, unitNone, 1, 10000,
+		"PostgreSQL connections in the pool.",
+		func(c *Config) *int { return &c.PoolSize }),
+	durVar("RETENTION_INTERVAL", SectionPG, 300000, time.Millisecond, 100,
+		"Time between message retention passes (whole segments past their queue's retention are deleted).",
+		func(c *Config) *time.Duration { return &c.RetentionInterval }),
+	strVar("PG_BIN", SectionPG, "",
+		"`queen dev` and the tests: directory of PostgreSQL's binaries (initdb, pg_ctl) for a throwaway server. Default: PATH, then the newest /usr/lib/postgresql/*/bin.",
+		func(c *Config) *string { return &c.PGBin }),
+
+	// WAL and push
+	strVar("FILE_BUFFER_DIR", SectionWAL, "/var/lib/queen/buffers",
+		"Broker directory: the WAL (`wal/`) and `broker.id`. `queen dev` uses a temporary directory, deleted on exit, unless this is set.",
+		func(c *Config) *string { return &c.WALDir }),
+	intVar("QUEEN_WAL_SEGMENT_BYTES", SectionWAL, wal.DefaultSegmentSize, unitBytes, 4096, math.MaxInt32,
+		"Target size of one WAL segment file (16 MiB).",
+		func(c *Config) *int { return &c.WALSegmentBytes }),
+	intVar("QUEEN_WAL_MAX_BYTES", SectionWAL, 0, unitBytes, 0, math.MaxInt,
+		"Cap on the WAL's segment files; 0 = no cap. At least 4 segments. Beyond it pushes answer `failed` (nothing stored) instead of filling the disk PostgreSQL may share; above 3/4 of it projected segments are truncated before their retention.",
+		func(c *Config) *int { return &c.WALMaxBytes }),
+	intVar("QUEEN_WAL_RETENTION_SECONDS", SectionWAL, 900, unitSec, 0, math.MaxInt32,
+		"Keep projected WAL segments this long, so a PostgreSQL restored from a backup can be re-projected; 0 = truncate once projected.",
+		func(c *Config) *int { return &c.WALRetentionSeconds }),
+	durVar("QUEEN_PUSH_VERDICT_TIMEOUT_MS", SectionWAL, 5000, time.Millisecond, 1,
+		"Longest wait for PostgreSQL's verdict on a push before it is answered `buffered` (it is in the WAL either way).",
+		func(c *Config) *time.Duration { return &c.VerdictTimeout }),
+
+	// Authentication: auth.ConfigFromEnv builds auth.Config from these;
+	// the rows add strictness where it would silently fall back.
+	boolVar("JWT_ENABLED", SectionAuth, false,
+		"`true` requires a valid bearer token on every route but the skip paths.",
+		func(c *Config) *bool { return &c.Auth.Enabled }),
+	{Name: "JWT_ALGORITHM", Section: SectionAuth, Default: auth.DefaultAlgorithm,
+		Doc:   "`HS256` (JWT_SECRET), `RS256` or `EdDSA` (JWT_PUBLIC_KEY or JWT_JWKS_URL), or `auto` (any of those with a key).",
+		parse: oneOf(auth.AlgHS256, auth.AlgRS256, auth.AlgEdDSA, auth.AlgAuto)},
+	{Name: "JWT_SECRET", Section: SectionAuth, Secret: true, Doc: "HMAC key for HS256.", parse: nop},
+	{Name: "JWT_PUBLIC_KEY", Section: SectionAuth, Secret: true,
+		Doc: "PEM public key (RSA or Ed25519, PKIX, PKCS#1 or a certificate); `\\n` escapes are accepted.", parse: nop},
+	{Name: "JWT_JWKS_URL", Section: SectionAuth, Doc: "http(s) URL of a JSON Web Key Set; tokens with a `kid` are verified with its keys.", parse: nop},
+	{Name: "JWT_JWKS_REFRESH_INTERVAL", Section: SectionAuth, Unit: unitSec,
+		Default: strconv.Itoa(int(auth.DefaultJWKSRefreshInterval / time.Second)),
+		Doc:     "How often the JWKS is fetched again.", parse: positiveInt},
+	{Name: "JWT_JWKS_TIMEOUT_MS", Section: SectionAuth, Unit: unitMS,
+		Default: strconv.Itoa(int(auth.DefaultJWKSTimeout / time.Millisecond)),
+		Doc:     "Timeout of one JWKS fetch.", parse: positiveInt},
+	{Name: "JWT_ISSUER", Section: SectionAuth, Doc: "Required `iss` claim, when set.", parse: nop},
+	{Name: "JWT_AUDIENCE", Section: SectionAuth, Doc: "Required `aud` entry, when set.", parse: nop},
+	{Name: "JWT_CLOCK_SKEW", Section: SectionAuth, Unit: unitSec,
+		Default: strconv.Itoa(int(auth.DefaultClockSkew / time.Second)),
+		Doc:     "Leeway on `exp` and `nbf`.", parse: nonNegativeInt},
+	{Name: "JWT_SKIP_PATHS", Section: SectionAuth, Default: auth.DefaultSkipPaths,
+		Doc: "Comma-separated paths served without a token; an entry ending in `/` is a prefix.", parse: nop},
+	{Name: "JWT_ROLES_CLAIM", Section: SectionAuth, Default: auth.DefaultRolesClaim,
+		Doc: "Claim holding one role (string).", parse: nop},
+	{Name: "JWT_ROLES_ARRAY_CLAIM", Section: SectionAuth, Default: auth.DefaultRolesArrayClaim,
+		Doc: "Claim holding roles (array of strings); a token's roles are the union of both claims.", parse: nop},
+
+	// Encryption at rest
+	{Name: "QUEEN_ENCRYPTION_KEY", Section: SectionCrypto, Secret: true,
+		Doc: "64 hexadecimal characters: the AES-256-GCM key for queues with `encryptionEnabled` (payloads are encrypted in PostgreSQL). Without it such queues are stored in plaintext, with a warning.",
+		parse: func(c *Config, v string) error {
+			k, err := crypt.ParseKey(v)
+			if err != nil {
+				return fmt.Errorf("want %d hexadecimal characters", crypt.KeyHexLen)
+			}
+			c.EncryptionKey = k
+			return nil
+		}},
+
+	// Logging and debugging
+	{Name: "LOG_LEVEL", Section: SectionLogDebug, Default: "info", Doc: "`debug`, `info`, `warn` or `error`.",
+		parse: func(c *Config, v string) error {
+			levels := map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError}
+			l, ok := levels[strings.ToLower(v)]
+			if !ok {
+				return errors.New("want debug, info, warn or error")
+			}
+			c.LogLevel = l
+			return nil
+		}},
+	boolVar("QUEEN_PPROF", SectionLogDebug, false, "`true` serves Go's pprof profiles under `/debug/pprof/`.",
+		func(c *Config) *bool { return &c.Pprof }),
+}
+
+// Lookup returns the row of name.
+func Lookup(name string) (Var, bool) {
+	for _, v := range Vars {
+		if v.Name == name {
+			return v, true
+		}
+	}
+	return Var{}, false
+}
+
+// Load parses the environment, read through getenv (os.Getenv in the
+// broker), with the table. Every variable that does not parse is reported,
+// all at once (errors.Join), each error naming its variable, e.g.
+// `PORT="abc": want an integer in 0..65535`.
+func Load(getenv func(string) string) (*Config, error) {
+	c := &Config{set: map[string]bool{}}
+	var errs []error
+	for _, v := range Vars {
+		val := strings.TrimSpace(getenv(v.Name))
+		if val != "" {
+			c.set[v.Name] = true
+		} else {
+			val = v.Default
+		}
+		if val == "" {
+			continue
+		}
+		if err := v.parse(c, val); err != nil {
+			if v.Secret {
+				errs = append(errs, fmt.Errorf("%s: %v", v.Name, err))
+			} else {
+				errs = append(errs, fmt.Errorf("%s=%q: %v", v.Name, val, err))
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	if c.WALMaxBytes > 0 && c.WALMaxBytes < wal.MinSegmentsUnderCap*c.WALSegmentBytes {
+		return nil, fmt.Errorf("QUEEN_WAL_MAX_BYTES=%d: want 0 or at least %d segments of QUEEN_WAL_SEGMENT_BYTES=%d (%d bytes)",
+			c.WALMaxBytes, wal.MinSegmentsUnderCap, c.WALSegmentBytes, wal.MinSegmentsUnderCap*c.WALSegmentBytes)
+	}
+	a, err := auth.ConfigFromEnv(getenv)
+	if err != nil {
+		return nil, err // auth's errors name the variable
+	}
+	c.Auth = a
+	return c, nil
+}
+
+// Row constructors: each parses into one Config field.
+
+func intVar(name, section string, def int, unit string, lo, hi int, doc string, dst func(*Config) *int) Var {
+	want := fmt.Sprintf("want an integer in %d..%d", lo, hi)
+	if hi == math.MaxInt || hi == math.MaxInt32 {
+		want = fmt.Sprintf("want an integer of at least %d", lo)
+		if lo == 0 {
+			want = "want a non-negative integer"
+		}
+	}
+	return Var{Name: name, Section: section, Default: strconv.Itoa(def), Unit: unit, Doc: doc,
+		parse: func(c *Config, v string) error {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < int64(lo) || n > int64(hi) {
+				return errors.New(want)
+			}
+			*dst(c) = int(n)
+			return nil
+		}}
+}
+
+// durVar is a whole number of unit (milliseconds or seconds), at least lo.
+func durVar(name, section string, def int, unit time.Duration, lo int, doc string, dst func(*Config) *time.Duration) Var {
+	u := unitMS
+	if unit == time.Second {
+		u = unitSec
+	}
+	return Var{Name: name, Section: section, Default: strconv.Itoa(def), Unit: u, Doc: doc,
+		parse: func(c *Config, v string) error {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < int64(lo) || n > math.MaxInt64/int64(unit) {
+				return fmt.Errorf("want a whole number of %s, at least %d", map[string]string{unitMS: "milliseconds", unitSec: "seconds"}[u], lo)
+			}
+			*dst(c) = time.Duration(n) * unit
+			return nil
+		}}
+}
+
+func strVar(name, section, def, doc string, dst func(*Config) *string) Var {
+	return Var{Name: name, Section: section, Default: def, Doc: doc,
+		parse: func(c *Config, v string) error { *dst(c) = v; return nil }}
+}
+
+func boolVar(name, section string, def bool, doc string, dst func(*Config) *bool) Var {
+	return Var{Name: name, Section: section, Default: strconv.FormatBool(def), Doc: doc,
+		parse: func(c *Config, v string) error {
+			switch v {
+			case "true":
+				*dst(c) = true
+			case "false":
+				*dst(c) = false
+			default:
+				return errors.New("want true or false")
+			}
+			return nil
+		}}
+}
+
+func oneOf(values ...string) func(*Config, string) error {
+	return func(_ *Config, v string) error {
+		for _, w := range values {
+			if v == w {
+				return nil
+			}
+		}
+		return fmt.Errorf("want one of %s", strings.Join(values, ", "))
+	}
+}
+
+func nop(*Config, string) error { return nil }
+
+func positiveInt(_ *Config, v string) error {
+	if n, err := strconv.ParseInt(v, 10, 32); err != nil || n <= 0 {
+		return errors.New("want a positive integer")
+	}
+	return nil
+}
+
+func nonNegativeInt(_ *Config, v string) error {
+	if n, err := strconv.ParseInt(v, 10, 32); err != nil || n < 0 {
+		return errors.New("want a non-negative integer")
+	}
+	return nil
+}

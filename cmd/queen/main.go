@@ -42,8 +42,10 @@
 //	                       encryptionEnabled (payloads encrypted in PostgreSQL)
 //	JWT_ENABLED, JWT_ALGORITHM, JWT_SECRET, JWT_PUBLIC_KEY, JWT_JWKS_URL,
 //	JWT_JWKS_REFRESH_INTERVAL, JWT_JWKS_TIMEOUT_MS, JWT_ISSUER, JWT_AUDIENCE,
-//	JWT_CLOCK_SKEW, JWT_SKIP_PATHS, JWT_ROLES_CLAIM, JWT_ROLES_ARRAY_CLAIM
-//	                       authentication (off unless JWT_ENABLED=true); see auth
+//	JWT_CLOCK_SKEW, JWT_SKIP_PATHS, JWT_ROLES_CLAIM, JWT_ROLES_ARRAY_CLAIM,
+//	JWT_REQUIRE_EXP        authentication (off unless JWT_ENABLED=true); see auth
+//	                       (JWT_CLOCK_SKEW: seconds of leeway on exp/nbf/iat, 30;
+//	                       JWT_REQUIRE_EXP=false accepts tokens without exp)
 //	DB_POOL_SIZE           PostgreSQL pool size (10)
 //	RETENTION_INTERVAL     ms between retention passes (300000)
 //	LOG_LEVEL              debug, info, warn, error (info)

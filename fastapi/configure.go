@@ -2,10 +2,9 @@ package fastapi
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
-	"time"
+	"strconv"
 
 	json "github.com/goccy/go-json"
 	"github.com/valyala/fasthttp"
@@ -146,12 +145,11 @@ func (s *Server) configure(ctx *fasthttp.RequestCtx) {
 			return
 		}
 	}
-	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	c, cancel := s.dbCtx()
 	defer cancel()
 	res, err := s.b.Configure(c, *req.Queue, ns, task, opts)
 	if err != nil {
-		s.log.Error("configure failed", "queue", *req.Queue, "err", err)
-		writeErr(ctx, fasthttp.StatusServiceUnavailable, "database unavailable")
+		s.dbFail(ctx, "configure of queue "+strconv.Quote(*req.Queue), err)
 		return
 	}
 	writeJSON(ctx, fasthttp.StatusOK, map[string]any{

@@ -345,7 +345,7 @@ func (s *Server) postMaintenance(ctx *fasthttp.RequestCtx) {
 	if !ok {
 		return
 	}
-	c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	c, cancel := s.dbCtx()
 	defer cancel()
 	if err := s.b.SetMaintenance(c, enabled); err != nil {
 		// The mode is in effect on this broker; only persisting it failed.

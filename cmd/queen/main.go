@@ -38,6 +38,12 @@
 //	                       over it new connections get 503 and are closed
 //	QUEEN_READ_TIMEOUT_MS  longest time to read one request, headers and body
 //	                       (30000): slow clients are cut off
+//	QUEEN_DB_TIMEOUT_MS    deadline of the PostgreSQL work of a pop without
+//	                       wait (and of each attempt of a waiting pop), acks,
+//	                       lease extension, configure, transactions and the
+//	                       maintenance flags (5000); past it 503
+//	QUEEN_ADMIN_DB_TIMEOUT_MS     the same for the resource, admin, message and
+//	                              trace routes (30000)
 //	QUEEN_ENCRYPTION_KEY   64 hex characters: AES-256-GCM key for queues with
 //	                       encryptionEnabled (payloads encrypted in PostgreSQL)
 //	JWT_ENABLED, JWT_ALGORITHM, JWT_SECRET, JWT_PUBLIC_KEY, JWT_JWKS_URL,
@@ -184,6 +190,14 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	dbMS, err := envInt("QUEEN_DB_TIMEOUT_MS", int(fastapi.DefaultDBTimeout/time.Millisecond))
+	if err != nil {
+		return err
+	}
+	adminDBMS, err := envInt("QUEEN_ADMIN_DB_TIMEOUT_MS", int(fastapi.DefaultAdminDBTimeout/time.Millisecond))
+	if err != nil {
+		return err
+	}
 	authCfg, err := auth.ConfigFromEnv(os.Getenv)
 	if err != nil {
 		return err
@@ -233,7 +247,9 @@ func run(args []string) error {
 		RetentionInterval: time.Duration(max(retentionMS, 100)) * time.Millisecond,
 		PoolSize:          int32(pool),
 		HTTP: fastapi.Config{MaxConns: maxConns, Pprof: os.Getenv("QUEEN_PPROF") == "true",
-			ReadTimeout: time.Duration(max(readMS, 1)) * time.Millisecond},
+			ReadTimeout:    time.Duration(max(readMS, 1)) * time.Millisecond,
+			DBTimeout:      time.Duration(max(dbMS, 1)) * time.Millisecond,
+			AdminDBTimeout: time.Duration(max(adminDBMS, 1)) * time.Millisecond},
 		Auth:          authCfg,
 		EncryptionKey: encKey,
 		Logger:        logger,

@@ -168,6 +168,7 @@ func TestFaultPausedDatabaseAnswers503(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", r.name, err)
 		}
+		t.Logf("%s while PostgreSQL is paused: %d after %v", r.name, code, took.Round(time.Millisecond))
 		if code != r.want || took > r.within+slack {
 			t.Errorf("%s while PostgreSQL is paused: %d %s after %v, want %d within %v", r.name, code, b, took.Round(time.Millisecond), r.want, r.within+slack)
 		}

@@ -3,8 +3,10 @@
 //
 // A Verifier checks a bearer token's signature with the configured algorithm
 // (HS256 with a shared secret, RS256 or EdDSA with a PEM public key or a JWKS
-// URL, or "auto" for any of those that have a key), its exp/nbf with a clock
-// skew leeway, and iss/aud when configured. The roles claims become a
+// URL, or "auto" for any of those that have a key), its exp/nbf/iat with a
+// clock skew leeway (exp is required unless configured otherwise), and
+// iss/aud when configured. A token with a "crit" header is refused: this
+// verifier understands no JWS extension (RFC 7515 §4.1.11). The roles claims become a
 // Principal whose capabilities (Read, Write, Admin) are checked against the
 // route policy in Required. Middleware wires this into fasthttp.
 package auth
@@ -36,7 +38,9 @@ var (
 	// ErrInvalidToken is returned (wrapped, with a reason that never contains
 	// the token or a key) by Verify when the token is malformed, badly
 	// signed, signed with an algorithm that is not allowed, expired, not yet
-	// valid, or has the wrong issuer or audience. errors.Is also matches the
+	// valid, issued in the future (iat beyond the clock skew), without exp
+	// (unless Config.AllowMissingExp), with a "crit" header
+	// (ErrCriticalHeader), or has the wrong issuer or audience. errors.Is also matches the
 	// golang-jwt sentinel behind it (jwt.ErrTokenExpired, ...). The middleware
 	// answers 401 {"error":"invalid token: <reason>"}.
 	ErrInvalidToken = errors.New("auth: invalid token")
@@ -49,6 +53,11 @@ var (
 	ErrInvalidConfig = errors.New("auth: invalid configuration")
 	// ErrDisabled is returned by Verify when authentication is disabled.
 	ErrDisabled = errors.New("auth: authentication is disabled")
+	// ErrCriticalHeader is the cause (behind ErrInvalidToken) when a
+	// correctly signed token carries a "crit" header: it names extensions
+	// the recipient must understand, and this verifier understands none
+	// (RFC 7515 §4.1.11).
+	ErrCriticalHeader = errors.New("auth: unsupported critical header")
 )
 
 // Algorithm names accepted in Config.Algorithm (JWT_ALGORITHM).
@@ -119,10 +128,17 @@ type Config struct {
 	Issuer string
 	// Audience, when not empty, must be in the "aud" claim (JWT_AUDIENCE).
 	Audience string
-	// ClockSkew is the leeway allowed on exp and nbf (JWT_CLOCK_SKEW, in
-	// seconds). Zero means no leeway: the 30 s default is applied by
+	// ClockSkew is the leeway allowed on exp, nbf and iat (JWT_CLOCK_SKEW,
+	// in seconds): a token is accepted until exp + ClockSkew, from
+	// nbf - ClockSkew, and while its iat is at most ClockSkew in the
+	// future. Zero means no leeway: the 30 s default is applied by
 	// ConfigFromEnv when the variable is unset, not by New.
 	ClockSkew time.Duration
+	// AllowMissingExp accepts tokens without an "exp" claim
+	// (JWT_REQUIRE_EXP=false). Default false: a token that never expires is
+	// refused ("required claim missing"), since a leaked one would be valid
+	// forever. A present exp is always checked.
+	AllowMissingExp bool
 	// SkipPaths are paths served without authentication (JWT_SKIP_PATHS,
 	// comma separated). An entry ending in "/" matches every path starting
 	// with it; any other entry matches that exact path. nil means the default
@@ -144,7 +160,7 @@ type Config struct {
 
 // ConfigFromEnv reads the JWT_* variables through getenv (os.Getenv in
 // production; an empty value counts as unset). It returns ErrInvalidConfig
-// (wrapped with the variable at fault) for a malformed number, a negative or
+// (wrapped with the variable at fault) for a malformed number or boolean, a negative or
 // zero duration where a positive one is needed, an unknown algorithm, or,
 // when JWT_ENABLED=true, a combination that cannot verify anything (HS256
 // without JWT_SECRET, RS256/EdDSA without JWT_PUBLIC_KEY or JWT_JWKS_URL, a
@@ -171,6 +187,13 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	}
 	if v := get("JWT_ROLES_ARRAY_CLAIM"); v != "" {
 		c.RolesArrayClaim = v
+	}
+	switch v := get("JWT_REQUIRE_EXP"); v {
+	case "", "true":
+	case "false":
+		c.AllowMissingExp = true
+	default:
+		return Config{}, fmt.Errorf("%w: JWT_REQUIRE_EXP=%q: want true or false", ErrInvalidConfig, v)
 	}
 	durations := []struct {
 		name   string
@@ -406,7 +429,10 @@ func New(ctx context.Context, cfg Config) (*Verifier, error) {
 		return nil, err
 	}
 	v.km = km
-	opts := []jwt.ParserOption{jwt.WithValidMethods(km.methods), jwt.WithLeeway(cfg.ClockSkew)}
+	opts := []jwt.ParserOption{jwt.WithValidMethods(km.methods), jwt.WithLeeway(cfg.ClockSkew), jwt.WithIssuedAt()}
+	if !cfg.AllowMissingExp {
+		opts = append(opts, jwt.WithExpirationRequired())
+	}
 	if cfg.Issuer != "" {
 		opts = append(opts, jwt.WithIssuer(cfg.Issuer))
 	}
@@ -452,8 +478,16 @@ func (v *Verifier) Verify(token string) (*Principal, error) {
 		return nil, ErrMissingToken
 	}
 	claims := jwt.MapClaims{}
-	if _, err := v.parser.ParseWithClaims(token, claims, v.key); err != nil {
+	t, err := v.parser.ParseWithClaims(token, claims, v.key)
+	if err != nil {
 		return nil, &invalidTokenError{reason: reason(err), cause: err}
+	}
+	if _, ok := t.Header["crit"]; ok {
+		// RFC 7515 §4.1.11: a recipient that does not understand every
+		// extension "crit" lists must reject the JWS. This verifier
+		// implements none, so any "crit" (even an empty or malformed one,
+		// which the RFC forbids as well) is refused.
+		return nil, &invalidTokenError{reason: "unsupported critical header", cause: ErrCriticalHeader}
 	}
 	sub, err := claims.GetSubject()
 	if err != nil {

@@ -230,6 +230,10 @@ func TestConfigFromEnv(t *testing.T) {
 		{name: "auto without keys", env: map[string]string{"JWT_ENABLED": "true", "JWT_ALGORITHM": "auto"}, wantErr: true},
 		{name: "unknown algorithm", env: map[string]string{"JWT_ALGORITHM": "none"}, wantErr: true},
 		{name: "lower-case algorithm", env: map[string]string{"JWT_ALGORITHM": "hs256"}, wantErr: true},
+		{name: "exp optional", env: map[string]string{"JWT_REQUIRE_EXP": "false"},
+			want: with(func(c *Config) { c.AllowMissingExp = true })},
+		{name: "exp required explicitly", env: map[string]string{"JWT_REQUIRE_EXP": "true"}, want: defaults},
+		{name: "require exp not a boolean", env: map[string]string{"JWT_REQUIRE_EXP": "no"}, wantErr: true},
 		{name: "skew not a number", env: map[string]string{"JWT_CLOCK_SKEW": "30s"}, wantErr: true},
 		{name: "negative skew", env: map[string]string{"JWT_CLOCK_SKEW": "-1"}, wantErr: true},
 		{name: "zero refresh interval", env: map[string]string{"JWT_JWKS_REFRESH_INTERVAL": "0"}, wantErr: true},
@@ -264,7 +268,7 @@ func configEqual(a, b Config) bool {
 		a.JWKSRefreshInterval == b.JWKSRefreshInterval && a.JWKSTimeout == b.JWKSTimeout &&
 		a.JWKSMinRefreshInterval == b.JWKSMinRefreshInterval && a.Issuer == b.Issuer &&
 		a.Audience == b.Audience && a.ClockSkew == b.ClockSkew && a.RolesClaim == b.RolesClaim &&
-		a.RolesArrayClaim == b.RolesArrayClaim && a.HTTPClient == b.HTTPClient && a.Logger == b.Logger
+		a.RolesArrayClaim == b.RolesArrayClaim && a.AllowMissingExp == b.AllowMissingExp && a.HTTPClient == b.HTTPClient && a.Logger == b.Logger
 }
 
 func TestConfigErrorDoesNotLeakSecrets(t *testing.T) {
@@ -409,8 +413,15 @@ func TestVerifyTimeClaims(t *testing.T) {
 		{"nbf in 10s, skew 30s", 30 * time.Second, jwt.MapClaims{"nbf": now.Add(10 * time.Second).Unix()}, nil},
 		{"nbf in 10s, no skew", 0, jwt.MapClaims{"nbf": now.Add(10 * time.Second).Unix()}, jwt.ErrTokenNotValidYet},
 		{"nbf in 60s, skew 30s", 30 * time.Second, jwt.MapClaims{"nbf": now.Add(60 * time.Second).Unix()}, jwt.ErrTokenNotValidYet},
-		{"no exp", 0, jwt.MapClaims{"exp": nil}, nil},
+		{"no exp", 0, jwt.MapClaims{"exp": nil}, jwt.ErrTokenRequiredClaimMissing},
 		{"exp not a number", 30 * time.Second, jwt.MapClaims{"exp": "tomorrow"}, jwt.ErrTokenInvalidClaims},
+		{"iat now", 0, jwt.MapClaims{"iat": now.Unix()}, nil},
+		{"iat an hour ago", 0, jwt.MapClaims{"iat": now.Add(-time.Hour).Unix()}, nil},
+		{"iat in 10s, skew 30s", 30 * time.Second, jwt.MapClaims{"iat": now.Add(10 * time.Second).Unix()}, nil},
+		{"iat in 10s, no skew", 0, jwt.MapClaims{"iat": now.Add(10 * time.Second).Unix()}, jwt.ErrTokenUsedBeforeIssued},
+		{"iat in 60s, skew 30s", 30 * time.Second, jwt.MapClaims{"iat": now.Add(60 * time.Second).Unix()}, jwt.ErrTokenUsedBeforeIssued},
+		{"iat in a year, skew 30s", 30 * time.Second, jwt.MapClaims{"iat": now.Add(365 * 24 * time.Hour).Unix()}, jwt.ErrTokenUsedBeforeIssued},
+		{"iat not a number", 30 * time.Second, jwt.MapClaims{"iat": "now"}, jwt.ErrTokenInvalidClaims},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -427,6 +438,64 @@ func TestVerifyTimeClaims(t *testing.T) {
 				t.Fatalf("err = %v, want ErrInvalidToken wrapping %v", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestVerifyMissingExp: exp is required by default; AllowMissingExp
+// (JWT_REQUIRE_EXP=false) accepts a token without one but still checks a
+// present exp.
+func TestVerifyMissingExp(t *testing.T) {
+	t.Parallel()
+	k := keysOnce()
+	noExp := sign(t, jwt.SigningMethodHS256, []byte(k.secret), claims(jwt.MapClaims{"exp": nil}), "")
+	expired := sign(t, jwt.SigningMethodHS256, []byte(k.secret), claims(jwt.MapClaims{"exp": time.Now().Add(-time.Hour).Unix()}), "")
+	strict := newVerifier(t, Config{Secret: k.secret})
+	if _, err := strict.Verify(noExp); !errors.Is(err, jwt.ErrTokenRequiredClaimMissing) || err.Error() != "auth: invalid token: required claim missing" {
+		t.Fatalf("default, no exp: err = %v, want required claim missing", err)
+	}
+	lax := newVerifier(t, Config{Secret: k.secret, AllowMissingExp: true})
+	if _, err := lax.Verify(noExp); err != nil {
+		t.Fatalf("AllowMissingExp, no exp: %v", err)
+	}
+	if _, err := lax.Verify(expired); !errors.Is(err, jwt.ErrTokenExpired) {
+		t.Fatalf("AllowMissingExp, expired: err = %v, want ErrTokenExpired", err)
+	}
+}
+
+// TestVerifyCriticalHeader: RFC 7515 §4.1.11 says a JWS whose "crit"
+// header lists an extension the recipient does not understand must be
+// rejected; the verifier understands none, so any crit is refused, even on
+// a correctly signed token, for every algorithm.
+func TestVerifyCriticalHeader(t *testing.T) {
+	t.Parallel()
+	k := keysOnce()
+	v := newVerifier(t, Config{Algorithm: AlgAuto, Secret: k.secret, PublicKeyPEM: k.edPEM})
+	for _, crit := range []any{[]string{"exp"}, []string{"b64"}, []string{"urn:example:x"}, []string{}, "exp", nil} {
+		for _, m := range []struct {
+			method jwt.SigningMethod
+			key    any
+		}{{jwt.SigningMethodHS256, []byte(k.secret)}, {jwt.SigningMethodEdDSA, k.ed}} {
+			tok := jwt.NewWithClaims(m.method, claims(nil))
+			tok.Header["crit"] = crit
+			if _, ok := crit.([]string); ok && len(crit.([]string)) > 0 {
+				tok.Header[crit.([]string)[0]] = true
+			}
+			s, err := tok.SignedString(m.key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = v.Verify(s)
+			if !errors.Is(err, ErrInvalidToken) || !errors.Is(err, ErrCriticalHeader) {
+				t.Errorf("%s crit=%v: err = %v, want ErrInvalidToken wrapping ErrCriticalHeader", m.method.Alg(), crit, err)
+			}
+			if err != nil && err.Error() != "auth: invalid token: unsupported critical header" {
+				t.Errorf("%s crit=%v: message %q", m.method.Alg(), crit, err.Error())
+			}
+		}
+	}
+	// The same token without crit verifies (the refusal is the header's).
+	if _, err := v.Verify(sign(t, jwt.SigningMethodHS256, []byte(k.secret), claims(nil), "")); err != nil {
+		t.Fatalf("without crit: %v", err)
 	}
 }
 
@@ -962,6 +1031,17 @@ func FuzzVerify(f *testing.F) {
 	f.Add("")
 	f.Add("a.b.c")
 	f.Add("eyJhbGciOiJub25lIn0.eyJzdWIiOiJ4In0.")
+	crit := jwt.NewWithClaims(jwt.SigningMethodHS256, claims(nil))
+	crit.Header["crit"] = []string{"exp"}
+	if s, err = crit.SignedString([]byte(k.secret)); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(s)
+	future := jwt.NewWithClaims(jwt.SigningMethodHS256, claims(jwt.MapClaims{"iat": time.Now().Add(time.Hour).Unix()}))
+	if s, err = future.SignedString([]byte(k.secret)); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(s)
 	v, err := New(context.Background(), Config{Enabled: true, Algorithm: AlgAuto, Secret: k.secret, PublicKeyPEM: k.edPEM})
 	if err != nil {
 		f.Fatal(err)

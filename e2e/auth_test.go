@@ -43,9 +43,16 @@ func token(t testing.TB, sub string, roles []string, variant string) string {
 	claims := jwt.MapClaims{"sub": sub, "roles": roles, "iss": testIssuer, "aud": testAudience,
 		"exp": time.Now().Add(time.Hour).Unix(), "iat": time.Now().Unix()}
 	secret := []byte(testSecret)
+	header := map[string]any{}
 	switch variant {
 	case "expired":
 		claims["exp"] = time.Now().Add(-time.Hour).Unix()
+	case "no-exp":
+		delete(claims, "exp")
+	case "issued-in-future":
+		claims["iat"] = time.Now().Add(time.Hour).Unix()
+	case "crit":
+		header["crit"] = []string{"exp"}
 	case "wrong-signature":
 		secret = []byte("another-secret-another-secret-another")
 	case "wrong-issuer":
@@ -59,7 +66,11 @@ func token(t testing.TB, sub string, roles []string, variant string) string {
 		}
 		return s
 	}
-	s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(secret)
+	tok := jwt.NewWithClaims(jwt.SigningMethodHS256, claims)
+	for k, v := range header {
+		tok.Header[k] = v
+	}
+	s, err := tok.SignedString(secret)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +149,8 @@ func TestAuthMatrix(t *testing.T) {
 		"read-write": {"read-write"}, "admin": {"admin"}}
 	for _, rt := range routes {
 		for roleName, rs := range roles {
-			for _, variant := range []string{"none", "expired", "wrong-signature", "wrong-issuer", "wrong-audience", "alg-none", "valid"} {
+			for _, variant := range []string{"none", "expired", "wrong-signature", "wrong-issuer", "wrong-audience", "alg-none",
+				"no-exp", "issued-in-future", "crit", "valid"} {
 				tok := ""
 				if variant != "none" {
 					tok = token(t, "sub-"+roleName, rs, variant)

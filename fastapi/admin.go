@@ -100,7 +100,7 @@ func (ar *adminRoutes) depth(ctx *fasthttp.RequestCtx) {
 		writeErr(ctx, fasthttp.StatusBadRequest, "invalid group name")
 		return
 	}
-	c, cancel := dbCtx()
+	c, cancel := ar.s.adminCtx()
 	defer cancel()
 	var d *pg.QueueDepth
 	var err error
@@ -163,7 +163,7 @@ func messagesJSON(m pg.MessageCounts) map[string]int64 {
 // nothing is cached. Queen's lag, throughput and failed fields are not
 // served: this broker keeps no metrics history.
 func (ar *adminRoutes) overview(ctx *fasthttp.RequestCtx) {
-	c, cancel := dbCtx()
+	c, cancel := ar.s.adminCtx()
 	defer cancel()
 	o, err := ar.a.Overview(c)
 	if err != nil {
@@ -200,7 +200,7 @@ func (ar *adminRoutes) tasks(ctx *fasthttp.RequestCtx) {
 
 func (ar *adminRoutes) labels(ctx *fasthttp.RequestCtx, list, key string,
 	load func(context.Context) ([]pg.LabelSummary, error)) {
-	c, cancel := dbCtx()
+	c, cancel := ar.s.adminCtx()
 	defer cancel()
 	ls, err := load(c)
 	if err != nil {
@@ -239,7 +239,7 @@ func (ar *adminRoutes) partitions(ctx *fasthttp.RequestCtx) {
 		writeErr(ctx, fasthttp.StatusBadRequest, "invalid queue name")
 		return
 	}
-	c, cancel := dbCtx()
+	c, cancel := ar.s.adminCtx()
 	defer cancel()
 	ps, total, err := ar.a.ListPartitions(c, f)
 	if errors.Is(err, pg.ErrQueueNotFound) {

@@ -2,12 +2,11 @@ package fastapi
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"sort"
 	"strings"
-	"time"
+	"strconv"
 
 	json "github.com/goccy/go-json"
 	"github.com/valyala/fasthttp"
@@ -163,12 +162,11 @@ func (s *Server) configure(ctx *fasthttp.RequestCtx) {
 			return
 		}
 	}
-	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	c, cancel := s.dbCtx()
 	defer cancel()
 	res, err := s.b.Configure(c, *req.Queue, ns, task, opts)
 	if err != nil {
-		s.log.Error("configure failed", "queue", *req.Queue, "err", err)
-		writeErr(ctx, fasthttp.StatusServiceUnavailable, "database unavailable")
+		s.dbFail(ctx, "configure of queue "+strconv.Quote(*req.Queue), err)
 		return
 	}
 	out := map[string]any{

@@ -154,26 +154,41 @@ func (s *Server) pop(ctx *fasthttp.RequestCtx) {
 			ctx.SetStatusCode(fasthttp.StatusNoContent)
 			return
 		}
-		limit := 30 * time.Second
+		// One attempt gets Config.DBTimeout; an attempt of a waiting pop
+		// also ends with the pop's timeout, but gets popMinAttempt at least.
+		limit := s.cfg.DBTimeout
 		if wait {
-			limit = min(limit, max(time.Until(deadline), 5*time.Second))
+			limit = min(limit, max(time.Until(deadline), popMinAttempt))
 		}
 		pctx, cancel := context.WithTimeout(context.Background(), limit)
 		res, err := s.b.Pop(pctx, req)
 		cancel()
 		if err != nil {
-			// A waiting pop rides out a PostgreSQL outage inside its timeout
-			// and then answers 204, as an empty long-poll does: consumers
-			// that stop on a 5xx (Queen's JS SDK does, after its retries)
-			// keep running through a database restart. A pop without wait
-			// answers 503 at once.
+			// By pg.Classify: a queue deleted under the pop (vanished) is a
+			// pop of an unknown queue, 204 (pg.Store.Pop reruns such a pop
+			// itself; this is the backstop). An internal error is a bug or a
+			// damaged database: 500 at once, never "database unavailable".
+			// An outage or a conflict: a waiting pop rides it out inside its
+			// timeout and then answers 204, as an empty long-poll does, so
+			// consumers that stop on a 5xx (Queen's JS SDK does, after its
+			// retries) keep running through a database restart; a pop
+			// without wait answers 503 at once.
+			switch pg.Classify(err) {
+			case pg.ClassVanished:
+				s.log.Info("pop: the queue was deleted while the pop ran", "queue", queue, "err", err)
+				ctx.SetStatusCode(fasthttp.StatusNoContent)
+				return
+			case pg.ClassInternal:
+				s.dbFail(ctx, "pop", err)
+				return
+			}
 			left := time.Until(deadline)
 			if !wait || left <= 0 {
-				s.log.Error("pop failed", "queue", queue, "err", err)
 				if wait {
+					s.log.Error("pop failed", "queue", queue, "err", err)
 					ctx.SetStatusCode(fasthttp.StatusNoContent)
 				} else {
-					writeErr(ctx, fasthttp.StatusServiceUnavailable, "database unavailable")
+					s.dbFail(ctx, "pop of queue "+strconv.Quote(queue), err)
 				}
 				return
 			}
@@ -194,7 +209,7 @@ func (s *Server) pop(ctx *fasthttp.RequestCtx) {
 				// back. (An autoAck pop has moved its cursor already: those
 				// messages are gone, as autoAck's at-most-once allows.)
 				if res.LeaseID != uuid.Nil {
-					rctx, cancel := dbCtx()
+					rctx, cancel := s.dbCtx()
 					if err := s.b.ReleaseLease(rctx, res.LeaseID, queue); err != nil {
 						s.log.Warn("pop: could not release the lease of a departed client; it lapses by itself",
 							"queue", queue, "err", err)
@@ -408,12 +423,11 @@ func (s *Server) ackBatch(ctx *fasthttp.RequestCtx) {
 }
 
 func (s *Server) runAcks(ctx *fasthttp.RequestCtx, reqs []pg.AckRequest) {
-	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	c, cancel := s.dbCtx()
 	defer cancel()
 	res, err := s.b.Ack(c, reqs)
 	if err != nil {
-		s.log.Error("ack failed", "err", err)
-		writeErr(ctx, fasthttp.StatusServiceUnavailable, "database unavailable")
+		s.dbFail(ctx, "ack", err)
 		return
 	}
 	out := make([]ackResult, len(res))
@@ -449,12 +463,11 @@ func (s *Server) extendLease(ctx *fasthttp.RequestCtx) {
 		}
 		secs = *a.Seconds
 	}
-	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	c, cancel := s.dbCtx()
 	defer cancel()
 	exp, msg, err := s.b.ExtendLease(c, id, secs)
 	if err != nil {
-		s.log.Error("lease extend failed", "err", err)
-		writeErr(ctx, fasthttp.StatusServiceUnavailable, "database unavailable")
+		s.dbFail(ctx, "lease extend", err)
 		return
 	}
 	r := map[string]any{"index": 0, "leaseId": id.String(), "success": msg == "", "error": nil, "expiresAt": nil}
@@ -483,7 +496,7 @@ func (s *Server) postPopMaintenance(ctx *fasthttp.RequestCtx) {
 	if !ok {
 		return
 	}
-	c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	c, cancel := s.dbCtx()
 	defer cancel()
 	if err := s.b.SetPopMaintenance(c, enabled); err != nil {
 		s.log.Warn("pop maintenance: could not persist the flag", "err", err)

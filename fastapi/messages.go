@@ -145,7 +145,7 @@ func (mr *messageRoutes) list(ctx *fasthttp.RequestCtx) {
 		writeErr(ctx, fasthttp.StatusBadRequest, "from must not be after to")
 		return
 	}
-	c, cancel := dbCtx()
+	c, cancel := mr.s.adminCtx()
 	defer cancel()
 	l, err := mr.m.ListMessages(c, f)
 	if err != nil {
@@ -203,7 +203,7 @@ func (mr *messageRoutes) get(ctx *fasthttp.RequestCtx) {
 	if !ok {
 		return
 	}
-	c, cancel := dbCtx()
+	c, cancel := mr.s.adminCtx()
 	defer cancel()
 	d, err := mr.m.GetMessage(c, pid, txid)
 	switch {

@@ -48,17 +48,8 @@ func (s *Server) routeResources(r interface {
 	r.GET("/api/v1/dlq", s.listDLQ)
 }
 
-func dbCtx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), 30*time.Second)
-}
-
-func (s *Server) dbFail(ctx *fasthttp.RequestCtx, what string, err error) {
-	s.log.Error(what+" failed", "err", err)
-	writeErr(ctx, fasthttp.StatusServiceUnavailable, "database unavailable")
-}
-
 func (s *Server) listQueues(ctx *fasthttp.RequestCtx) {
-	c, cancel := dbCtx()
+	c, cancel := s.adminCtx()
 	defer cancel()
 	qs, err := s.r.ListQueues(c)
 	if err != nil {
@@ -86,7 +77,7 @@ func (s *Server) getQueue(ctx *fasthttp.RequestCtx) {
 	if !ok {
 		return
 	}
-	c, cancel := dbCtx()
+	c, cancel := s.adminCtx()
 	defer cancel()
 	d, err := s.r.GetQueue(c, name)
 	if errors.Is(err, pg.ErrQueueNotFound) {
@@ -115,7 +106,7 @@ func (s *Server) deleteQueue(ctx *fasthttp.RequestCtx) {
 	if !ok {
 		return
 	}
-	c, cancel := dbCtx()
+	c, cancel := s.adminCtx()
 	defer cancel()
 	existed, err := s.r.DeleteQueue(c, name)
 	if err != nil {
@@ -136,7 +127,7 @@ func groupState(g pg.GroupSummary) string {
 }
 
 func (s *Server) listGroups(ctx *fasthttp.RequestCtx) {
-	c, cancel := dbCtx()
+	c, cancel := s.adminCtx()
 	defer cancel()
 	gs, err := s.r.ListGroups(c)
 	if err != nil {
@@ -158,7 +149,7 @@ func (s *Server) getGroup(ctx *fasthttp.RequestCtx) {
 	if !ok {
 		return
 	}
-	c, cancel := dbCtx()
+	c, cancel := s.adminCtx()
 	defer cancel()
 	ps, err := s.r.GetGroup(c, group)
 	if err != nil {
@@ -206,7 +197,7 @@ func (s *Server) deleteGroup(ctx *fasthttp.RequestCtx) {
 	if a := ctx.QueryArgs(); len(a.Peek("deleteMetadata")) > 0 {
 		deleteMetadata = boolArg(a, "deleteMetadata")
 	}
-	c, cancel := dbCtx()
+	c, cancel := s.adminCtx()
 	defer cancel()
 	n, meta, touched, err := s.r.DeleteGroup(c, group, queue, deleteMetadata)
 	if err != nil {
@@ -259,7 +250,7 @@ func (s *Server) updateSubscription(ctx *fasthttp.RequestCtx) {
 		writeErr(ctx, fasthttp.StatusBadRequest, "subscriptionTimestamp "+err.Error())
 		return
 	}
-	c, cancel := dbCtx()
+	c, cancel := s.adminCtx()
 	defer cancel()
 	n, queues, err := s.r.UpdateSubscription(c, group, at)
 	if err != nil {
@@ -291,7 +282,7 @@ const defaultMinLagSeconds = 3600
 // last_consumed_at}.
 func (s *Server) laggingGroups(ctx *fasthttp.RequestCtx) {
 	minLag := intArg(ctx.QueryArgs(), "minLagSeconds", defaultMinLagSeconds, 0, 1<<31-1)
-	c, cancel := dbCtx()
+	c, cancel := s.adminCtx()
 	defer cancel()
 	ls, err := s.r.LaggingPartitions(c, minLag)
 	if err != nil {
@@ -347,7 +338,7 @@ func (s *Server) seek(ctx *fasthttp.RequestCtx) {
 		writeErr(ctx, fasthttp.StatusBadRequest, "toEnd or timestamp is required")
 		return
 	}
-	c, cancel := dbCtx()
+	c, cancel := s.adminCtx()
 	defer cancel()
 	n, err := s.r.Seek(c, group, queue, partition, req.ToEnd, at)
 	if err != nil {
@@ -392,7 +383,7 @@ func (s *Server) listDLQ(ctx *fasthttp.RequestCtx) {
 		}
 	}
 	limit, offset := f.Limit, f.Offset
-	c, cancel := dbCtx()
+	c, cancel := s.adminCtx()
 	defer cancel()
 	dls, total, err := s.r.ListDeadLetters(c, f)
 	if err != nil {

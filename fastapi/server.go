@@ -71,6 +71,15 @@ type Config struct {
 	IdleTimeout  time.Duration
 	// MaxConns bounds concurrent connections (0 = fasthttp's default).
 	MaxConns int
+	// DBTimeout bounds the PostgreSQL work of a pop without wait, each
+	// attempt of a waiting pop, acks, lease extension, configure,
+	// transactions and the maintenance flags (QUEEN_DB_TIMEOUT_MS; default
+	// DefaultDBTimeout, 5 s). Past it they answer 503.
+	DBTimeout time.Duration
+	// AdminDBTimeout bounds the PostgreSQL work of the resource, admin,
+	// message and trace routes (QUEEN_ADMIN_DB_TIMEOUT_MS; default
+	// DefaultAdminDBTimeout, 30 s). Past it they answer 503.
+	AdminDBTimeout time.Duration
 	// Pprof serves Go's profiles under /debug/pprof/ (QUEEN_PPROF=true).
 	Pprof bool
 	// Auth, when set, wraps every route (JWT, role policy); nil = no auth.
@@ -101,6 +110,12 @@ func New(cfg Config, b Broker, res Resources) *Server {
 	}
 	if cfg.IdleTimeout <= 0 {
 		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.DBTimeout <= 0 {
+		cfg.DBTimeout = DefaultDBTimeout
+	}
+	if cfg.AdminDBTimeout <= 0 {
+		cfg.AdminDBTimeout = DefaultAdminDBTimeout
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -330,7 +345,7 @@ func (s *Server) postMaintenance(ctx *fasthttp.RequestCtx) {
 	if !ok {
 		return
 	}
-	c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	c, cancel := s.dbCtx()
 	defer cancel()
 	if err := s.b.SetMaintenance(c, enabled); err != nil {
 		// The mode is in effect on this broker; only persisting it failed.

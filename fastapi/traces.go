@@ -128,7 +128,7 @@ func (tr *traceRoutes) record(ctx *fasthttp.RequestCtx) {
 		writeErr(ctx, fasthttp.StatusBadRequest, err.Error())
 		return
 	}
-	c, cancel := dbCtx()
+	c, cancel := tr.s.adminCtx()
 	defer cancel()
 	id, err := tr.t.RecordTrace(c, in)
 	if errors.Is(err, pg.ErrTraceMessageNotFound) {
@@ -288,7 +288,7 @@ func (tr *traceRoutes) ofMessage(ctx *fasthttp.RequestCtx) {
 	if !ok {
 		return
 	}
-	c, cancel := dbCtx()
+	c, cancel := tr.s.adminCtx()
 	defer cancel()
 	ts, err := tr.t.MessageTraces(c, pid, txid)
 	if err != nil {
@@ -324,7 +324,7 @@ func (tr *traceRoutes) byName(ctx *fasthttp.RequestCtx) {
 	a := ctx.QueryArgs()
 	limit := intArg(a, "limit", 100, 1, 1000)
 	offset := intArg(a, "offset", 0, 0, 1<<30)
-	c, cancel := dbCtx()
+	c, cancel := tr.s.adminCtx()
 	defer cancel()
 	ts, total, err := tr.t.TracesByName(c, name, limit, offset)
 	if err != nil {
@@ -354,7 +354,7 @@ func (tr *traceRoutes) names(ctx *fasthttp.RequestCtx) {
 	a := ctx.QueryArgs()
 	limit := intArg(a, "limit", 50, 1, 1000)
 	offset := intArg(a, "offset", 0, 0, 1<<30)
-	c, cancel := dbCtx()
+	c, cancel := tr.s.adminCtx()
 	defer cancel()
 	ns, total, err := tr.t.TraceNames(c, limit, offset)
 	if err != nil {

@@ -144,7 +144,7 @@ func (s *Server) transaction(ctx *fasthttp.RequestCtx) {
 		}
 	}
 	txID, _ := uuid.NewV7()
-	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	c, cancel := s.dbCtx()
 	defer cancel()
 	res, err := s.b.Transaction(c, pushes, acks)
 	var abort *pg.TxAbort
@@ -161,8 +161,7 @@ func (s *Server) transaction(ctx *fasthttp.RequestCtx) {
 			"error": fmt.Sprintf("operations[%d]: %s", op, abort.Reason), "results": []any{}})
 		return
 	case err != nil:
-		s.log.Error("transaction failed", "err", err)
-		writeErr(ctx, fasthttp.StatusServiceUnavailable, "database unavailable")
+		s.dbFail(ctx, "transaction", err)
 		return
 	}
 	results := make([]map[string]any, 0, len(order))

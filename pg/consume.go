@@ -127,7 +127,11 @@ func (s *Store) Pop(ctx context.Context, req PopRequest) (*PopResult, error) {
 		}
 		res.LeaseID = id
 	}
-	err := withRetry(func() error {
+	// A foreign-key violation means the queue was deleted while the pop
+	// ran (its group or cursor insert met the deleted row): run again, and
+	// the rerun finds no queue and delivers nothing, as a pop of an unknown
+	// queue does.
+	err := withRetry(true, func() error {
 		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 			res.Messages, res.Claimed, res.NextCheck = nil, nil, time.Time{}
 			q, err := s.queueByName(ctx, tx, req.Queue)
@@ -537,7 +541,9 @@ const (
 // counting.
 func (s *Store) Ack(ctx context.Context, reqs []AckRequest) ([]AckResult, error) {
 	out := make([]AckResult, len(reqs))
-	err := withRetry(func() error {
+	// As in Pop, a foreign-key violation is a concurrent queue delete: the
+	// rerun finds the partition gone (ErrTextNotFound per ack).
+	err := withRetry(true, func() error {
 		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 			res, err := applyAcks(ctx, tx, reqs)
 			if err != nil {

@@ -178,8 +178,15 @@ func (s *Store) DeleteQueue(ctx context.Context, name string) (bool, error) {
 	// partitions' delete then waits for projections holding their row
 	// locks, and the sidecar delete, a later statement, sees what those
 	// committed. So no entry outlives its partition.
+	//
+	// The queue's cursors are locked before its partitions are deleted: a
+	// pop or ack locks a cursor and may then insert a dead letter, whose
+	// foreign-key check waits on the partition row. Deleting the partitions
+	// first would wait on that cursor while the ack waits on the partition:
+	// a deadlock. One that still happens is retried (withRetry).
 	var existed bool
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	deleteTx := func(tx pgx.Tx) error {
+		existed = false
 		var qid pgtype.UUID
 		err := tx.QueryRow(ctx, `SELECT id FROM queen.queues WHERE name = $1 FOR UPDATE`, name).Scan(&qid)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -189,6 +196,10 @@ func (s *Store) DeleteQueue(ctx context.Context, name string) (bool, error) {
 			return err
 		}
 		existed = true
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM queen.consumer_cursors c JOIN queen.partitions p ON p.id = c.partition_id
+			WHERE p.queue_id = $1 FOR UPDATE OF c`, qid); err != nil {
+			return err
+		}
 		rows, err := tx.Query(ctx, `DELETE FROM queen.partitions WHERE queue_id = $1 RETURNING id`, qid)
 		if err != nil {
 			return err
@@ -202,9 +213,10 @@ func (s *Store) DeleteQueue(ctx context.Context, name string) (bool, error) {
 		}
 		_, err = tx.Exec(ctx, `DELETE FROM queen.queues WHERE id = $1`, qid)
 		return err
-	})
+	}
+	err := withRetry(false, func() error { return pgx.BeginFunc(ctx, s.pool, deleteTx) })
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("pg: delete queue %q: %w", name, err)
 	}
 	s.mu.Lock()
 	for k := range s.partIDs {

@@ -16,7 +16,6 @@ import (
 	json "github.com/goccy/go-json"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/queenmq/queen-go/crypt"
@@ -285,24 +284,4 @@ func (s *Store) encrypt(msgs []Message) error {
 		msgs[i].Payload, msgs[i].Encrypted = env, true
 	}
 	return nil
-}
-
-// retryable reports a PostgreSQL error that a transaction may simply be
-// run again for: a deadlock (40P01) or a serialization failure (40001).
-func retryable(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001")
-}
-
-// withRetry runs fn up to three times while it fails with a retryable
-// error.
-func withRetry(fn func() error) error {
-	var err error
-	for attempt := 0; attempt < 3; attempt++ {
-		if err = fn(); err == nil || !retryable(err) {
-			return err
-		}
-		time.Sleep(time.Duration(attempt+1) * 5 * time.Millisecond)
-	}
-	return err
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
@@ -87,8 +86,7 @@ func (s *Store) RecordTrace(ctx context.Context, in TraceInput) (uuid.UUID, erro
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id`,
 			in.PartitionID, []byte(in.TransactionID), m.ID, m.Offset, in.ConsumerGroup, in.EventType, in.Data, names).Scan(&id)
 	})
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "23503" { // the partition went (queue deleted) meanwhile
+	if Classify(err) == ClassVanished { // the partition went (queue deleted) meanwhile
 		return uuid.Nil, ErrTraceMessageNotFound
 	}
 	if errors.Is(err, ErrTraceMessageNotFound) {

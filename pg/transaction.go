@@ -56,7 +56,7 @@ func (s *Store) Transaction(ctx context.Context, pushes []ProjectItem, acks []Ac
 			return nil, err
 		}
 	}
-	err = withRetry(func() error {
+	err = withRetry(false, func() error {
 		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 			if len(pushes) > 0 {
 				out, err := s.project(ctx, tx, false, pushes, res.PartitionIDs, nil)

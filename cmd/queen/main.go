@@ -123,10 +123,11 @@ func serve(cfg *config.Config, logger *slog.Logger, dev bool) error {
 		VerdictTimeout:    cfg.VerdictTimeout,
 		RetentionInterval: cfg.RetentionInterval,
 		PoolSize:          int32(cfg.PoolSize),
-		HTTP:              fastapi.Config{MaxConns: cfg.MaxConns, Pprof: cfg.Pprof, ReadTimeout: cfg.ReadTimeout},
-		Auth:              cfg.Auth,
-		EncryptionKey:     cfg.EncryptionKey,
-		Logger:            logger,
+		HTTP: fastapi.Config{MaxConns: cfg.MaxConns, Pprof: cfg.Pprof, ReadTimeout: cfg.ReadTimeout,
+			DBTimeout: cfg.DBTimeout, AdminDBTimeout: cfg.AdminDBTimeout},
+		Auth:          cfg.Auth,
+		EncryptionKey: cfg.EncryptionKey,
+		Logger:        logger,
 	})
 	if err != nil {
 		return err

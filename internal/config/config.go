@@ -44,6 +44,7 @@ import (
 
 	"github.com/queenmq/queen-go/auth"
 	"github.com/queenmq/queen-go/crypt"
+	"github.com/queenmq/queen-go/fastapi"
 	"github.com/queenmq/queen-go/wal"
 )
 
@@ -102,6 +103,13 @@ type Config struct {
 	MaxConns int
 	// ReadTimeout bounds reading one request (QUEEN_READ_TIMEOUT_MS).
 	ReadTimeout time.Duration
+	// DBTimeout is the deadline of the PostgreSQL work of pops, acks, lease
+	// extension, configure, transactions and the maintenance flags
+	// (QUEEN_DB_TIMEOUT_MS).
+	DBTimeout time.Duration
+	// AdminDBTimeout is the same for the resource, admin, message and
+	// trace routes (QUEEN_ADMIN_DB_TIMEOUT_MS).
+	AdminDBTimeout time.Duration
 	// Pprof serves /debug/pprof/ (QUEEN_PPROF).
 	Pprof bool
 
@@ -200,6 +208,12 @@ var Vars = []Var{
 	durVar("QUEEN_READ_TIMEOUT_MS", SectionHTTP, 30000, time.Millisecond, 1,
 		"Longest time to read one request, headers and body: slow clients are cut off.",
 		func(c *Config) *time.Duration { return &c.ReadTimeout }),
+	durVar("QUEEN_DB_TIMEOUT_MS", SectionHTTP, int(fastapi.DefaultDBTimeout/time.Millisecond), time.Millisecond, 1,
+		"Deadline of the PostgreSQL work of a pop without wait (and of each attempt of a waiting pop, which gets at least 1 s), acks, lease extension, configure, transactions and the maintenance flags; past it the answer is 503.",
+		func(c *Config) *time.Duration { return &c.DBTimeout }),
+	durVar("QUEEN_ADMIN_DB_TIMEOUT_MS", SectionHTTP, int(fastapi.DefaultAdminDBTimeout/time.Millisecond), time.Millisecond, 1,
+		"The same deadline for the resource, admin, message and trace routes.",
+		func(c *Config) *time.Duration { return &c.AdminDBTimeout }),
 
 	// PostgreSQL
 	{Name: "QUEEN_PG_URL", Section: SectionPG, Secret: true,
@@ -279,7 +293,10 @@ var Vars = []Var{
 	{Name: "JWT_AUDIENCE", Section: SectionAuth, Doc: "Required `aud` entry, when set.", parse: nop},
 	{Name: "JWT_CLOCK_SKEW", Section: SectionAuth, Unit: unitSec,
 		Default: strconv.Itoa(int(auth.DefaultClockSkew / time.Second)),
-		Doc:     "Leeway on `exp` and `nbf`.", parse: nonNegativeInt},
+		Doc:     "Leeway on `exp`, `nbf` and `iat` (a token issued further in the future is refused).", parse: nonNegativeInt},
+	{Name: "JWT_REQUIRE_EXP", Section: SectionAuth, Default: "true",
+		Doc:   "`true` refuses tokens without an `exp` claim; `false` accepts them (a present `exp` is always checked). Tokens with a `crit` header are always refused (RFC 7515 §4.1.11).",
+		parse: oneOf("true", "false")},
 	{Name: "JWT_SKIP_PATHS", Section: SectionAuth, Default: auth.DefaultSkipPaths,
 		Doc: "Comma-separated paths served without a token; an entry ending in `/` is a prefix.", parse: nop},
 	{Name: "JWT_ROLES_CLAIM", Section: SectionAuth, Default: auth.DefaultRolesClaim,

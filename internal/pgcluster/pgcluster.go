@@ -415,3 +415,41 @@ func FailoverDSN(db string, cs ...*Cluster) string {
 	return fmt.Sprintf("host=%s port=%s user=postgres dbname=%s sslmode=disable target_session_attrs=read-write",
 		strings.Join(hosts, ","), strings.Join(ports, ","), db)
 }
+
+// Pause freezes the server without stopping it, as a hung host or a
+// stalled disk would: SIGSTOP to the postmaster (first, so that it forks no
+// new backend) and then to every process it has started. Connections stay
+// open and connection attempts are accepted by the kernel, but nothing is
+// ever answered until Resume. Call Resume before Destroy (register it with
+// t.Cleanup), or the stopped processes outlive the test.
+func (c *Cluster) Pause() error {
+	return c.signalAll(syscall.SIGSTOP)
+}
+
+// Resume undoes Pause (SIGCONT to the postmaster and its children). It is
+// harmless on a server that is not paused.
+func (c *Cluster) Resume() error {
+	return c.signalAll(syscall.SIGCONT)
+}
+
+// signalAll sends sig to the postmaster, then to its children.
+func (c *Cluster) signalAll(sig syscall.Signal) error {
+	b, err := os.ReadFile(filepath.Join(c.Dir, "data", "postmaster.pid"))
+	if err != nil {
+		return err
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
+	if err != nil {
+		return err
+	}
+	if err := syscall.Kill(pid, sig); err != nil {
+		return fmt.Errorf("pgcluster: signal postmaster %d: %w", pid, err)
+	}
+	out, _ := exec.Command("pgrep", "-P", strconv.Itoa(pid)).Output()
+	for _, f := range strings.Fields(string(out)) {
+		if n, err := strconv.Atoi(f); err == nil {
+			_ = syscall.Kill(n, sig)
+		}
+	}
+	return nil
+}

@@ -31,6 +31,45 @@ type Cluster struct {
 	Port  int
 	bin   string
 	runAs string // "" or "postgres"
+	opts  Options
+}
+
+// Options for StartWith. The zero value is what Start uses: a fast,
+// non-durable server for tests.
+type Options struct {
+	// Durable runs the server with PostgreSQL's durable defaults (fsync,
+	// synchronous_commit and full_page_writes on), as production would:
+	// for benchmarks whose figures are headline figures. Without it the
+	// server runs with all three off, which is fine for tests (a crash
+	// test kills the server, not the host) but not for measuring.
+	Durable bool
+	// SharedBuffers is the shared_buffers setting (default
+	// DefaultSharedBuffers).
+	SharedBuffers string
+	// MaxConnections is the max_connections setting (default
+	// DefaultMaxConnections).
+	MaxConnections int
+}
+
+// Defaults for Options.
+const (
+	DefaultSharedBuffers  = "128MB"
+	DefaultMaxConnections = 200
+)
+
+// settings are the server's -c options beyond port and sockets.
+func (o Options) settings() string {
+	if o.SharedBuffers == "" {
+		o.SharedBuffers = DefaultSharedBuffers
+	}
+	if o.MaxConnections == 0 {
+		o.MaxConnections = DefaultMaxConnections
+	}
+	sync := "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+	if o.Durable {
+		sync = "-c fsync=on -c synchronous_commit=on -c full_page_writes=on"
+	}
+	return fmt.Sprintf("%s -c max_connections=%d -c shared_buffers=%s", sync, o.MaxConnections, o.SharedBuffers)
 }
 
 // URL is a connection URL for database db (default "postgres").
@@ -87,8 +126,14 @@ func (c *Cluster) run(ctx context.Context, name string, args ...string) error {
 }
 
 // Start initialises a new cluster under a fresh temporary directory and
-// starts it. The caller must Destroy it.
+// starts it, non-durable (fsync off: see Options). The caller must Destroy
+// it.
 func Start(ctx context.Context) (*Cluster, error) {
+	return StartWith(ctx, Options{})
+}
+
+// StartWith is Start with options (a durable server for the bench).
+func StartWith(ctx context.Context, o Options) (*Cluster, error) {
 	bin, err := findBin()
 	if err != nil {
 		return nil, err
@@ -97,7 +142,7 @@ func Start(ctx context.Context) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{Dir: dir, bin: bin}
+	c := &Cluster{Dir: dir, bin: bin, opts: o}
 	if os.Geteuid() == 0 {
 		c.runAs = "postgres"
 		u, err := user.Lookup("postgres")
@@ -151,8 +196,8 @@ func (c *Cluster) Restart(ctx context.Context) error {
 		}
 		c.Port = p
 	}
-	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 -c shared_buffers=128MB",
-		c.Port, filepath.Join(c.Dir, "sock"))
+	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 %s",
+		c.Port, filepath.Join(c.Dir, "sock"), c.opts.settings())
 	if err := c.run(ctx, "pg_ctl", "-D", filepath.Join(c.Dir, "data"), "-o", opts,
 		"-l", filepath.Join(c.Dir, "server.log"), "-w", "-t", "60", "start"); err != nil {
 		return err
@@ -166,14 +211,24 @@ func (c *Cluster) Stop(ctx context.Context, mode string) error {
 	return c.run(ctx, "pg_ctl", "-D", filepath.Join(c.Dir, "data"), "-m", mode, "-w", "-t", "60", "stop")
 }
 
+// PostmasterPID is the process id of the running server's postmaster
+// (from postmaster.pid); every backend is its child.
+func (c *Cluster) PostmasterPID() (int, error) {
+	b, err := os.ReadFile(filepath.Join(c.Dir, "data", "postmaster.pid"))
+	if err != nil {
+		return 0, err
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
+	if err != nil {
+		return 0, fmt.Errorf("pgcluster: postmaster.pid: %w", err)
+	}
+	return pid, nil
+}
+
 // Kill crashes the server: SIGKILL to the postmaster and every backend,
 // then waits until they are all gone.
 func (c *Cluster) Kill() error {
-	b, err := os.ReadFile(filepath.Join(c.Dir, "data", "postmaster.pid"))
-	if err != nil {
-		return err
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
+	pid, err := c.PostmasterPID()
 	if err != nil {
 		return err
 	}

@@ -169,8 +169,11 @@ type StorageSizes struct {
 // readSizes measures StorageSizes; a table that does not exist counts 0.
 func readSizes(ctx context.Context, conn *pgx.Conn) (StorageSizes, error) {
 	var s StorageSizes
-	tree := `SELECT coalesce(sum(pg_total_relation_size(t.relid)), 0)::bigint
-		FROM pg_partition_tree(to_regclass($1)) t WHERE t.isleaf`
+	// The table and, when partitioned (by time, say), its partitions.
+	tree := `WITH RECURSIVE t(oid) AS (
+			SELECT to_regclass($1)::oid
+			UNION ALL SELECT i.inhrelid FROM pg_inherits i JOIN t ON i.inhparent = t.oid)
+		SELECT coalesce(sum(pg_total_relation_size(oid)), 0)::bigint FROM t WHERE oid IS NOT NULL`
 	if err := conn.QueryRow(ctx, tree, "queen.segments").Scan(&s.SegmentsBytes); err != nil {
 		return s, fmt.Errorf("bench: size of queen.segments: %w", err)
 	}

@@ -1,13 +1,14 @@
 # Two commands for a newcomer: `make run` and `make test` (see README.md).
 GO ?= go
 
-.PHONY: run test build bench fuzz soak docs
+.PHONY: run test build bench bench-smoke fuzz soak docs
 SOAKTIME ?= 60s
 # Version and commit stamped into `queen version` (Go's own vcs stamp is
 # missing in git worktrees and with -buildvcs=false).
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS = -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+BENCHTIME ?= 10s
 
 ## run: start the broker on :6632 (a throwaway PostgreSQL when none is configured)
 run:
@@ -31,9 +32,16 @@ docs:
 soak:
 	bash scripts/soak.sh $(SOAKTIME)
 
-## bench: the baseline scenarios (see scripts/bench.sh)
+## bench: every scenario for BENCHTIME each (fresh broker and durable PostgreSQL
+## per scenario); writes BENCHMARKS.md and docs/bench/ (see scripts/bench.sh).
+## BENCHSCENARIOS picks scenarios (default all), BENCHNOTE adds a warning line.
 bench:
-	bash scripts/bench.sh
+	BENCHTIME=$(BENCHTIME) bash scripts/bench.sh
+
+## bench-smoke: the reduced scenario set for ~1 s each, report and plots into a
+## temporary directory; fails when a scenario fails to run or verify (CI runs it)
+bench-smoke:
+	bash scripts/bench.sh --smoke
 
 ## fuzz: each fuzz target for FUZZEXECS executions (CI runs it briefly).
 ## Budgets are execution counts, not durations: with a duration (-fuzztime=10s)

@@ -106,8 +106,10 @@ func TestNewReport(t *testing.T) {
 	if r.Latency != wantLat {
 		t.Errorf("Latency = %+v, want %+v", r.Latency, wantLat)
 	}
-	if r.Queue != "bench-1700000000" {
-		t.Errorf("Queue = %q, want bench-1700000000", r.Queue)
+	// The default queue is named after the run (a minted-id run's queue
+	// must hold only its own messages).
+	if r.Queue != "bench-"+r.RunID || !strings.HasPrefix(r.RunID, "r") {
+		t.Errorf("Queue = %q, run %q: want bench-<run id>", r.Queue, r.RunID)
 	}
 
 	// Zero wall time must not divide by zero.

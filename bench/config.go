@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/url"
@@ -50,7 +51,8 @@ var ErrBrokerUnhealthy = errors.New("bench: broker not healthy")
 type Config struct {
 	// URL is the broker's base URL, http or https (default DefaultURL).
 	URL string
-	// Queue is the queue pushed to (default "bench-<unix seconds>").
+	// Queue is the queue pushed to (default "bench-<RunID>"). With
+	// MintedIDs it must hold no messages but the run's.
 	Queue string
 	// RunID tags every transactionId of the run; letters and digits only
 	// (default derived from the start time, unique per run).
@@ -59,6 +61,11 @@ type Config struct {
 	Producers int
 	// Batch is the number of items per push (default DefaultBatch).
 	Batch int
+	// MintedIDs sends items without a transactionId, so the broker mints
+	// each one's (its message id) and no client id is deduplicated; the
+	// run's messages are then traced by their payload (see the package
+	// documentation). Default false: every item carries "<run>-<p>-<seq>".
+	MintedIDs bool
 	// Partitions is the number of partitions, named p0..pN-1 (default
 	// DefaultPartitions).
 	Partitions int
@@ -91,19 +98,28 @@ type Config struct {
 	AutoAck bool
 	// DrainTimeout is how long consumers keep popping after the producers
 	// stop, until every group has every accepted message (default
-	// DefaultDrainTimeout).
+	// DefaultDrainTimeout). With Prefill it bounds the whole consume phase.
 	DrainTimeout time.Duration
+	// Prefill starts the consumers only after the producers have stopped
+	// (and AfterPrefill has returned): they drain a deep queue instead of
+	// following the producers, and the consume figures cover that drain
+	// alone.
+	Prefill bool
+	// AfterPrefill, when set, is called with Prefill between the producers'
+	// end and the consumers' start; Run returns its error. The scenario
+	// runner waits there for the projector to catch up and samples CPU.
+	AfterPrefill func(ctx context.Context) error
 }
 
 func (c Config) withDefaults(now time.Time) Config {
 	if c.URL == "" {
 		c.URL = DefaultURL
 	}
-	if c.Queue == "" {
-		c.Queue = "bench-" + strconv.FormatInt(now.Unix(), 10)
-	}
 	if c.RunID == "" {
 		c.RunID = "r" + strconv.FormatInt(now.UnixNano(), 36)
+	}
+	if c.Queue == "" {
+		c.Queue = "bench-" + c.RunID
 	}
 	if c.Producers == 0 {
 		c.Producers = DefaultProducers

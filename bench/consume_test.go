@@ -96,7 +96,7 @@ func TestExamine(t *testing.T) {
 	}
 	var scratch []byte
 	for _, tt := range tests {
-		d, s, ours := examine("rt", size, tt.txid, tt.part, 5, tt.data, &scratch)
+		d, s, ours := examine(itemIDs{run: "rt"}, size, tt.txid, tt.part, 5, tt.data, &scratch)
 		if ours != tt.wantOurs || s != tt.wantSent {
 			t.Errorf("%s: ours %v sent %d, want %v %d", tt.name, ours, s, tt.wantOurs, tt.wantSent)
 			continue

@@ -22,6 +22,10 @@
 //
 // so that every stored message of the run can be traced back to its
 // producer and sequence number, and its partition and payload recomputed.
+// With Config.MintedIDs the items carry no transactionId: the broker mints
+// each one's (its message id), and messages are traced by the producer and
+// sequence number their payload starts with; the run's queue (named after
+// the run) then holds only the run's messages.
 // In runs with consumers the payload also carries the send time of its
 // request, for end-to-end latency:
 //
@@ -54,7 +58,8 @@
 //   - every stored message sits in the partition its item was sent to, with
 //     its payload byte-for-byte, and was actually sent;
 //   - within each partition, each producer's sequence numbers increase with
-//     the offset (per-producer send order is kept).
+//     the offset (per-producer send order is kept);
+//   - with minted ids, every stored transactionId is the message's id.
 //
 // # Consumers
 //
@@ -93,4 +98,56 @@
 //     offset order instead. A repeated delivery counts as a duplicate
 //     only;
 //   - every ack is confirmed (success true).
+//
+// With Config.Prefill the consumers start only after the producers have
+// stopped: they drain a deep queue, and the consume figures cover the
+// drain alone.
+//
+// # Scenarios
+//
+// RunScenario runs one named Scenario (ParseScenario, ParseScenarios) on a
+// Stack of its own: a fresh PostgreSQL cluster (initdb into a temporary
+// directory, durable: fsync, synchronous_commit and full_page_writes on,
+// unless StackConfig.NonDurable) or a fresh database on a given server, and
+// a fresh broker process with an empty WAL directory, started from the
+// broker binary as a child of the bench so that /proc can be read:
+//
+//	push-<C>x<N>-p<P>-<client|minted>  C producers × N items per push over P partitions
+//	pop-c<C>-b<B>                      C queue-mode consumers, autoAck, batch B, draining a pre-filled queue
+//	fanout-g<G>-c<C>-b<B>              G named groups × C consumers, batch B, ack/batch, each reading everything
+//
+// Pop and fan-out scenarios pre-fill their queue with 8 producers × 100
+// items (minted ids) over 10 partitions for the run's duration, wait until
+// the projector has all of it in PostgreSQL, then measure the drain.
+//
+// The measured phase of a push scenario runs from just before the first
+// push until the projector backlog (queen_projector_backlog on the
+// broker's /metrics) is zero after the last answer, so that the CPU of
+// projecting what was accepted is counted; of a pop or fan-out scenario,
+// from the end of the prefill to the end of the drain. Over that phase a
+// ScenarioResult records:
+//
+//   - msg/s: accepted items (push) or deliveries, all groups (pop, fan-out);
+//   - the push answers by status: queued, buffered (the projector fell
+//     behind the verdict timeout), duplicate, failed; the peak projector
+//     backlog sampled every 250 ms and the catch-up time after the last
+//     answer;
+//   - p50, p99, p99.9 of push requests, or of pops that delivered;
+//   - the broker's peak RSS: VmHWM from /proc/<pid>/status at the end;
+//   - CPU seconds (user + system, /proc/<pid>/stat, USER_HZ 100): of the
+//     broker process, and of PostgreSQL as its postmaster, every live child,
+//     and (through the postmaster's cutime and cstime) every child that
+//     exited, sampled before and after; divided by the messages, in µs;
+//   - PostgreSQL bytes: pg_total_relation_size of queen.segments and
+//     queen.dedup (partitions included) per stored message, and the two
+//     less the payload size;
+//   - the verification above, of the stored queue and of what every group
+//     received;
+//   - the machine, the commit, PostgreSQL's version and settings (a result
+//     whose server has fsync, full_page_writes or synchronous_commit off is
+//     marked non-durable).
+//
+// WriteMarkdown turns results into the published report, one table row per
+// scenario, and WritePlots draws throughput and CPU per message against
+// items per push and against partitions from the sweep scenarios.
 package bench

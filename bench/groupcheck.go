@@ -25,12 +25,12 @@ type delivery struct {
 	offset     int64
 }
 
-// examine turns one popped message into a delivery for a run of run id
-// run with payloads of size bytes. sent is the send time the payload
+// examine turns one popped message into a delivery for a run whose items
+// ids identifies, with payloads of size bytes. sent is the send time the payload
 // carries, noStamp when its payload is wrong; ours is false for a message
 // of another run. scratch is reused between calls.
-func examine(run string, size int, txid, partition string, offset int64, data []byte, scratch *[]byte) (d delivery, sent int64, ours bool) {
-	p, seq, ours, ok := parseTxID(run, txid)
+func examine(ids itemIDs, size int, txid, partition string, offset int64, data []byte, scratch *[]byte) (d delivery, sent int64, ours bool) {
+	p, seq, ours, ok := ids.identify(txid, data)
 	if !ours {
 		return delivery{}, noStamp, false
 	}
@@ -40,7 +40,7 @@ func examine(run string, size int, txid, partition string, offset int64, data []
 		return d, noStamp, true
 	}
 	d.producer = int32(p)
-	// The stamp sits right after a prefix known from the transactionId;
+	// The stamp sits right after a prefix known from the item's id;
 	// with it the whole payload can be rebuilt and compared.
 	pre := appendPayloadPrefix((*scratch)[:0], p, seq, true)
 	*scratch = pre

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"strconv"
 	"strings"
 )
@@ -50,6 +51,9 @@ type Ledger struct {
 	Queue        string
 	Partitions   int
 	PayloadBytes int
+	// MintedIDs: the items carried no transactionId; the broker minted
+	// each one's (its message id) and messages are traced by payload.
+	MintedIDs bool
 	// Outcomes[p][seq] is the outcome of producer p's item seq; len
 	// (Outcomes[p]) is the number of items p sent.
 	Outcomes [][]Outcome
@@ -61,6 +65,8 @@ type Ledger struct {
 	// carry no send time.
 	SentAt [][]int64
 }
+
+func (l *Ledger) ids() itemIDs { return itemIDs{run: l.RunID, minted: l.MintedIDs} }
 
 // sentAt is the send time item seq of producer p carries, noStamp when
 // payloads carry none.
@@ -128,6 +134,55 @@ func parseTxID(run, txid string) (p, seq int, ours, ok bool) {
 		return 0, 0, true, false
 	}
 	return p, seq, true, true
+}
+
+// itemIDs says how a run's messages are traced back to the items sent:
+// by the transactionId "<run>-<p>-<seq>" the client gave, or, when the
+// broker minted the ids (minted), by the producer and sequence number at
+// the start of the payload. A minted run's queue holds only its own
+// messages (the queue is named after the run), so every message in it is
+// the run's.
+type itemIDs struct {
+	run    string
+	minted bool
+}
+
+// identify returns the producer and sequence number of a stored or popped
+// message; ours and ok as for parseTxID.
+func (x itemIDs) identify(txid string, payload []byte) (p, seq int, ours, ok bool) {
+	if !x.minted {
+		return parseTxID(x.run, txid)
+	}
+	p, seq, ok = parsePayloadID(payload)
+	return p, seq, true, ok
+}
+
+// parsePayloadID reads the producer and sequence number a payload starts
+// with ({"p":<p>,"s":<seq>,…); ok is false for any other payload.
+func parsePayloadID(b []byte) (p, seq int, ok bool) {
+	num := func(prefix string) (int, bool) {
+		rest, found := bytes.CutPrefix(b, []byte(prefix))
+		if !found {
+			return 0, false
+		}
+		n, i := 0, 0
+		for i < len(rest) && '0' <= rest[i] && rest[i] <= '9' && i < 18 {
+			n = n*10 + int(rest[i]-'0')
+			i++
+		}
+		if i == 0 || (i > 1 && rest[0] == '0') || i == len(rest) || rest[i] != ',' {
+			return 0, false
+		}
+		b = rest[i+1:]
+		return n, true
+	}
+	if p, ok = num(`{"p":`); !ok {
+		return 0, 0, false
+	}
+	if seq, ok = num(`"s":`); !ok {
+		return 0, 0, false
+	}
+	return p, seq, true
 }
 
 // noStamp is the send time of a payload that carries none.

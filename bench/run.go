@@ -63,7 +63,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		sent[i] = &prods[i].sent
 	}
 	var cons *consumeRun
-	if cfg.Consumers > 0 {
+	if cfg.Consumers > 0 && !cfg.Prefill {
 		cons = startConsumers(ctx, &cfg, u, base, sent, start)
 	}
 	var wg sync.WaitGroup
@@ -73,13 +73,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	wg.Wait()
 	wall := time.Since(start)
 	var peakHeap uint64
-	if cons == nil {
+	if cfg.Consumers == 0 {
 		peakHeap = sampler.stop()
 	}
 
 	var total counts
 	var lat Latency
-	ledger := &Ledger{RunID: cfg.RunID, Queue: cfg.Queue, Partitions: cfg.Partitions,
+	ledger := &Ledger{RunID: cfg.RunID, Queue: cfg.Queue, Partitions: cfg.Partitions, MintedIDs: cfg.MintedIDs,
 		PayloadBytes: cfg.PayloadBytes, Outcomes: make([][]Outcome, len(prods)), Batch: cfg.Batch}
 	if cfg.Consumers > 0 {
 		ledger.SentAt = make([][]int64, len(prods))
@@ -91,6 +91,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if ledger.SentAt != nil {
 			ledger.SentAt[i] = p.sentAt
 		}
+	}
+	if cfg.Consumers > 0 && cfg.Prefill {
+		if cfg.AfterPrefill != nil {
+			if err := cfg.AfterPrefill(ctx); err != nil {
+				sampler.stop()
+				return nil, err
+			}
+		}
+		cons = startConsumers(ctx, &cfg, u, base, sent, time.Now())
 	}
 	var consume *ConsumeReport
 	if cons != nil {
@@ -203,10 +212,12 @@ func (p *producer) run(ctx context.Context, deadline time.Time) {
 			body = append(body, p.queueJSON...)
 			body = append(body, `,"partition":"`...)
 			body = appendPartition(body, partitionIndex(p.id, s, cfg.Partitions))
-			body = append(body, `","transactionId":"`...)
-			txids[i][0] = len(body)
-			body = appendTxID(body, cfg.RunID, p.id, s)
-			txids[i][1] = len(body)
+			if !cfg.MintedIDs {
+				body = append(body, `","transactionId":"`...)
+				txids[i][0] = len(body)
+				body = appendTxID(body, cfg.RunID, p.id, s)
+				txids[i][1] = len(body)
+			}
 			body = append(body, `","payload":`...)
 			if p.stamped {
 				body, stamps[i] = appendPayloadAt(body, p.id, s, cfg.PayloadBytes, 0)
@@ -276,7 +287,10 @@ func (p *producer) match(res []pushResult, body []byte, txids [][2]int) string {
 		switch {
 		case r.Index != i:
 			return fmt.Sprintf("result %d has index %d", i, r.Index)
-		case r.TransactionID != string(body[txids[i][0]:txids[i][1]]):
+		case p.cfg.MintedIDs && r.TransactionID != r.MessageID:
+			// The broker uses the id it minted as the transactionId.
+			return fmt.Sprintf("result %d has transaction_id %q, not its message_id %q", i, r.TransactionID, r.MessageID)
+		case !p.cfg.MintedIDs && r.TransactionID != string(body[txids[i][0]:txids[i][1]]):
 			return fmt.Sprintf("result %d has transaction_id %q, sent %q", i, r.TransactionID, body[txids[i][0]:txids[i][1]])
 		case r.QueueName != p.cfg.Queue:
 			return fmt.Sprintf("result %d has queueName %q", i, r.QueueName)

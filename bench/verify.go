@@ -45,6 +45,9 @@ type VerifyResult struct {
 	WrongPartition   int `json:"wrong_partition"`   // stored in another partition
 	PayloadMismatch  int `json:"payload_mismatch"`  // payload bytes differ
 	NeverSent        int `json:"never_sent"`        // run's id, but no such item sent
+	// WrongTransactionID: a run with minted ids stored a transactionId
+	// other than the message id (the rule for an item without one).
+	WrongTransactionID int `json:"wrong_transaction_id"`
 
 	// Problems describes up to maxProblemLines problems, one per line.
 	Problems []string `json:"problems,omitempty"`
@@ -53,7 +56,7 @@ type VerifyResult struct {
 // OK reports whether no problem was found.
 func (v *VerifyResult) OK() bool {
 	return v.Missing+v.StoredTwice+v.FailedStored+v.DuplicateVerdict+v.OutOfOrder+
-		v.WrongPartition+v.PayloadMismatch+v.NeverSent == 0
+		v.WrongPartition+v.PayloadMismatch+v.NeverSent+v.WrongTransactionID == 0
 }
 
 func (v *VerifyResult) problem(counter *int, format string, a ...any) {
@@ -79,6 +82,7 @@ func (v *VerifyResult) writeText(w io.Writer) {
 		{v.WrongPartition, "stored in the wrong partition"},
 		{v.PayloadMismatch, "stored with a different payload"},
 		{v.NeverSent, "stored with this run's id but never sent"},
+		{v.WrongTransactionID, "stored with a transactionId other than the minted message id"},
 	}, v.Problems)
 }
 
@@ -132,10 +136,11 @@ func check(l *Ledger, msgs []pg.StoredMessage) *VerifyResult {
 		seen[p] = make([]uint8, len(l.Outcomes[p]))
 	}
 
+	ids := l.ids()
 	// Offset order within each partition, whatever order src returned.
 	ours := make([]int, 0, len(msgs))
 	for i := range msgs {
-		if _, _, mine, _ := parseTxID(l.RunID, msgs[i].TransactionID); mine {
+		if _, _, mine, _ := ids.identify(msgs[i].TransactionID, msgs[i].Payload); mine {
 			ours = append(ours, i)
 		}
 	}
@@ -152,10 +157,15 @@ func check(l *Ledger, msgs []pg.StoredMessage) *VerifyResult {
 	for _, i := range ours {
 		m := &msgs[i]
 		v.Stored++
-		p, seq, _, ok := parseTxID(l.RunID, m.TransactionID)
+		p, seq, _, ok := ids.identify(m.TransactionID, m.Payload)
 		if !ok || p >= len(l.Outcomes) || seq >= len(l.Outcomes[p]) {
-			v.problem(&v.NeverSent, "%s offset %d: transactionId %q was never sent", m.Partition, m.Offset, m.TransactionID)
+			v.problem(&v.NeverSent, "%s offset %d: transactionId %q (payload %.30q) was never sent", m.Partition, m.Offset,
+				m.TransactionID, m.Payload)
 			continue
+		}
+		if ids.minted && m.TransactionID != m.ID.String() {
+			v.problem(&v.WrongTransactionID, "%s offset %d: transactionId %q is not the minted message id %s", m.Partition,
+				m.Offset, m.TransactionID, m.ID)
 		}
 		if seen[p][seq] < 255 {
 			seen[p][seq]++

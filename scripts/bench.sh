@@ -1,28 +1,49 @@
 #!/usr/bin/env bash
-# Baseline bench: builds the broker and queen-bench, starts a fresh broker
-# with a throwaway PostgreSQL for each scenario, runs it, verifies through
-# PostgreSQL, stops the broker. Scenarios: producers {1,8} × batch {1,100},
-# 256-byte payloads, 10 partitions.
+# The published bench (make bench): builds the broker and queen-bench, runs
+# every scenario (queen-bench -scenario all: the table's rows and the plots'
+# sweeps), each on a fresh broker and a fresh, durable PostgreSQL cluster
+# started by queen-bench, and writes BENCHMARKS.md, docs/bench/*.png and
+# docs/bench/results.jsonl (the raw results, one JSON object per scenario).
 #
 #   scripts/bench.sh [duration] [extra queen-bench flags...]
+#   scripts/bench.sh --smoke [duration]
+#
+# duration is each scenario's push (or prefill) time, default $BENCHTIME or
+# 10s. $BENCHSCENARIOS picks the scenarios (default all); $BENCHNOTE is a
+# warning printed at the top of BENCHMARKS.md.
+#
+# --smoke (make bench-smoke, CI) runs the reduced set "smoke" (default 1s
+# each) end to end, report and plots included, into a temporary directory
+# instead of the repository, and fails when a scenario fails to run or to
+# verify, or when the report or a plot is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-dur=${1:-10s}; shift || true
+smoke=false
+if [ "${1:-}" = "--smoke" ]; then smoke=true; shift; fi
 mkdir -p bin
 go build -o bin/queen ./cmd/queen
 go build -o bin/queen-bench ./cmd/queen-bench
-port=${BENCH_PORT:-6690}
-for producers in 1 8; do
-  for batch in 1 100; do
-    log=$(mktemp)
-    PORT=$port bin/queen dev >"$log" 2>&1 &
-    pid=$!
-    for _ in $(seq 100); do grep -q 'broker started' "$log" && break; sleep 0.1; done
-    url=$(grep -o 'url=[^ ]*' "$log" | head -1 | cut -d= -f2- | tr -d '"')
-    echo "== producers=$producers batch=$batch payload=256 partitions=10 duration=$dur"
-    bin/queen-bench -url "http://127.0.0.1:$port" -pg "$url" -producers "$producers" -batch "$batch" \
-      -payload 256 -partitions 10 -duration "$dur" -broker-pid "$pid" "$@" || echo "queen-bench exit $?"
-    kill -TERM "$pid"; wait "$pid" || true
-    rm -f "$log"
+
+if $smoke; then
+  dur=${1:-${BENCHTIME:-1s}}
+  out=$(mktemp -d)
+  trap 'rm -rf "$out"' EXIT
+  bin/queen-bench -scenario "${BENCHSCENARIOS:-smoke}" -duration "$dur" -broker bin/queen \
+    -results "$out/results.jsonl" -markdown "$out/BENCHMARKS.md" -plots "$out/plots" \
+    -made-with "make bench-smoke" -note "Smoke run: checks the bench end to end; not a measurement."
+  for f in "$out/BENCHMARKS.md" "$out/plots/throughput-items.png" "$out/plots/cpu-items.png" \
+           "$out/plots/throughput-partitions.png" "$out/plots/cpu-partitions.png"; do
+    [ -s "$f" ] || { echo "bench-smoke: $f missing or empty" >&2; exit 1; }
   done
-done
+  if grep -q 'FAILED' "$out/BENCHMARKS.md"; then echo "bench-smoke: a row failed" >&2; exit 1; fi
+  rows=$(grep -c ' OK |$' "$out/BENCHMARKS.md" || true)
+  [ "$rows" -gt 0 ] || { echo "bench-smoke: no verified row in the report" >&2; exit 1; }
+  echo "bench-smoke: passed ($rows scenarios verified)"
+  exit 0
+fi
+
+dur=${1:-${BENCHTIME:-10s}}; shift || true
+mkdir -p docs/bench
+bin/queen-bench -scenario "${BENCHSCENARIOS:-all}" -duration "$dur" -broker bin/queen \
+  -results docs/bench/results.jsonl -markdown BENCHMARKS.md -plots docs/bench \
+  -made-with "make bench BENCHTIME=$dur" -note "${BENCHNOTE:-}" "$@"

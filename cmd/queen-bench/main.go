@@ -14,6 +14,18 @@
 //
 //	queen-bench -producers 4 -batch 10 -duration 10s -consumers 2 -groups 2 -pop-batch 100
 //
+// With -scenario, it runs named scenarios instead, each on a fresh broker
+// (the -broker binary, started as a child process so that its memory and
+// CPU can be read from /proc) and a fresh, durable PostgreSQL cluster of
+// its own, and prints for each msg/s, queued and buffered counts, latency
+// percentiles, broker peak RSS, broker and PostgreSQL CPU per message,
+// PostgreSQL bytes per message and the verification verdict (-json: one
+// JSON object per line instead). -markdown and -plots write the published
+// report (make bench).
+//
+//	queen-bench -scenario rows -duration 10s -markdown BENCHMARKS.md -plots docs/bench
+//	queen-bench -scenario push-8x100-p10,pop-c10-b100 -txid minted -json
+//
 // Exit status: 0 when the run completed and verification (if any) found no
 // problem, 1 on a run or verification error, 2 for bad flags, 3 when
 // verification (of the stored queue or of what the consumers received)
@@ -28,6 +40,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -59,6 +72,19 @@ func run(args []string) int {
 	fs.IntVar(&cfg.PopBatch, "pop-batch", bench.DefaultPopBatch, "most messages per pop")
 	fs.BoolVar(&cfg.AutoAck, "auto-ack", false, "pop with autoAck=true instead of acking each batch with ack/batch")
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", bench.DefaultDrainTimeout, "after the producers stop, how long consumers keep popping until every group has everything")
+	txid := fs.String("txid", "", "transaction ids: client (every item carries one), minted (none: the broker mints them); with -scenario also both (default both with -scenario, client without)")
+	sf := scenarioFlags{}
+	fs.StringVar(&sf.list, "scenario", "", "run scenarios, each on a fresh broker and database: comma-separated names or sets (rows, sweep, smoke, all); see -list")
+	fs.BoolVar(&sf.listOnly, "list", false, "list the scenarios of every set and exit")
+	fs.StringVar(&sf.broker, "broker", "", "with -scenario: the broker binary (default bin/queen, else queen on PATH)")
+	fs.BoolVar(&sf.durable, "durable", true, "with -scenario: the throwaway PostgreSQL is durable (fsync, synchronous_commit, full_page_writes on); false marks every row non-durable")
+	fs.IntVar(&sf.pgPID, "pg-pid", 0, "with -scenario -pg: that server's postmaster PID on this host, to measure its CPU")
+	fs.StringVar(&sf.markdown, "markdown", "", "with -scenario or -from: write the Markdown report (one table, machine, commit, PostgreSQL settings) to this file")
+	fs.StringVar(&sf.plots, "plots", "", "with -markdown: write the PNG plots into this directory and link them")
+	fs.StringVar(&sf.note, "note", "", "with -markdown: a warning printed at the top of the report")
+	fs.StringVar(&sf.results, "results", "", "with -scenario: also write each result as a JSON line to this file")
+	fs.StringVar(&sf.madeWith, "made-with", "", "with -markdown: how the report was made, printed in it (default the queen-bench command line)")
+	fs.StringVar(&sf.from, "from", "", "render -markdown/-plots from a results file (JSON lines) instead of running")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -67,6 +93,31 @@ func run(args []string) int {
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "queen-bench: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	if sf.listOnly {
+		return listScenarios()
+	}
+	if sf.list != "" || sf.from != "" {
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "pg" {
+				sf.pgURL = *pgURL // only an explicit -pg: QUEEN_PG_URL alone does not move scenarios off a fresh cluster
+			}
+		})
+		sf.asJSON, sf.txid = *asJSON, *txid
+		sf.opts = bench.ScenarioOptions{Duration: cfg.Duration, PayloadBytes: cfg.PayloadBytes,
+			RequestTimeout: cfg.RequestTimeout, VerifyTimeout: *verifyTimeout}
+		if sf.madeWith == "" {
+			sf.madeWith = strings.Join(os.Args, " ")
+		}
+		return runScenarios(sf)
+	}
+	switch *txid {
+	case "", bench.TxIDClient:
+	case bench.TxIDMinted:
+		cfg.MintedIDs = true
+	default:
+		fmt.Fprintf(os.Stderr, "queen-bench: -txid %q: want client or minted\n", *txid)
 		return 2
 	}
 	for _, v := range []struct {

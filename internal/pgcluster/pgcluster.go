@@ -36,6 +36,45 @@ type Cluster struct {
 	runAs string // "" or "postgres"
 	// extra are server options ("-c name=value") added to every start.
 	extra []string
+	opts  Options
+}
+
+// Options for StartWith. The zero value is what Start uses: a fast,
+// non-durable server for tests.
+type Options struct {
+	// Durable runs the server with PostgreSQL's durable defaults (fsync,
+	// synchronous_commit and full_page_writes on), as production would:
+	// for benchmarks whose figures are headline figures. Without it the
+	// server runs with all three off, which is fine for tests (a crash
+	// test kills the server, not the host) but not for measuring.
+	Durable bool
+	// SharedBuffers is the shared_buffers setting (default
+	// DefaultSharedBuffers).
+	SharedBuffers string
+	// MaxConnections is the max_connections setting (default
+	// DefaultMaxConnections).
+	MaxConnections int
+}
+
+// Defaults for Options.
+const (
+	DefaultSharedBuffers  = "128MB"
+	DefaultMaxConnections = 200
+)
+
+// settings are the server's -c options beyond port and sockets.
+func (o Options) settings() string {
+	if o.SharedBuffers == "" {
+		o.SharedBuffers = DefaultSharedBuffers
+	}
+	if o.MaxConnections == 0 {
+		o.MaxConnections = DefaultMaxConnections
+	}
+	sync := "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+	if o.Durable {
+		sync = "-c fsync=on -c synchronous_commit=on -c full_page_writes=on"
+	}
+	return fmt.Sprintf("%s -c max_connections=%d -c shared_buffers=%s", sync, o.MaxConnections, o.SharedBuffers)
 }
 
 // URL is a connection URL for database db (default "postgres").
@@ -92,9 +131,15 @@ func (c *Cluster) run(ctx context.Context, name string, args ...string) error {
 }
 
 // Start initialises a new cluster under a fresh temporary directory and
-// starts it. The caller must Destroy it.
+// starts it, non-durable (fsync off: see Options). The caller must Destroy
+// it.
 func Start(ctx context.Context) (*Cluster, error) {
 	return start(ctx, nil)
+}
+
+// StartWith is Start with options (a durable server for the bench).
+func StartWith(ctx context.Context, o Options) (*Cluster, error) {
+	return start(ctx, func(c *Cluster) error { c.opts = o; return nil })
 }
 
 // replicationOptions make a server a primary that streaming standbys can
@@ -205,8 +250,8 @@ func (c *Cluster) Restart(ctx context.Context) error {
 		}
 		c.Port = p
 	}
-	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 -c shared_buffers=128MB",
-		c.Port, filepath.Join(c.Dir, "sock"))
+	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 %s",
+		c.Port, filepath.Join(c.Dir, "sock"), c.opts.settings())
 	if len(c.extra) > 0 {
 		opts += " " + strings.Join(c.extra, " ")
 	}
@@ -232,6 +277,10 @@ func (c *Cluster) Pid() (int, error) {
 	}
 	return strconv.Atoi(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
 }
+
+// PostmasterPID is Pid: the process id of the running server's postmaster
+// (every backend is its child).
+func (c *Cluster) PostmasterPID() (int, error) { return c.Pid() }
 
 // Kill crashes the server: SIGKILL to the postmaster and every backend,
 // then waits until they are all gone.

@@ -1,0 +1,206 @@
+package bench
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Scenario kinds.
+const (
+	// KindPush: producers push for the run's duration; the figures are of
+	// the pushes.
+	KindPush = "push"
+	// KindPop: a queue is pre-filled, then queue-mode consumers drain it
+	// with autoAck; the figures are of the drain.
+	KindPop = "pop"
+	// KindFanout: a queue is pre-filled, then several named consumer groups
+	// each read all of it, acknowledging every pop with ack/batch; the
+	// figures are of the drain, counting each group's deliveries.
+	KindFanout = "fanout"
+)
+
+// Transaction id variants of a push scenario.
+const (
+	// TxIDClient: every item carries a client transactionId (as Queen's
+	// SDKs send), so every item is a dedup window entry.
+	TxIDClient = "client"
+	// TxIDMinted: items carry none; the broker mints each one's.
+	TxIDMinted = "minted"
+	// TxIDBoth expands a push scenario into both variants.
+	TxIDBoth = "both"
+)
+
+// Prefill of the pop and fan-out scenarios: the queue they drain is
+// filled by prefillProducers × prefillBatch pushes with minted ids over
+// the scenario's partitions, for the run's duration.
+const (
+	prefillProducers = 8
+	prefillBatch     = 100
+)
+
+// Scenario is one measured situation. Every scenario runs on a fresh
+// broker and a fresh database (see RunScenario).
+type Scenario struct {
+	// Name is the scenario's name, which also spells it:
+	//   push-<C>x<N>-p<P>-<client|minted>  C connections (producers, one push
+	//                                      in flight each) × N items per push over P partitions
+	//   pop-c<C>-b<B>                      C queue-mode consumers, autoAck, batch B
+	//   fanout-g<G>-c<C>-b<B>              G consumer groups × C consumers, batch B, ack/batch
+	Name string `json:"name"`
+	// Kind is KindPush, KindPop or KindFanout.
+	Kind string `json:"kind"`
+	// Producers and Batch: the pushes (the prefill, for pop and fan-out).
+	Producers int `json:"producers"`
+	Batch     int `json:"batch"`
+	// Partitions the items are spread over.
+	Partitions int `json:"partitions"`
+	// TxIDs is TxIDClient or TxIDMinted.
+	TxIDs string `json:"txids"`
+	// Groups and Consumers (per group) of pop and fan-out scenarios; a pop
+	// scenario has one queue-mode group (Groups 0).
+	Groups    int  `json:"groups,omitempty"`
+	Consumers int  `json:"consumers,omitempty"`
+	PopBatch  int  `json:"pop_batch,omitempty"`
+	AutoAck   bool `json:"auto_ack,omitempty"`
+}
+
+// Connections is the scenario's client connections doing the measured
+// work: producers for a push scenario, consumers (all groups) otherwise.
+func (s Scenario) Connections() int {
+	if s.Kind == KindPush {
+		return s.Producers
+	}
+	return s.Consumers * max(s.Groups, 1)
+}
+
+var (
+	pushName   = regexp.MustCompile(`^push-([0-9]+)x([0-9]+)-p([0-9]+)(?:-(client|minted))?$`)
+	popName    = regexp.MustCompile(`^pop-c([0-9]+)-b([0-9]+)$`)
+	fanoutName = regexp.MustCompile(`^fanout-g([0-9]+)-c([0-9]+)-b([0-9]+)$`)
+)
+
+// Scenario sets for -scenario.
+var (
+	// rowScenarios are the rows of the published table.
+	rowScenarios = []string{
+		"push-8x100-p10", "push-50x100-p1001", "push-50x10-p1001", "push-64x1-p10", "push-16x100-p10000",
+		"pop-c10-b100", "fanout-g5-c2-b100",
+	}
+	// sweepScenarios are the points of the plots: 8 connections, items per
+	// push 1…1000 over 10 partitions, and 100 items over 1…10,000 partitions.
+	sweepScenarios = []string{
+		"push-8x1-p10", "push-8x10-p10", "push-8x100-p10", "push-8x1000-p10",
+		"push-8x100-p1", "push-8x100-p1000", "push-8x100-p10000",
+	}
+	// smokeScenarios check the tool end to end in CI.
+	smokeScenarios = []string{"push-8x100-p10", "push-64x1-p10-minted", "pop-c10-b100", "fanout-g5-c2-b100"}
+)
+
+// ScenarioSets names the sets ParseScenarios accepts besides single names.
+var ScenarioSets = map[string][]string{
+	"rows":  rowScenarios,
+	"sweep": sweepScenarios,
+	"smoke": smokeScenarios,
+	"all":   append(slices.Clone(rowScenarios), sweepScenarios...),
+}
+
+// ParseScenarios turns a comma-separated list of scenario names and set
+// names (rows, sweep, smoke, all) into scenarios, in order, each once. A
+// push name without its -client/-minted suffix expands to the variants
+// txids says (TxIDClient, TxIDMinted or TxIDBoth). Errors wrap ErrConfig.
+func ParseScenarios(list, txids string) ([]Scenario, error) {
+	var variants []string
+	switch txids {
+	case TxIDClient, TxIDMinted:
+		variants = []string{txids}
+	case TxIDBoth, "":
+		variants = []string{TxIDMinted, TxIDClient}
+	default:
+		return nil, fmt.Errorf("%w: -txid %q: want client, minted or both", ErrConfig, txids)
+	}
+	var out []Scenario
+	seen := map[string]bool{}
+	add := func(s Scenario) {
+		if !seen[s.Name] {
+			seen[s.Name] = true
+			out = append(out, s)
+		}
+	}
+	for _, item := range strings.Split(list, ",") {
+		item = strings.TrimSpace(item)
+		names, ok := ScenarioSets[item]
+		if !ok {
+			names = []string{item}
+		}
+		for _, name := range names {
+			if m := pushName.FindStringSubmatch(name); m != nil && m[4] == "" {
+				for _, v := range variants {
+					s, err := ParseScenario(name + "-" + v)
+					if err != nil {
+						return nil, err
+					}
+					add(s)
+				}
+				continue
+			}
+			s, err := ParseScenario(name)
+			if err != nil {
+				return nil, err
+			}
+			add(s)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%w: no scenario named", ErrConfig)
+	}
+	return out, nil
+}
+
+// ParseScenario reads one scenario name (see Scenario.Name); a push name
+// must carry its -client or -minted suffix. Errors wrap ErrConfig.
+func ParseScenario(name string) (Scenario, error) {
+	bad := func(why string) (Scenario, error) {
+		return Scenario{}, fmt.Errorf("%w: scenario %q: %s", ErrConfig, name, why)
+	}
+	nums := func(m []string) ([]int, bool) {
+		out := make([]int, 0, len(m))
+		for _, s := range m {
+			n, err := strconv.Atoi(s)
+			if err != nil || n < 1 || n > 1_000_000 {
+				return nil, false
+			}
+			out = append(out, n)
+		}
+		return out, true
+	}
+	if m := pushName.FindStringSubmatch(name); m != nil {
+		n, ok := nums(m[1:4])
+		if !ok {
+			return bad("numbers must be 1..1000000")
+		}
+		if m[4] == "" {
+			return bad("a push scenario needs -client or -minted")
+		}
+		return Scenario{Name: name, Kind: KindPush, Producers: n[0], Batch: n[1], Partitions: n[2], TxIDs: m[4]}, nil
+	}
+	if m := popName.FindStringSubmatch(name); m != nil {
+		n, ok := nums(m[1:3])
+		if !ok || n[1] > MaxPopBatch {
+			return bad(fmt.Sprintf("consumers must be at least 1, batch 1..%d", MaxPopBatch))
+		}
+		return Scenario{Name: name, Kind: KindPop, Producers: prefillProducers, Batch: prefillBatch, Partitions: DefaultPartitions,
+			TxIDs: TxIDMinted, Consumers: n[0], PopBatch: n[1], AutoAck: true}, nil
+	}
+	if m := fanoutName.FindStringSubmatch(name); m != nil {
+		n, ok := nums(m[1:4])
+		if !ok || n[2] > MaxPopBatch {
+			return bad(fmt.Sprintf("groups and consumers must be at least 1, batch 1..%d", MaxPopBatch))
+		}
+		return Scenario{Name: name, Kind: KindFanout, Producers: prefillProducers, Batch: prefillBatch, Partitions: DefaultPartitions,
+			TxIDs: TxIDMinted, Groups: n[0], Consumers: n[1], PopBatch: n[2]}, nil
+	}
+	return bad("unknown; want push-<C>x<N>-p<P>[-client|-minted], pop-c<C>-b<B>, fanout-g<G>-c<C>-b<B> or a set: rows, sweep, smoke, all")
+}

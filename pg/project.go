@@ -221,28 +221,7 @@ func (s *Store) project(ctx context.Context, conn batcher, begin bool, items []P
 	}
 
 	// 3. Decide each item in WAL order and allocate offsets.
-	out := make([]Outcome, len(items))
-	var checkSeg []int // indexes of duplicates whose original is outside this batch
-	for i := range items {
-		it := &items[i]
-		ps := parts[ids[i]]
-		k := dedupKey{ps.id, it.Message.TransactionID}
-		if e := known[k]; ps.window > 0 && e != nil && it.AcceptedAtMicros-e.acceptedAt < ps.window {
-			out[i] = Outcome{Duplicate: true, MessageID: e.id, Offset: e.offset}
-			if !e.inBatch {
-				checkSeg = append(checkSeg, i)
-			}
-			continue
-		}
-		// Every stored message gets a sidecar entry, also where the window is
-		// 0: the window governs the probe, so turning dedup back on sees the
-		// history (spec/producing.md caution on /configure).
-		known[k] = &dedupEntry{offset: ps.next, id: it.Message.ID, acceptedAt: it.AcceptedAtMicros, inBatch: true}
-		out[i] = Outcome{MessageID: it.Message.ID, Offset: ps.next}
-		ps.msgs = append(ps.msgs, it.Message)
-		ps.next++
-		ps.touched = true
-	}
+	out, checkSeg := decide(items, ids, parts, known)
 
 	// 4. A duplicate names its original only while the original's segment
 	// exists (spec/producing.md); otherwise the all-zero UUID.
@@ -276,57 +255,19 @@ func (s *Store) project(ctx context.Context, conn batcher, begin bool, items []P
 	}
 
 	// 5. Write segments, offsets, sidecar entries and the checkpoint.
+	w, err := s.buildWrites(lockIDs, parts, known)
+	if err != nil {
+		return nil, err
+	}
 	var b pgx.Batch
-	var segPID []uuid.UUID
-	var segBase, segLast, segNext []int64
-	var segBody [][]byte
-	for _, id := range lockIDs {
-		ps := parts[id]
-		if !ps.touched {
-			continue
-		}
-		if ps.encrypt {
-			if err := s.encrypt(ps.msgs); err != nil {
-				return nil, err
-			}
-		}
-		segPID = append(segPID, id)
-		segBase = append(segBase, ps.base)
-		segLast = append(segLast, ps.next-1)
-		segNext = append(segNext, ps.next)
-		segBody = append(segBody, EncodeSegment(nil, ps.msgs))
-	}
-	segIDs := pgUUIDs(segPID)
-	if len(segPID) > 0 {
+	segIDs := pgUUIDs(w.segPID)
+	if len(w.segPID) > 0 {
 		b.Queue(`UPDATE queen.partitions p SET next_offset = v.next, last_message_at = now()
-			FROM unnest($1::uuid[], $2::bigint[]) AS v(id, next) WHERE p.id = v.id`, segIDs, segNext)
+			FROM unnest($1::uuid[], $2::bigint[]) AS v(id, next) WHERE p.id = v.id`, segIDs, w.segNext)
 		b.Queue(`INSERT INTO queen.segments (partition_id, base_offset, last_offset, body)
-			SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bytea[])`, segIDs, segBase, segLast, segBody)
+			SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bytea[])`, segIDs, w.segBase, w.segLast, w.segBody)
 	}
-	var dPID, dMID []uuid.UUID
-	var dTx [][]byte
-	var dOff []int64
-	var dAt []time.Time
-	keys := make([]dedupKey, 0, len(known))
-	for k, e := range known {
-		if e != nil && e.inBatch {
-			keys = append(keys, k)
-		}
-	}
-	sort.Slice(keys, func(i, j int) bool { // stable row order for the upsert
-		if keys[i].pid != keys[j].pid {
-			return string(keys[i].pid[:]) < string(keys[j].pid[:])
-		}
-		return keys[i].txid < keys[j].txid
-	})
-	for _, k := range keys {
-		e := known[k]
-		dPID = append(dPID, k.pid)
-		dTx = append(dTx, []byte(k.txid))
-		dOff = append(dOff, e.offset)
-		dMID = append(dMID, e.id)
-		dAt = append(dAt, time.UnixMicro(e.acceptedAt))
-	}
+	dPID, dTx, dOff, dMID, dAt := w.dPID, w.dTx, w.dOff, w.dMID, w.dAt
 	if len(dPID) > 0 {
 		b.Queue(`INSERT INTO queen.dedup (partition_id, transaction_id, msg_offset, message_id, accepted_at)
 			SELECT * FROM unnest($1::uuid[], $2::bytea[], $3::bigint[], $4::uuid[], $5::timestamptz[])
@@ -334,7 +275,7 @@ func (s *Store) project(ctx context.Context, conn batcher, begin bool, items []P
 			SET msg_offset = excluded.msg_offset, message_id = excluded.message_id, accepted_at = excluded.accepted_at`,
 			pgUUIDs(dPID), dTx, dOff, pgUUIDs(dMID), dAt)
 	}
-	if len(segPID) > 0 {
+	if len(w.segPID) > 0 {
 		// Wake long-polling pops on every broker (pg/listen.go).
 		b.Queue(`SELECT pg_notify($1, q.name) FROM queen.queues q
 			WHERE q.id IN (SELECT p.queue_id FROM queen.partitions p WHERE p.id = ANY($2))`, NotifyChannel, segIDs)
@@ -349,6 +290,91 @@ func (s *Store) project(ctx context.Context, conn batcher, begin bool, items []P
 		return nil, fmt.Errorf("pg: write and commit (outcome unknown): %w", err)
 	}
 	return out, nil
+}
+
+// decide gives each item its Outcome in WAL order against the sidecar
+// entries in known (probe results; entries of this batch are added as
+// items are stored) and allocates offsets in parts. checkSeg lists the
+// duplicates whose original is outside this batch.
+func decide(items []ProjectItem, ids []uuid.UUID, parts map[uuid.UUID]*partState, known map[dedupKey]*dedupEntry) (out []Outcome, checkSeg []int) {
+	out = make([]Outcome, len(items))
+	for i := range items {
+		it := &items[i]
+		ps := parts[ids[i]]
+		k := dedupKey{ps.id, it.Message.TransactionID}
+		if e := known[k]; ps.window > 0 && e != nil && it.AcceptedAtMicros-e.acceptedAt < ps.window {
+			out[i] = Outcome{Duplicate: true, MessageID: e.id, Offset: e.offset}
+			if !e.inBatch {
+				checkSeg = append(checkSeg, i)
+			}
+			continue
+		}
+		// Every stored message gets a sidecar entry, also where the window is
+		// 0: the window governs the probe, so turning dedup back on sees the
+		// history (spec/producing.md caution on /configure).
+		known[k] = &dedupEntry{offset: ps.next, id: it.Message.ID, acceptedAt: it.AcceptedAtMicros, inBatch: true}
+		out[i] = Outcome{MessageID: it.Message.ID, Offset: ps.next}
+		ps.msgs = append(ps.msgs, it.Message)
+		ps.next++
+		ps.touched = true
+	}
+	return out, checkSeg
+}
+
+// batchWrites is the Go side of a projection batch's writes: one segment
+// per touched partition and the sidecar rows, as statement arguments.
+type batchWrites struct {
+	segPID                    []uuid.UUID
+	segBase, segLast, segNext []int64
+	segBody                   [][]byte
+	dPID, dMID                []uuid.UUID
+	dTx                       [][]byte
+	dOff                      []int64
+	dAt                       []time.Time
+}
+
+// buildWrites encodes (and, for queues with encryptionEnabled, encrypts)
+// the segment of every touched partition of lockIDs and collects the
+// sidecar entries of the batch's stored messages from known.
+func (s *Store) buildWrites(lockIDs []uuid.UUID, parts map[uuid.UUID]*partState, known map[dedupKey]*dedupEntry) (*batchWrites, error) {
+	w := &batchWrites{}
+	for _, id := range lockIDs {
+		ps := parts[id]
+		if !ps.touched {
+			continue
+		}
+		if ps.encrypt {
+			if err := s.encrypt(ps.msgs); err != nil {
+				return nil, err
+			}
+		}
+		w.segPID = append(w.segPID, id)
+		w.segBase = append(w.segBase, ps.base)
+		w.segLast = append(w.segLast, ps.next-1)
+		w.segNext = append(w.segNext, ps.next)
+		w.segBody = append(w.segBody, EncodeSegment(nil, ps.msgs))
+	}
+	keys := make([]dedupKey, 0, len(known))
+	for k, e := range known {
+		if e != nil && e.inBatch {
+			keys = append(keys, k)
+		}
+	}
+	sort.Slice(keys, func(i, j int) bool { // stable row order for the upsert
+		if keys[i].pid != keys[j].pid {
+			return string(keys[i].pid[:]) < string(keys[j].pid[:])
+		}
+		return keys[i].txid < keys[j].txid
+	})
+	for _, k := range keys {
+		e := known[k]
+		w.dPID = append(w.dPID, k.pid)
+		w.dTx = append(w.dTx, []byte(k.txid))
+		w.dOff = append(w.dOff, e.offset)
+		w.dMID = append(w.dMID, e.id)
+		w.dAt = append(w.dAt, time.UnixMicro(e.acceptedAt))
+	}
+	return w, nil
 }
 
 // partitionIDs resolves (queue, partition) of every item to a partition id,

@@ -71,7 +71,7 @@ func BenchmarkProjectBuild(b *testing.B) {
 					known[dedupKey{ids[j], items[j].Message.TransactionID}] = nil
 				}
 				decide(items, ids, parts, known)
-				if _, err := s.buildWrites(lockIDs, parts, known); err != nil {
+				if _, err := s.buildWrites(lockIDs, parts); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -17,7 +17,7 @@ func benchItems(n, parts int, minted bool) ([]ProjectItem, []uuid.UUID) {
 	for i := range pids {
 		pids[i] = uuid.New()
 	}
-	payload := []byte(`{"p":"` + string(make([]byte, 0, 0)) + fmt.Sprintf("%0248d", 0) + `"}`)
+	payload := []byte(`{"p":"` + fmt.Sprintf("%0248d", 0) + `"}`)
 	for i := range items {
 		id, _ := uuid.NewV7()
 		tx := fmt.Sprintf("r1bench-%d-%d", i%8, i)

@@ -160,7 +160,8 @@ func humanSetting(v, unit string) string {
 type StorageSizes struct {
 	// SegmentsBytes: queen.segments, the messages packed per segment.
 	SegmentsBytes int64 `json:"segments_bytes"`
-	// DedupBytes: queen.dedup, the dedup window's sidecar.
+	// DedupBytes: the dedup window's sidecar, queen.dedup_runs plus
+	// queen.dedup (exact keys kept past a segment's retention).
 	DedupBytes int64 `json:"dedup_bytes"`
 	// SchemaBytes: every table of schema queen.
 	SchemaBytes int64 `json:"schema_bytes"`
@@ -177,8 +178,12 @@ func readSizes(ctx context.Context, conn *pgx.Conn) (StorageSizes, error) {
 	if err := conn.QueryRow(ctx, tree, "queen.segments").Scan(&s.SegmentsBytes); err != nil {
 		return s, fmt.Errorf("bench: size of queen.segments: %w", err)
 	}
-	if err := conn.QueryRow(ctx, tree, "queen.dedup").Scan(&s.DedupBytes); err != nil {
-		return s, fmt.Errorf("bench: size of queen.dedup: %w", err)
+	for _, table := range []string{"queen.dedup_runs", "queen.dedup"} {
+		var n int64
+		if err := conn.QueryRow(ctx, tree, table).Scan(&n); err != nil {
+			return s, fmt.Errorf("bench: size of %s: %w", table, err)
+		}
+		s.DedupBytes += n
 	}
 	err := conn.QueryRow(ctx, `SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint
 		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace

@@ -221,7 +221,8 @@ func TestQueuesGroupsSeekAndDLQRoutes(t *testing.T) {
 	}
 	// No dedup entry outlives its partition (the sidecar has no foreign key).
 	var orphans int
-	if err := s.store.Pool().QueryRow(context.Background(), `SELECT count(*) FROM queen.dedup d
+	if err := s.store.Pool().QueryRow(context.Background(), `SELECT count(*) FROM
+		(SELECT partition_id FROM queen.dedup_runs UNION ALL SELECT partition_id FROM queen.dedup) d
 		WHERE NOT EXISTS (SELECT 1 FROM queen.partitions p WHERE p.id = d.partition_id)`).Scan(&orphans); err != nil || orphans != 0 {
 		t.Fatalf("dedup entries without a partition after the queue delete: %d (%v)", orphans, err)
 	}
@@ -267,7 +268,7 @@ func TestDedupSweep(t *testing.T) {
 	push(t, s.base, body(item{"sw", "P", 1, "T"}, item{"keep", "P", 1, "T"}))
 	count := func(queue string) int {
 		var n int
-		if err := s.store.Pool().QueryRow(context.Background(), `SELECT count(*) FROM queen.dedup d
+		if err := s.store.Pool().QueryRow(context.Background(), `SELECT count(*) FROM queen.dedup_runs d
 			JOIN queen.partitions p ON p.id = d.partition_id JOIN queen.queues q ON q.id = p.queue_id
 			WHERE q.name = $1`, queue).Scan(&n); err != nil {
 			t.Fatal(err)
@@ -301,7 +302,7 @@ func TestQueueDeleteUnderLoadLeavesNoSidecarOrphans(t *testing.T) {
 	testenv.WaitFor(t, 20*time.Second, "drain", func() bool { return s.b.Projector.Backlog() == 0 })
 	var orphans, entries int
 	if err := s.store.Pool().QueryRow(context.Background(), `SELECT count(*) FILTER (WHERE NOT EXISTS
-		(SELECT 1 FROM queen.partitions p WHERE p.id = d.partition_id)), count(*) FROM queen.dedup d`).Scan(&orphans, &entries); err != nil {
+		(SELECT 1 FROM queen.partitions p WHERE p.id = d.partition_id)), count(*) FROM queen.dedup_runs d`).Scan(&orphans, &entries); err != nil {
 		t.Fatal(err)
 	}
 	if orphans != 0 || entries == 0 {

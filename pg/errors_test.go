@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"sync"
 	"syscall"
 	"testing"
@@ -17,34 +16,15 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/queenmq/queen-go/internal/testenv"
 	"github.com/queenmq/queen-go/pg"
 )
-
-func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
-
-// setup opens a Store on a fresh database with the schema applied.
-func setup(t *testing.T) *pg.Store {
-	t.Helper()
-	s, err := pg.Open(pg.Config{URL: testenv.NewDatabase(t), Logger: testenv.Logger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := s.EnsureSchema(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
 
 // TestClassifyRealErrors: errors a real PostgreSQL produces, provoked one
 // by one, each wrapped as the Store wraps them, land in their class. Only
 // the connection-level ones are ClassUnavailable.
 func TestClassifyRealErrors(t *testing.T) {
 	t.Parallel()
-	s := setup(t)
+	s := openStore(t)
 	pool := s.Pool()
 	ctx := context.Background()
 	exec := func(sql string, args ...any) error {

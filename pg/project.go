@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"time"
 
 	"github.com/google/uuid"
@@ -56,6 +55,8 @@ type dedupEntry struct {
 	id         uuid.UUID
 	acceptedAt int64 // µs
 	inBatch    bool
+	// confirmed: read from the original's segment, which therefore exists.
+	confirmed bool
 }
 
 type partState struct {
@@ -118,9 +119,11 @@ type batcher interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-// project stores items in two round trips (plus one when a duplicate's
-// original may be gone): lock + probe, then the writes, each sent as one
-// pipelined batch. begin puts BEGIN in front of the first batch; finish,
+// project stores items in two round trips: lock + probe, then the writes,
+// each sent as one pipelined batch; plus one when the sidecar names
+// candidates (duplicates or hash collisions) to confirm against their
+// segments, and one when exact entries of queen.dedup name duplicates
+// whose segment may be gone. begin puts BEGIN in front of the first batch; finish,
 // when set, appends the caller's statements (checkpoint, COMMIT) to the
 // second.
 func (s *Store) project(ctx context.Context, conn batcher, begin bool, items []ProjectItem, ids []uuid.UUID, finish func(*pgx.Batch)) ([]Outcome, error) {
@@ -133,22 +136,24 @@ func (s *Store) project(ctx context.Context, conn batcher, begin bool, items []P
 		}
 	}
 	known := make(map[dedupKey]*dedupEntry)
-	var probePIDs []uuid.UUID
-	var probeTx [][]byte
+	probe := newProbeSet(s.legacyDedup.Load())
 	for i := range items {
 		k := dedupKey{ids[i], items[i].Message.TransactionID}
 		if _, ok := known[k]; !ok {
 			known[k] = nil
-			probePIDs = append(probePIDs, k.pid)
-			probeTx = append(probeTx, []byte(k.txid))
+			// A freshly minted id is new (pg/dedup.go); it still takes part
+			// in the batch's own first-wins rule through known.
+			if !isMinted(items[i].Message.ID, k.txid) {
+				probe.add(k)
+			}
 		}
 	}
 	// 1. Lock the touched partitions in a fixed (id) order (NO KEY UPDATE:
 	// only next_offset changes, so rows that merely reference a partition,
 	// such as a new consumer cursor or dead letter, are not blocked and
 	// cannot deadlock with projection), then probe the
-	// dedup sidecar for the batch's keys (the probe runs after the lock is
-	// held, so it sees every commit made before it).
+	// dedup sidecar for the batch's client keys (the probe runs after the
+	// lock is held, so it sees every commit made before it).
 	var b1 pgx.Batch
 	if begin {
 		b1.Queue("BEGIN")
@@ -156,8 +161,7 @@ func (s *Store) project(ctx context.Context, conn batcher, begin bool, items []P
 	b1.Queue(`SELECT p.id, p.next_offset, q.dedup_window_seconds, q.encryption_enabled
 		FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
 		WHERE p.id = ANY($1) ORDER BY p.id FOR NO KEY UPDATE OF p`, pgUUIDs(lockIDs))
-	b1.Queue(`SELECT partition_id, transaction_id, msg_offset, message_id, accepted_at
-		FROM queen.dedup_probe($1::uuid[], $2::bytea[])`, pgUUIDs(probePIDs), probeTx)
+	probe.queue(&b1)
 	br := conn.SendBatch(ctx, &b1)
 	if begin {
 		if _, err := br.Exec(); err != nil {
@@ -190,25 +194,7 @@ func (s *Store) project(ctx context.Context, conn batcher, begin bool, items []P
 		br.Close()
 		return nil, err
 	}
-	rows, err = br.Query()
-	if err != nil {
-		br.Close()
-		return nil, err
-	}
-	for rows.Next() {
-		var pid, mid pgtype.UUID
-		var txid []byte
-		var off int64
-		var at time.Time
-		if err := rows.Scan(&pid, &txid, &off, &mid, &at); err != nil {
-			rows.Close()
-			br.Close()
-			return nil, err
-		}
-		known[dedupKey{pid.Bytes, string(txid)}] = &dedupEntry{offset: off, id: mid.Bytes, acceptedAt: at.UnixMicro()}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+	if err := probe.read(br, known); err != nil {
 		br.Close()
 		return nil, err
 	}
@@ -220,29 +206,14 @@ func (s *Store) project(ctx context.Context, conn batcher, begin bool, items []P
 		return nil, fmt.Errorf("%w: locked %d of %d", ErrPartitionGone, locked, len(lockIDs))
 	}
 
-	// 3. Decide each item in WAL order and allocate offsets.
-	out := make([]Outcome, len(items))
-	var checkSeg []int // indexes of duplicates whose original is outside this batch
-	for i := range items {
-		it := &items[i]
-		ps := parts[ids[i]]
-		k := dedupKey{ps.id, it.Message.TransactionID}
-		if e := known[k]; ps.window > 0 && e != nil && it.AcceptedAtMicros-e.acceptedAt < ps.window {
-			out[i] = Outcome{Duplicate: true, MessageID: e.id, Offset: e.offset}
-			if !e.inBatch {
-				checkSeg = append(checkSeg, i)
-			}
-			continue
-		}
-		// Every stored message gets a sidecar entry, also where the window is
-		// 0: the window governs the probe, so turning dedup back on sees the
-		// history (spec/producing.md caution on /configure).
-		known[k] = &dedupEntry{offset: ps.next, id: it.Message.ID, acceptedAt: it.AcceptedAtMicros, inBatch: true}
-		out[i] = Outcome{MessageID: it.Message.ID, Offset: ps.next}
-		ps.msgs = append(ps.msgs, it.Message)
-		ps.next++
-		ps.touched = true
+	// 2. Confirm the sidecar's candidates against their segments (a round
+	// trip only when there are any: duplicates or hash collisions).
+	if err := confirm(ctx, conn, probe.pending, known); err != nil {
+		return nil, err
 	}
+
+	// 3. Decide each item in WAL order and allocate offsets.
+	out, checkSeg := decide(items, ids, parts, known)
 
 	// 4. A duplicate names its original only while the original's segment
 	// exists (spec/producing.md); otherwise the all-zero UUID.
@@ -276,65 +247,20 @@ func (s *Store) project(ctx context.Context, conn batcher, begin bool, items []P
 	}
 
 	// 5. Write segments, offsets, sidecar entries and the checkpoint.
+	w, err := s.buildWrites(lockIDs, parts)
+	if err != nil {
+		return nil, err
+	}
 	var b pgx.Batch
-	var segPID []uuid.UUID
-	var segBase, segLast, segNext []int64
-	var segBody [][]byte
-	for _, id := range lockIDs {
-		ps := parts[id]
-		if !ps.touched {
-			continue
-		}
-		if ps.encrypt {
-			if err := s.encrypt(ps.msgs); err != nil {
-				return nil, err
-			}
-		}
-		segPID = append(segPID, id)
-		segBase = append(segBase, ps.base)
-		segLast = append(segLast, ps.next-1)
-		segNext = append(segNext, ps.next)
-		segBody = append(segBody, EncodeSegment(nil, ps.msgs))
-	}
-	segIDs := pgUUIDs(segPID)
-	if len(segPID) > 0 {
+	segIDs := pgUUIDs(w.segPID)
+	if len(w.segPID) > 0 {
 		b.Queue(`UPDATE queen.partitions p SET next_offset = v.next, last_message_at = now()
-			FROM unnest($1::uuid[], $2::bigint[]) AS v(id, next) WHERE p.id = v.id`, segIDs, segNext)
+			FROM unnest($1::uuid[], $2::bigint[]) AS v(id, next) WHERE p.id = v.id`, segIDs, w.segNext)
 		b.Queue(`INSERT INTO queen.segments (partition_id, base_offset, last_offset, body)
-			SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bytea[])`, segIDs, segBase, segLast, segBody)
+			SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bytea[])`, segIDs, w.segBase, w.segLast, w.segBody)
 	}
-	var dPID, dMID []uuid.UUID
-	var dTx [][]byte
-	var dOff []int64
-	var dAt []time.Time
-	keys := make([]dedupKey, 0, len(known))
-	for k, e := range known {
-		if e != nil && e.inBatch {
-			keys = append(keys, k)
-		}
-	}
-	sort.Slice(keys, func(i, j int) bool { // stable row order for the upsert
-		if keys[i].pid != keys[j].pid {
-			return string(keys[i].pid[:]) < string(keys[j].pid[:])
-		}
-		return keys[i].txid < keys[j].txid
-	})
-	for _, k := range keys {
-		e := known[k]
-		dPID = append(dPID, k.pid)
-		dTx = append(dTx, []byte(k.txid))
-		dOff = append(dOff, e.offset)
-		dMID = append(dMID, e.id)
-		dAt = append(dAt, time.UnixMicro(e.acceptedAt))
-	}
-	if len(dPID) > 0 {
-		b.Queue(`INSERT INTO queen.dedup (partition_id, transaction_id, msg_offset, message_id, accepted_at)
-			SELECT * FROM unnest($1::uuid[], $2::bytea[], $3::bigint[], $4::uuid[], $5::timestamptz[])
-			ON CONFLICT (partition_id, transaction_id) DO UPDATE
-			SET msg_offset = excluded.msg_offset, message_id = excluded.message_id, accepted_at = excluded.accepted_at`,
-			pgUUIDs(dPID), dTx, dOff, pgUUIDs(dMID), dAt)
-	}
-	if len(segPID) > 0 {
+	w.runs.queue(&b)
+	if len(w.segPID) > 0 {
 		// Wake long-polling pops on every broker (pg/listen.go).
 		b.Queue(`SELECT pg_notify($1, q.name) FROM queen.queues q
 			WHERE q.id IN (SELECT p.queue_id FROM queen.partitions p WHERE p.id = ANY($2))`, NotifyChannel, segIDs)
@@ -349,6 +275,72 @@ func (s *Store) project(ctx context.Context, conn batcher, begin bool, items []P
 		return nil, fmt.Errorf("pg: write and commit (outcome unknown): %w", err)
 	}
 	return out, nil
+}
+
+// decide gives each item its Outcome in WAL order against the sidecar
+// entries in known (probe results; entries of this batch are added as
+// items are stored) and allocates offsets in parts. checkSeg lists the
+// duplicates whose original is outside this batch.
+func decide(items []ProjectItem, ids []uuid.UUID, parts map[uuid.UUID]*partState, known map[dedupKey]*dedupEntry) (out []Outcome, checkSeg []int) {
+	out = make([]Outcome, len(items))
+	for i := range items {
+		it := &items[i]
+		ps := parts[ids[i]]
+		k := dedupKey{ps.id, it.Message.TransactionID}
+		if e := known[k]; ps.window > 0 && e != nil && it.AcceptedAtMicros-e.acceptedAt < ps.window {
+			out[i] = Outcome{Duplicate: true, MessageID: e.id, Offset: e.offset}
+			if !e.inBatch && !e.confirmed {
+				checkSeg = append(checkSeg, i)
+			}
+			continue
+		}
+		known[k] = &dedupEntry{offset: ps.next, id: it.Message.ID, acceptedAt: it.AcceptedAtMicros, inBatch: true}
+		out[i] = Outcome{MessageID: it.Message.ID, Offset: ps.next}
+		ps.msgs = append(ps.msgs, it.Message)
+		ps.next++
+		ps.touched = true
+	}
+	return out, checkSeg
+}
+
+// batchWrites is the Go side of a projection batch's writes: one segment
+// per touched partition and the dedup sidecar rows, as statement
+// arguments.
+type batchWrites struct {
+	segPID                    []uuid.UUID
+	segBase, segLast, segNext []int64
+	segBody                   [][]byte
+	runs                      dedupRuns
+}
+
+// buildWrites encodes (and, for queues with encryptionEnabled, encrypts)
+// the segment of every touched partition of lockIDs and builds the
+// sidecar rows of its stored messages. Every stored message gets a sidecar
+// entry, also where the window is 0: the window governs the probe, so
+// turning dedup back on sees the history (spec/producing.md caution on
+// /configure).
+func (s *Store) buildWrites(lockIDs []uuid.UUID, parts map[uuid.UUID]*partState) (*batchWrites, error) {
+	w := &batchWrites{}
+	for _, id := range lockIDs {
+		ps := parts[id]
+		if !ps.touched {
+			continue
+		}
+		// The sidecar reads transactionIds and ids, which encryption leaves
+		// alone; it goes first so that it sees the messages as pushed.
+		w.runs.add(id, ps.base, ps.msgs)
+		if ps.encrypt {
+			if err := s.encrypt(ps.msgs); err != nil {
+				return nil, err
+			}
+		}
+		w.segPID = append(w.segPID, id)
+		w.segBase = append(w.segBase, ps.base)
+		w.segLast = append(w.segLast, ps.next-1)
+		w.segNext = append(w.segNext, ps.next)
+		w.segBody = append(w.segBody, EncodeSegment(nil, ps.msgs))
+	}
+	return w, nil
 }
 
 // partitionIDs resolves (queue, partition) of every item to a partition id,
@@ -451,35 +443,4 @@ func (s *Store) forgetPartitions(items []ProjectItem) {
 	for i := range items {
 		delete(s.partIDs, partKey{items[i].Queue, items[i].Partition})
 	}
-}
-
-// SweepDedup deletes sidecar entries older than their queue's window plus
-// grace, at most limit rows per window value per call; it returns how many
-// it deleted. The grace keeps entries a little past the window so that a
-// WAL replay after a short outage still sees them (DESIGN.md §3: replay
-// gives the live verdicts). One range scan of the accepted_at index per
-// distinct window value, so the cost follows what expires, not the table.
-func (s *Store) SweepDedup(ctx context.Context, grace time.Duration, limit int) (int64, error) {
-	rows, err := s.pool.Query(ctx, `SELECT DISTINCT dedup_window_seconds FROM queen.queues`)
-	if err != nil {
-		return 0, err
-	}
-	windows, err := pgx.CollectRows(rows, pgx.RowTo[int32])
-	if err != nil {
-		return 0, err
-	}
-	var n int64
-	for _, w := range windows {
-		tag, err := s.pool.Exec(ctx, `DELETE FROM queen.dedup d WHERE d.ctid IN (
-			SELECT d2.ctid FROM queen.dedup d2
-			WHERE d2.accepted_at < now() - make_interval(secs => $2)
-			  AND d2.partition_id IN (SELECT p.id FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
-			                          WHERE q.dedup_window_seconds = $1)
-			LIMIT $3)`, w, float64(w)+grace.Seconds(), limit)
-		if err != nil {
-			return n, err
-		}
-		n += tag.RowsAffected()
-	}
-	return n, nil
 }

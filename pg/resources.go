@@ -208,6 +208,9 @@ func (s *Store) DeleteQueue(ctx context.Context, name string) (bool, error) {
 		if err != nil {
 			return err
 		}
+		if _, err := tx.Exec(ctx, `DELETE FROM queen.dedup_runs WHERE partition_id = ANY($1)`, ids); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, `DELETE FROM queen.dedup WHERE partition_id = ANY($1)`, ids); err != nil {
 			return err
 		}
@@ -601,8 +604,9 @@ const retentionLockKey = 737001
 // with completedRetentionSeconds > 0 deletes segments older than that which
 // every consumer group of the partition has consumed; maxWaitTimeSeconds > 0
 // deletes segments older than that whether consumed or not. The traces of
-// the deleted messages go with them. The dedup sidecar is not touched (its
-// window is separate, spec/producing.md).
+// the deleted messages go with them. The dedup window is separate
+// (spec/producing.md): the keys of deleted messages still inside their
+// window are copied to queen.dedup (spillKeys, pg/dedup.go).
 func (s *Store) RetentionPass(ctx context.Context, limit int) (int64, error) {
 	var n int64
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -622,17 +626,44 @@ func (s *Store) RetentionPass(ctx context.Context, limit int) (int64, error) {
 			       AND EXISTS (SELECT 1 FROM queen.consumer_cursors c WHERE c.partition_id = p.id)
 			       AND sg.last_offset < (SELECT min(c.cursor_offset) FROM queen.consumer_cursors c WHERE c.partition_id = p.id))
 			LIMIT $1)
-			RETURNING s.partition_id`, limit)
+			RETURNING s.partition_id, s.base_offset, coalesce((SELECT q.dedup_window_seconds FROM queen.partitions p
+				JOIN queen.queues q ON q.id = p.queue_id WHERE p.id = s.partition_id), 0),
+				CASE WHEN s.created_at >= now() - make_interval(secs => $2::float8 + (SELECT q.dedup_window_seconds FROM queen.partitions p
+				JOIN queen.queues q ON q.id = p.queue_id WHERE p.id = s.partition_id)) THEN s.body END`, limit, spillGrace.Seconds())
 		if err != nil {
 			return err
 		}
-		pids, err := pgx.CollectRows(rows, pgx.RowTo[pgtype.UUID])
-		if err != nil {
+		var pids, spillPIDs []uuid.UUID
+		var bases []int64
+		var bodies [][]byte
+		var windows []int32
+		for rows.Next() {
+			var pid pgtype.UUID
+			var base int64
+			var win int32
+			var body []byte
+			if err := rows.Scan(&pid, &base, &win, &body); err != nil {
+				rows.Close()
+				return err
+			}
+			pids = append(pids, pid.Bytes)
+			if body != nil {
+				spillPIDs, bases, bodies, windows = append(spillPIDs, pid.Bytes), append(bases, base), append(bodies, body), append(windows, win)
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
 			return err
 		}
 		n = int64(len(pids))
 		if n == 0 {
 			return nil
+		}
+		// The dedup window outlives the segment (spec/producing.md): the
+		// sidecar confirms a hit against the segment, so the exact keys of
+		// messages still inside their window are kept in queen.dedup.
+		if err := spillKeys(ctx, tx, spillPIDs, bases, bodies, windows); err != nil {
+			return err
 		}
 		// A message's traces go with the message: retention deletes whole
 		// segments from a partition's old end, so the traces below its first

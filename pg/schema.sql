@@ -50,12 +50,39 @@ CREATE TABLE IF NOT EXISTS queen.segments (
     PRIMARY KEY (partition_id, base_offset)
 );
 
--- Dedup sidecar: the latest stored message per (partition, transactionId).
--- No foreign key to partitions: its per-row check was about 40% of the
--- sidecar insert, the largest statement of a projection batch (pgbench,
--- 400-row inserts: 9.2 ms with it, 6.2 ms without). pg.Store.DeleteQueue
--- deletes a queue's entries itself; an orphan could only be an expired
--- entry, which the sweep removes by accepted_at anyway.
+-- Dedup sidecar (pg/dedup.go): one row per run of consecutive offsets of
+-- one partition stored by one projection batch. key_hashes holds, per
+-- offset, the 64-bit hash of (partition, client transactionId), or 0 for a
+-- broker-minted id, whose ids are in minted_ids (minted_lo..minted_hi). A
+-- hash hit is confirmed against the message in its segment, so the probe
+-- stays exact. Per message: 8 bytes of array and one GIN entry (client
+-- transactionId) or 24 bytes and no index entry (minted id), against about
+-- 200 bytes for the exact-key table below. GIN fastupdate is off: its
+-- pending list would be scanned whole by every probe (measured: 27 us per
+-- probed key instead of 3). No foreign key (as for queen.dedup below).
+CREATE TABLE IF NOT EXISTS queen.dedup_runs (
+    partition_id uuid NOT NULL,
+    base_offset  bigint NOT NULL,
+    accepted_at  timestamptz NOT NULL,
+    key_hashes   bigint[] NOT NULL,
+    minted_lo    uuid,
+    minted_hi    uuid,
+    minted_ids   uuid[] NOT NULL
+);
+CREATE INDEX IF NOT EXISTS dedup_runs_keys ON queen.dedup_runs USING gin (key_hashes) WITH (fastupdate = off);
+CREATE INDEX IF NOT EXISTS dedup_runs_minted ON queen.dedup_runs (partition_id, minted_lo);
+CREATE INDEX IF NOT EXISTS dedup_runs_accepted_at ON queen.dedup_runs (accepted_at);
+
+-- Exact dedup entries, (partition, transactionId) -> the latest stored
+-- message: written by versions before queen.dedup_runs (spilled = false;
+-- probed for every client key while any is left, swept by the same window
+-- rule) and by retention, which copies here the keys of deleted segments'
+-- messages still inside their window (spilled = true; probed for sidecar
+-- hits whose segment is gone). No foreign key to partitions: its per-row
+-- check was about 40% of the insert (pgbench, 400-row inserts: 9.2 ms with
+-- it, 6.2 ms without). pg.Store.DeleteQueue deletes a queue's entries
+-- itself; an orphan could only be an expired entry, which the sweep
+-- removes by accepted_at anyway.
 CREATE TABLE IF NOT EXISTS queen.dedup (
     partition_id   uuid NOT NULL,
     transaction_id bytea NOT NULL,
@@ -66,13 +93,44 @@ CREATE TABLE IF NOT EXISTS queen.dedup (
 );
 CREATE INDEX IF NOT EXISTS dedup_accepted_at ON queen.dedup (accepted_at);
 ALTER TABLE queen.dedup DROP CONSTRAINT IF EXISTS dedup_partition_id_fkey;
+ALTER TABLE queen.dedup ADD COLUMN IF NOT EXISTS spilled boolean NOT NULL DEFAULT false;
 
--- The projector's dedup probe: the sidecar entries of a batch's keys, one
--- primary-key lookup per key. The planner settings are pinned because the
--- sidecar grows fast from empty: until autovacuum analyzes it, the planner
--- believes it tiny and hash-joins the keys against a sequential scan of the
--- whole table (seen: 335 scans reading 21 M rows in an 8 s bench, the probe
--- at 18 ms of a 24 ms batch). Lookups by key are right at every size.
+-- The dedup probes. The planner settings are pinned because the sidecar
+-- grows fast from empty: until autovacuum analyzes it, the planner
+-- believes it tiny and scans it whole (seen with the exact table: 335
+-- sequential scans reading 21 M rows in an 8 s bench, the probe at 18 ms
+-- of a 24 ms batch). Index lookups are right at every size.
+--
+-- dedup_hash_probe: the (partition, offset, hash) of every sidecar offset
+-- whose key hash is one of hashes: candidates, to be confirmed.
+CREATE OR REPLACE FUNCTION queen.dedup_hash_probe(hashes bigint[])
+RETURNS TABLE (partition_id uuid, msg_offset bigint, key_hash bigint)
+LANGUAGE sql STABLE
+SET enable_seqscan = off
+AS $$
+    SELECT d.partition_id, d.base_offset + x.i - 1, x.h
+    FROM queen.dedup_runs d CROSS JOIN LATERAL unnest(d.key_hashes) WITH ORDINALITY AS x(h, i)
+    WHERE d.key_hashes && hashes AND x.h = ANY(hashes)
+$$;
+
+-- dedup_minted_probe: for each (pid, id) (floor: the smallest minted_lo of
+-- a run that can hold id), the offset of the minted id in partition pid,
+-- with the key's ordinal.
+CREATE OR REPLACE FUNCTION queen.dedup_minted_probe(pids uuid[], ids uuid[], floors uuid[])
+RETURNS TABLE (ord bigint, msg_offset bigint)
+LANGUAGE sql STABLE
+SET enable_hashjoin = off SET enable_mergejoin = off SET enable_seqscan = off SET enable_bitmapscan = off
+AS $$
+    SELECT k.ord, d.base_offset + x.i - 1
+    FROM unnest(pids, ids, floors) WITH ORDINALITY AS k(pid, id, floor, ord)
+    JOIN queen.dedup_runs d ON d.partition_id = k.pid AND d.minted_lo >= k.floor AND d.minted_lo <= k.id
+        AND d.minted_hi >= k.id AND k.id = ANY(d.minted_ids)
+    CROSS JOIN LATERAL (
+        SELECT z.i FROM unnest(d.key_hashes) WITH ORDINALITY AS z(h, i) WHERE z.h = 0
+        ORDER BY z.i OFFSET array_position(d.minted_ids, k.id) - 1 LIMIT 1) x
+$$;
+
+-- dedup_probe: the exact entries of queen.dedup for a batch's keys.
 CREATE OR REPLACE FUNCTION queen.dedup_probe(pids uuid[], txids bytea[])
 RETURNS TABLE (partition_id uuid, transaction_id bytea, msg_offset bigint, message_id uuid, accepted_at timestamptz)
 LANGUAGE sql STABLE

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	json "github.com/goccy/go-json"
@@ -61,6 +62,10 @@ type Store struct {
 	mu       sync.Mutex
 	partIDs  map[partKey]uuid.UUID // (queue, partition) → partition id
 	schemaOK bool
+
+	// legacyDedup: queen.dedup holds entries of versions before the hash
+	// sidecar, so every client key is probed there too (pg/dedup.go).
+	legacyDedup atomic.Bool
 }
 
 type partKey struct{ queue, partition string }
@@ -117,8 +122,10 @@ func (s *Store) EnsureSchema(ctx context.Context) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(schemaLockKey)); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, schemaSQL)
-		return err
+		if _, err := tx.Exec(ctx, schemaSQL); err != nil {
+			return err
+		}
+		return s.refreshLegacy(ctx, tx)
 	})
 	if err != nil {
 		return fmt.Errorf("pg: apply schema: %w", err)

@@ -101,11 +101,11 @@ func (s *Store) RecordTrace(ctx context.Context, in TraceInput) (uuid.UUID, erro
 // findTracedMessage finds the stored message of partition pid with
 // transactionId txid (see RecordTrace for where it looks).
 func findTracedMessage(ctx context.Context, tx pgx.Tx, pid uuid.UUID, txid string) (*StoredMessage, error) {
-	var off int64
-	err := tx.QueryRow(ctx, `SELECT msg_offset FROM queen.dedup WHERE partition_id = $1 AND transaction_id = $2`,
-		pid, []byte(txid)).Scan(&off)
-	switch {
-	case err == nil:
+	offs, err := sidecarOffsets(ctx, tx, pid, txid)
+	if err != nil {
+		return nil, err
+	}
+	for _, off := range offs { // newest first; a hash hit may be another key's
 		msgs, err := fetch(ctx, tx, pid, off, off)
 		if err != nil {
 			return nil, err
@@ -113,8 +113,6 @@ func findTracedMessage(ctx context.Context, tx pgx.Tx, pid uuid.UUID, txid strin
 		if len(msgs) == 1 && msgs[0].TransactionID == txid {
 			return &msgs[0], nil
 		}
-	case !errors.Is(err, pgx.ErrNoRows):
-		return nil, err
 	}
 	rows, err := tx.Query(ctx, `SELECT cursor_offset, lease_end FROM queen.consumer_cursors
 		WHERE partition_id = $1 AND lease_end IS NOT NULL AND lease_end >= cursor_offset`, pid)

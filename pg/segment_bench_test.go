@@ -1,0 +1,80 @@
+package pg
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/google/uuid"
+)
+
+// benchItems is a projector batch as the 8 × 100 bench produces it: n
+// items of 256-byte payloads over parts partitions, client transactionIds
+// (or minted ids, the id's text, with minted).
+func benchItems(n, parts int, minted bool) ([]ProjectItem, []uuid.UUID) {
+	items := make([]ProjectItem, n)
+	ids := make([]uuid.UUID, n)
+	pids := make([]uuid.UUID, parts)
+	for i := range pids {
+		pids[i] = uuid.New()
+	}
+	payload := []byte(`{"p":"` + fmt.Sprintf("%0248d", 0) + `"}`)
+	for i := range items {
+		id, _ := uuid.NewV7()
+		tx := fmt.Sprintf("r1bench-%d-%d", i%8, i)
+		if minted {
+			tx = id.String()
+		}
+		at := int64(1_700_000_000_000_000 + i)
+		items[i] = ProjectItem{Queue: "bench", Partition: fmt.Sprintf("p%d", i%parts), AcceptedAtMicros: at,
+			Message: Message{ID: id, TransactionID: tx, CreatedAtMicros: at, Payload: payload}}
+		ids[i] = pids[i%parts]
+	}
+	return items, ids
+}
+
+// BenchmarkEncodeSegment: one partition's segment body of a 400-item batch
+// over 10 partitions (40 messages).
+func BenchmarkEncodeSegment(b *testing.B) {
+	items, _ := benchItems(40, 1, false)
+	msgs := make([]Message, len(items))
+	for i := range items {
+		msgs[i] = items[i].Message
+	}
+	var buf []byte
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		buf = EncodeSegment(buf[:0], msgs)
+	}
+	b.SetBytes(int64(len(buf)))
+}
+
+// BenchmarkProjectBuild is the Go side of one Project batch before and
+// after its SQL: 800 items (8 pushes × 100) over 10 partitions, decided
+// against an empty probe result, then the segments and sidecar rows built.
+func BenchmarkProjectBuild(b *testing.B) {
+	for _, minted := range []bool{false, true} {
+		b.Run(fmt.Sprintf("minted=%v", minted), func(b *testing.B) {
+			items, ids := benchItems(800, 10, minted)
+			s := &Store{}
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				parts := make(map[uuid.UUID]*partState)
+				var lockIDs []uuid.UUID
+				for _, id := range ids {
+					if _, ok := parts[id]; !ok {
+						parts[id] = &partState{id: id, window: 3600e6}
+						lockIDs = append(lockIDs, id)
+					}
+				}
+				known := make(map[dedupKey]*dedupEntry)
+				for j := range items {
+					known[dedupKey{ids[j], items[j].Message.TransactionID}] = nil
+				}
+				decide(items, ids, parts, known)
+				if _, err := s.buildWrites(lockIDs, parts); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

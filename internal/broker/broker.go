@@ -85,6 +85,7 @@ type Broker struct {
 	ln        net.Listener
 
 	waker    *waker.Waker
+	listener *pg.Listener
 	verifier *auth.Verifier
 	// Metrics are this broker's Prometheus metrics.
 	Metrics     *metrics.Metrics
@@ -203,13 +204,11 @@ func Start(cfg Config) (*Broker, error) {
 		cancel()
 		return nil, err
 	}
-	b.bg.Add(3)
+	b.bg.Add(2)
 	go b.flagLoop(ctx)
 	go b.retentionLoop(ctx)
-	go func() {
-		defer b.bg.Done()
-		b.Store.Listen(ctx, b.waker.Wake, b.log)
-	}()
+	b.listener = pg.NewListener(b.Store, b.waker.Wake, b.log)
+	_ = b.listener.Start(ctx)
 
 	ac := cfg.Auth
 	ac.Logger = cfg.Logger
@@ -364,6 +363,9 @@ func (b *Broker) Stop(ctx context.Context) error {
 			b.verifier.Close()
 		}
 		b.bg.Wait()
+		if b.listener != nil {
+			b.listener.Stop()
+		}
 		errs = append(errs, b.WAL.Close())
 		b.Store.Close()
 	})

@@ -72,7 +72,10 @@ type Config struct {
 	// ObserveBatch, when set, is called after each projection attempt with
 	// its item count, duration and error (nil when committed).
 	ObserveBatch func(items int, d time.Duration, err error)
-	Logger       *slog.Logger
+	// Maintenance, when set, is the owner of push maintenance mode: while
+	// it reports on, projection holds (see MaintenanceChanged). Nil: never.
+	Maintenance interface{ PushEnabled() bool }
+	Logger      *slog.Logger
 }
 
 // Projector is the WAL → PostgreSQL loop. Start it once; Stop is
@@ -84,7 +87,6 @@ type Projector struct {
 	reg   *ingest.Registry
 	log   *slog.Logger
 
-	paused atomic.Bool
 	// unhealthy is set by a failed PostgreSQL step and cleared by a
 	// successful one; a projector that has not tried yet is not unhealthy.
 	unhealthy  atomic.Bool
@@ -165,22 +167,18 @@ func (p *Projector) Stop() {
 	<-p.maintDone
 }
 
-// Pause stops projecting after the transaction in flight (maintenance
-// mode); waiting pushes are answered buffered.
-func (p *Projector) Pause() {
-	p.paused.Store(true)
-	p.reg.FailAll()
+// MaintenanceChanged is called after Config.Maintenance changed: when on,
+// projection stops after the transaction in flight and waiting pushes are
+// answered buffered; when off, it continues from the cursor.
+func (p *Projector) MaintenanceChanged() {
+	if p.Paused() {
+		p.reg.FailAll()
+	}
 	p.poke()
 }
 
-// Resume continues from the cursor.
-func (p *Projector) Resume() {
-	p.paused.Store(false)
-	p.poke()
-}
-
-// Paused reports whether Pause is in effect.
-func (p *Projector) Paused() bool { return p.paused.Load() }
+// Paused reports whether maintenance mode holds projection.
+func (p *Projector) Paused() bool { return p.cfg.Maintenance != nil && p.cfg.Maintenance.PushEnabled() }
 
 // Healthy reports whether the last PostgreSQL round-trip of the loop
 // succeeded (true before the first one).
@@ -189,7 +187,7 @@ func (p *Projector) Healthy() bool { return !p.unhealthy.Load() }
 // Accepting implements ingest.Gate: pushes wait for a verdict only while
 // the projector runs, PostgreSQL answers, and the backlog is short.
 func (p *Projector) Accepting() bool {
-	return !p.paused.Load() && !p.unhealthy.Load() && p.Backlog() <= p.cfg.MaxWaitBacklog
+	return !p.Paused() && !p.unhealthy.Load() && p.Backlog() <= p.cfg.MaxWaitBacklog
 }
 
 // Backlog is the number of durable WAL records not yet committed to
@@ -262,7 +260,7 @@ func (p *Projector) run(ctx context.Context) {
 		backoff = min(backoff*2, p.cfg.BackoffMax)
 	}
 	for ctx.Err() == nil {
-		if p.paused.Load() {
+		if p.Paused() {
 			p.reg.FailAll()
 			select {
 			case <-p.wake:

@@ -1,6 +1,10 @@
-// Package broker wires the parts of one broker together: WAL, projector,
-// PostgreSQL store, push pipeline and HTTP server. cmd/queen runs one from
-// the environment; tests run them in-process.
+// Package broker wires the parts of one broker together: it builds the
+// WAL, the PostgreSQL store, the push pipeline and the HTTP server, starts
+// the long-running services in order (maintenance modes, projector,
+// retention, LISTEN) and stops them in reverse. The logic lives in those
+// parts; what is here is wiring, the metrics hooks and the thin methods
+// through which fastapi reaches them. cmd/queen runs one from the
+// environment; tests run them in-process.
 package broker
 
 import (
@@ -22,23 +26,14 @@ import (
 	"github.com/queenmq/queen-go/crypt"
 	"github.com/queenmq/queen-go/fastapi"
 	"github.com/queenmq/queen-go/ingest"
+	"github.com/queenmq/queen-go/internal/maintenance"
 	"github.com/queenmq/queen-go/internal/metrics"
+	"github.com/queenmq/queen-go/internal/retention"
 	"github.com/queenmq/queen-go/internal/waker"
 	"github.com/queenmq/queen-go/pg"
 	"github.com/queenmq/queen-go/projector"
 	"github.com/queenmq/queen-go/wal"
 )
-
-// maintenanceKey and popMaintenanceKey are the system_state keys of push
-// and pop maintenance mode.
-const (
-	maintenanceKey    = "maintenance_mode"
-	popMaintenanceKey = "pop_maintenance_mode"
-)
-
-// flagRefresh is how often the maintenance flag is re-read from
-// PostgreSQL, so that a flag set through another broker takes effect here.
-const flagRefresh = 2 * time.Second
 
 // Config of a broker. See cmd/queen for the environment variables.
 type Config struct {
@@ -56,8 +51,8 @@ type Config struct {
 	Projector      projector.Config
 	HTTP           fastapi.Config
 	VerdictTimeout time.Duration
-	// RetentionInterval is how often a retention pass runs
-	// (RETENTION_INTERVAL; default 5 minutes).
+	// RetentionInterval is how often retention runs (RETENTION_INTERVAL;
+	// default retention.DefaultInterval, 5 minutes).
 	RetentionInterval time.Duration
 	PoolSize          int32
 	// Auth configures JWT authentication (off unless Auth.Enabled).
@@ -74,7 +69,6 @@ type Config struct {
 
 // Broker is a running broker.
 type Broker struct {
-	cfg       Config
 	log       *slog.Logger
 	ID        uuid.UUID
 	WAL       *wal.Log
@@ -84,20 +78,31 @@ type Broker struct {
 	http      *fastapi.Server
 	ln        net.Listener
 
+	// Maintenance holds push and pop maintenance mode (the one owner the
+	// projector, the push pipeline and the HTTP routes read).
+	Maintenance *maintenance.Service
+	retention   *retention.Service
+	listener    *pg.Listener
+	// services run from Start to Stop: started in this order, stopped in
+	// reverse.
+	services []service
+
 	waker    *waker.Waker
-	listener *pg.Listener
 	verifier *auth.Verifier
 	// Metrics are this broker's Prometheus metrics.
-	Metrics     *metrics.Metrics
-	popMaint    atomic.Bool
-	maintenance atomic.Bool
-	flagDirty   atomic.Bool // set locally but not yet persisted
-	walHealthy  atomic.Bool
+	Metrics    *metrics.Metrics
+	walHealthy atomic.Bool
 
 	stopOnce sync.Once
 	cancel   context.CancelFunc
-	bg       sync.WaitGroup
 	serveErr chan error
+}
+
+// service is a long-running loop: Start returns once it runs, Stop (also
+// before Start, also twice) ends it and waits.
+type service interface {
+	Start(ctx context.Context) error
+	Stop()
 }
 
 // BrokerID reads or creates the broker id file in dir.
@@ -129,13 +134,15 @@ func BrokerID(dir string) (uuid.UUID, error) {
 	return id, nil
 }
 
-// Start opens the WAL (repairing a torn tail), starts the projector and the
-// HTTP server. PostgreSQL need not be reachable.
+// Start opens the WAL (repairing a torn tail), starts the services and the
+// HTTP server. PostgreSQL need not be reachable: the maintenance modes are
+// then read when it returns (waiting at most maintenance.DefaultTimeout
+// here).
 func Start(cfg Config) (*Broker, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	b := &Broker{cfg: cfg, log: cfg.Logger, serveErr: make(chan error, 1)}
+	b := &Broker{log: cfg.Logger, serveErr: make(chan error, 1)}
 	id, err := BrokerID(cfg.WALDir)
 	if err != nil {
 		return nil, fmt.Errorf("broker id: %w", err)
@@ -185,30 +192,31 @@ func Start(cfg Config) (*Broker, error) {
 			b.waker.Wake(q)
 		}
 	}
+	b.Maintenance = maintenance.New(maintenance.Config{Logger: cfg.Logger, OnChange: func(m maintenance.Mode, _ bool) {
+		if m == maintenance.Push {
+			b.Projector.MaintenanceChanged()
+		}
+	}}, store)
+	pc.Maintenance = b.Maintenance
 	pc.BrokerID = id
 	pc.Logger = cfg.Logger
 	b.Projector = projector.New(pc, w, store, reg)
-	b.pipeline = &ingest.Pipeline{WAL: w, Registry: reg, Gate: b.Projector, Maintenance: b.maintenance.Load,
+	b.pipeline = &ingest.Pipeline{WAL: w, Registry: reg, Gate: b.Projector, Maintenance: b.Maintenance.PushEnabled,
 		VerdictTimeout: cfg.VerdictTimeout, Now: cfg.Now}
+	b.retention = retention.New(retention.Config{Interval: cfg.RetentionInterval, Logger: cfg.Logger}, store)
+	b.listener = pg.NewListener(store, b.waker.Wake, cfg.Logger)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	b.cancel = cancel
-	// Learn the maintenance flag before the first push is projected.
-	fctx, fcancel := context.WithTimeout(ctx, 2*time.Second)
-	if on, err := b.readFlag(fctx); err == nil && on {
-		b.maintenance.Store(true)
-		b.Projector.Pause()
+	// The maintenance modes first: a broker restarting in maintenance mode
+	// projects nothing before it has read the flag.
+	b.services = []service{b.Maintenance, b.Projector, b.retention, b.listener}
+	for _, s := range b.services {
+		if err := s.Start(ctx); err != nil {
+			b.Stop(context.Background())
+			return nil, err
+		}
 	}
-	fcancel()
-	if err := b.Projector.Start(ctx); err != nil {
-		cancel()
-		return nil, err
-	}
-	b.bg.Add(2)
-	go b.flagLoop(ctx)
-	go b.retentionLoop(ctx)
-	b.listener = pg.NewListener(b.Store, b.waker.Wake, b.log)
-	_ = b.listener.Start(ctx)
 
 	ac := cfg.Auth
 	ac.Logger = cfg.Logger
@@ -236,50 +244,6 @@ func Start(cfg Config) (*Broker, error) {
 	b.log.Info("broker started", "addr", ln.Addr().String(), "broker_id", id, "wal", cfg.WALDir,
 		"wal_durable_index", w.DurableIndex())
 	return b, nil
-}
-
-func (b *Broker) readFlag(ctx context.Context) (bool, error) {
-	if err := b.Store.EnsureSchema(ctx); err != nil {
-		return false, err
-	}
-	if pop, err := b.Store.GetFlag(ctx, popMaintenanceKey); err == nil {
-		b.popMaint.Store(pop)
-	}
-	return b.Store.GetFlag(ctx, maintenanceKey)
-}
-
-// flagLoop persists a maintenance flag set while PostgreSQL was away and
-// adopts flags set through other brokers.
-func (b *Broker) flagLoop(ctx context.Context) {
-	defer b.bg.Done()
-	t := time.NewTicker(flagRefresh)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		c, cancel := context.WithTimeout(ctx, 2*time.Second)
-		if b.flagDirty.Load() {
-			if err := b.Store.SetFlag(c, maintenanceKey, b.maintenance.Load()); err == nil {
-				b.flagDirty.Store(false)
-			}
-		} else if on, err := b.readFlag(c); err == nil && on != b.maintenance.Load() && !b.flagDirty.Load() {
-			b.applyMaintenance(on)
-		}
-		cancel()
-	}
-}
-
-func (b *Broker) applyMaintenance(on bool) {
-	b.maintenance.Store(on)
-	if on {
-		b.Projector.Pause()
-	} else {
-		b.Projector.Resume()
-	}
-	b.log.Info("maintenance mode", "enabled", on)
 }
 
 // Addr is the address the HTTP server listens on.
@@ -323,23 +287,18 @@ func (b *Broker) Health(ctx context.Context) error {
 	return b.Store.Ping(ctx)
 }
 
-// SetMaintenance implements fastapi.Broker. The mode takes effect on this
-// broker at once; persisting it (for other brokers and restarts) is retried
-// in the background when PostgreSQL is away, and that error is returned.
+// SetMaintenance implements fastapi.Broker (maintenance.Service.Set): the
+// mode takes effect on this broker at once; persisting it (for other
+// brokers and restarts) is retried in the background when PostgreSQL is
+// away, and that error is returned.
 func (b *Broker) SetMaintenance(ctx context.Context, on bool) error {
-	b.flagDirty.Store(true)
-	b.applyMaintenance(on)
-	if err := b.Store.SetFlag(ctx, maintenanceKey, on); err != nil {
-		return err
-	}
-	b.flagDirty.Store(false)
-	return nil
+	return b.Maintenance.SetPush(ctx, on)
 }
 
 // MaintenanceStatus implements fastapi.Broker.
 func (b *Broker) MaintenanceStatus() fastapi.MaintenanceStatus {
 	return fastapi.MaintenanceStatus{
-		MaintenanceMode: b.maintenance.Load(),
+		MaintenanceMode: b.Maintenance.PushEnabled(),
 		BufferedEntries: b.Projector.Backlog(),
 		BufferHealthy:   b.walHealthy.Load(),
 		DBHealthy:       b.Projector.Healthy(),
@@ -349,22 +308,20 @@ func (b *Broker) MaintenanceStatus() fastapi.MaintenanceStatus {
 }
 
 // Stop shuts down gracefully: stop accepting, finish in-flight requests
-// (until ctx ends), stop the projector after its transaction in flight,
-// flush and close the WAL. Idempotent.
+// (until ctx ends), stop the services in reverse order (the projector
+// after its transaction in flight), flush and close the WAL. Idempotent.
 func (b *Broker) Stop(ctx context.Context) error {
 	var errs []error
 	b.stopOnce.Do(func() {
 		if b.http != nil && b.ln != nil {
 			errs = append(errs, b.http.Shutdown(ctx))
 		}
-		b.Projector.Stop()
+		for i := len(b.services) - 1; i >= 0; i-- {
+			b.services[i].Stop()
+		}
 		b.cancel()
 		if b.verifier != nil {
 			b.verifier.Close()
-		}
-		b.bg.Wait()
-		if b.listener != nil {
-			b.listener.Stop()
 		}
 		errs = append(errs, b.WAL.Close())
 		b.Store.Close()
@@ -433,13 +390,13 @@ func (b *Broker) WakeQueue(ctx context.Context, queue string) {
 func (b *Broker) WaitChan(queue string) <-chan struct{} { return b.waker.Chan(queue) }
 
 // PopMaintenance implements fastapi.Consumer.
-func (b *Broker) PopMaintenance() bool { return b.popMaint.Load() }
+func (b *Broker) PopMaintenance() bool { return b.Maintenance.PopEnabled() }
 
-// SetPopMaintenance implements fastapi.Consumer: effective at once here,
-// persisted for other brokers (the error says persisting failed).
+// SetPopMaintenance implements fastapi.Consumer (maintenance.Service.Set):
+// effective at once here, persisted for other brokers and restarts (the
+// error says persisting failed; it is retried in the background).
 func (b *Broker) SetPopMaintenance(ctx context.Context, on bool) error {
-	b.popMaint.Store(on)
-	return b.Store.SetFlag(ctx, popMaintenanceKey, on)
+	return b.Maintenance.SetPop(ctx, on)
 }
 
 // Transaction implements fastapi.Transactor: pushes and acks in one
@@ -466,41 +423,4 @@ func (b *Broker) Transaction(ctx context.Context, pushes []pg.ProjectItem, acks 
 		b.WakeQueue(ctx, q)
 	}
 	return res, nil
-}
-
-// DefaultRetentionInterval is how often retention runs by default.
-const DefaultRetentionInterval = 5 * time.Minute
-
-// retentionLoop deletes expired segments (pg.Store.RetentionPass) on an
-// interval; one broker at a time does the work (advisory lock).
-func (b *Broker) retentionLoop(ctx context.Context) {
-	defer b.bg.Done()
-	every := b.cfg.RetentionInterval
-	if every <= 0 {
-		every = DefaultRetentionInterval
-	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		for {
-			c, cancel := context.WithTimeout(ctx, time.Minute)
-			n, err := b.Store.RetentionPass(c, 1000)
-			cancel()
-			if err != nil {
-				b.log.Warn("retention pass failed", "err", err)
-				break
-			}
-			if n > 0 {
-				b.log.Info("retention: deleted segments", "segments", n)
-			}
-			if n < 1000 {
-				break
-			}
-		}
-	}
 }

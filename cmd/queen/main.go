@@ -26,6 +26,9 @@
 //	                       PG_USER (postgres), PG_PASSWORD (""), PG_DB (postgres)
 //	FILE_BUFFER_DIR        WAL directory (/var/lib/queen/buffers)
 //	QUEEN_MAX_BODY_BYTES   push body limit in bytes (67108864 = 64 MiB)
+//	QUEEN_MAX_HEADER_BYTES request head limit in bytes, request line and
+//	                       headers (32768; 4096..1048576): over it 431, or
+//	                       414 when the request line alone does not fit
 //	QUEEN_WAL_RETENTION_SECONDS   keep projected WAL segments this long (900)
 //	QUEEN_WAL_SEGMENT_BYTES       WAL segment size in bytes (16777216)
 //	QUEEN_WAL_MAX_BYTES    cap on the WAL's segment files in bytes (0 = none):
@@ -37,7 +40,7 @@
 //	QUEEN_MAX_CONNS        concurrent HTTP connections (fasthttp default 262144);
 //	                       over it new connections get 503 and are closed
 //	QUEEN_READ_TIMEOUT_MS  longest time to read one request, headers and body
-//	                       (30000): slow clients are cut off
+//	                       (30000): slow clients are cut off with 408
 //	QUEEN_ENCRYPTION_KEY   64 hex characters: AES-256-GCM key for queues with
 //	                       encryptionEnabled (payloads encrypted in PostgreSQL)
 //	JWT_ENABLED, JWT_ALGORITHM, JWT_SECRET, JWT_PUBLIC_KEY, JWT_JWKS_URL,
@@ -150,6 +153,14 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	maxHeader, err := envInt("QUEEN_MAX_HEADER_BYTES", fastapi.DefaultMaxHeaderBytes)
+	if err != nil {
+		return err
+	}
+	if maxHeader < fastapi.MinMaxHeaderBytes || maxHeader > fastapi.MaxMaxHeaderBytes {
+		return fmt.Errorf("QUEEN_MAX_HEADER_BYTES must be between %d and %d, got %d",
+			fastapi.MinMaxHeaderBytes, fastapi.MaxMaxHeaderBytes, maxHeader)
+	}
 	retention, err := envInt("QUEEN_WAL_RETENTION_SECONDS", 900)
 	if err != nil {
 		return err
@@ -231,7 +242,7 @@ func run(args []string) error {
 		RetentionInterval: time.Duration(max(retentionMS, 100)) * time.Millisecond,
 		PoolSize:          int32(pool),
 		HTTP: fastapi.Config{MaxConns: maxConns, Pprof: os.Getenv("QUEEN_PPROF") == "true",
-			ReadTimeout: time.Duration(max(readMS, 1)) * time.Millisecond},
+			MaxHeaderBytes: maxHeader, ReadTimeout: time.Duration(max(readMS, 1)) * time.Millisecond},
 		Auth:          authCfg,
 		EncryptionKey: encKey,
 		Logger:        logger,

@@ -344,6 +344,21 @@ func TestStatusRoutes(t *testing.T) {
 		if code != 200 || !strings.Contains(b, `"series":[]`) || !strings.Contains(b, `"totalMsgs":0`) {
 			t.Fatalf("retention: %d %s", code, b)
 		}
+		// Not recorded here: Queen's envelope with empty series.
+		for path, want := range map[string]string{
+			"worker-metrics": `"timeSeries":[]`, "queue-ops": `"series":[]`, "queue-parked-replicas": `"replicas":[]`,
+		} {
+			code, b := get(t, s.base+"/api/v1/analytics/"+path)
+			if code != 200 || !strings.Contains(b, want) || !strings.Contains(b, `"pointCount":0`) || !strings.Contains(b, `"timeRange"`) {
+				t.Fatalf("%s: %d %s", path, code, b)
+			}
+		}
+		if code, b := get(t, s.base+"/api/v1/analytics/queue-lag"); code != 200 || b != "[]" {
+			t.Fatalf("queue-lag: %d %s", code, b)
+		}
+		if code, _ := get(t, s.base+"/api/v1/analytics/queue-ops?from=bad"); code != 400 {
+			t.Fatalf("queue-ops bad from: %d", code)
+		}
 	})
 
 	t.Run("buffers", func(t *testing.T) {

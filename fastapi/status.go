@@ -2,6 +2,7 @@ package fastapi
 
 import (
 	"context"
+	"errors"
 	"reflect"
 	"strconv"
 	"time"
@@ -115,6 +116,11 @@ func (s *Server) routeStatus(r interface {
 	r.GET("/api/v1/analytics/system-metrics", s.systemMetrics)
 	r.GET("/api/v1/analytics/postgres-stats", s.postgresStats)
 	r.GET("/api/v1/analytics/retention", s.retentionAnalytics)
+	r.GET("/api/v1/analytics/worker-metrics", s.unrecordedSeries(map[string]any{
+		"timeSeries": []any{}, "workers": []any{}, "queues": []any{}, "summary": map[string]any{}}))
+	r.GET("/api/v1/analytics/queue-ops", s.unrecordedSeries(map[string]any{"series": []any{}, "queues": []any{}}))
+	r.GET("/api/v1/analytics/queue-parked-replicas", s.unrecordedSeries(map[string]any{"series": []any{}, "replicas": []any{}}))
+	r.GET("/api/v1/analytics/queue-lag", s.queueLag)
 	r.GET("/api/v1/pop", s.popFiltered)
 }
 
@@ -333,7 +339,7 @@ func (s *Server) statusQueue(ctx *fasthttp.RequestCtx) {
 	c, cancel := statusCtx()
 	defer cancel()
 	d, err := s.st.QueueDetail(c, name)
-	if err == pg.ErrQueueNotFound {
+	if errors.Is(err, pg.ErrQueueNotFound) {
 		writeErr(ctx, fasthttp.StatusNotFound, "Queue not found")
 		return
 	}
@@ -385,7 +391,7 @@ func (s *Server) statusQueueMessages(ctx *fasthttp.RequestCtx) {
 	c, cancel := statusCtx()
 	defer cancel()
 	l, err := s.st.QueueMessages(c, name, limit, offset)
-	if err == pg.ErrQueueNotFound {
+	if errors.Is(err, pg.ErrQueueNotFound) {
 		writeErr(ctx, fasthttp.StatusNotFound, "Queue not found")
 		return
 	}
@@ -539,6 +545,37 @@ func (s *Server) retentionAnalytics(ctx *fasthttp.RequestCtx) {
 		"totals": map[string]int{"retentionMsgs": 0, "completedRetentionMsgs": 0, "evictionMsgs": 0,
 			"totalMsgs": 0, "eventCount": 0},
 	})
+}
+
+// unrecordedSeries answers an analytics route whose figures are Queen's
+// per-worker, per-minute counters, which this broker does not record:
+// Queen's envelope (timeRange, bucketMinutes, pointCount 0) with the
+// route's series and lists empty (fields).
+func (s *Server) unrecordedSeries(fields map[string]any) fasthttp.RequestHandler {
+	return func(ctx *fasthttp.RequestCtx) {
+		from, to, ok := timeRange(ctx, time.Hour)
+		if !ok {
+			return
+		}
+		out := map[string]any{
+			"timeRange":     map[string]string{"from": from.UTC().Format(utcMillis), "to": to.UTC().Format(utcMillis)},
+			"bucketMinutes": bucketMinutes(to.Sub(from)), "pointCount": 0,
+		}
+		for k, v := range fields {
+			out[k] = v
+		}
+		writeJSON(ctx, fasthttp.StatusOK, out)
+	}
+}
+
+// queueLag handles GET /api/v1/analytics/queue-lag?from&to&queue: Queen
+// answers a bare array of per-minute lag measured at pop; this broker does
+// not measure it, so the array is empty.
+func (s *Server) queueLag(ctx *fasthttp.RequestCtx) {
+	if _, _, ok := timeRange(ctx, time.Hour); !ok {
+		return
+	}
+	writeJSON(ctx, fasthttp.StatusOK, []any{})
 }
 
 // popFilter is the namespace/task of a filtered pop (GET /api/v1/pop).

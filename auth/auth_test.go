@@ -689,6 +689,11 @@ var policyRoutes = []struct {
 	{"GET", "/api/v1/status", Read},
 	{"GET", "/api/v1/status/buffers", Read},
 	{"GET", "/api/v1/analytics/queue-lag", Read},
+	{"GET", "/api/v1/status/queues/orders/messages", Read},
+	{"GET", "/api/v1/status/analytics", Read},
+	{"GET", "/api/v1/analytics/system-metrics", Read},
+	{"GET", "/api/v1/analytics/postgres-stats", Read},
+	{"GET", "/api/v1/analytics/retention", Read},
 
 	{"POST", "/api/v1/traces", Read | Write},
 

@@ -94,9 +94,11 @@ func CapsForRoles(roles []string) Capability {
 //	POST        /api/v1/consumer-groups/{g}/subscription               Read|Write
 //	POST        /api/v1/traces                                         Read|Write
 //	GET         /api/v1/pop and anything under /api/v1/pop/            Read|Write
+//	            (queue pops and the namespace/task pop ?namespace=&task=)
 //	DELETE      /api/v1/resources/queues/{q}                           Admin
 //	DELETE      /api/v1/consumer-groups/{g}[/queues/{q}]               Admin
 //	GET         any other path under /api/v1/                          Read
+//	            (resources, messages, traces, DLQ, /status*, /analytics/*)
 //	anything else (other methods, HEAD, paths outside /api/v1/)        Admin
 //
 // The last line is deny by default: a route nobody listed needs Admin. Public

@@ -54,6 +54,7 @@ const (
 type Broker interface {
 	Consumer
 	Transactor
+	StatusSource
 	// Push runs a push body through the pipeline (see ingest.Pipeline.Push).
 	Push(ctx context.Context, body []byte, producerSub *string) ([]ingest.Result, error)
 	// Configure stores a queue's options (full replace).
@@ -118,6 +119,7 @@ type Server struct {
 	cfg Config
 	b   Broker
 	r   Resources
+	st  StatusReader
 	srv *fasthttp.Server
 	log *slog.Logger
 	// failLog logs failures that repeat on every request (a WAL that
@@ -126,8 +128,8 @@ type Server struct {
 }
 
 // New builds the server and its routes; res serves the queue,
-// consumer-group and DLQ routes.
-func New(cfg Config, b Broker, res Resources) *Server {
+// consumer-group and DLQ routes, st the status and analytics routes.
+func New(cfg Config, b Broker, res Resources, st StatusReader) *Server {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
@@ -150,7 +152,7 @@ func New(cfg Config, b Broker, res Resources) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Server{cfg: cfg, b: b, r: res, log: cfg.Logger, failLog: ratelog.New(cfg.Logger, ratelog.DefaultInterval)}
+	s := &Server{cfg: cfg, b: b, r: res, st: st, log: cfg.Logger, failLog: ratelog.New(cfg.Logger, ratelog.DefaultInterval)}
 	// The router matches the raw path, so a queue named "a/b" arrives as
 	// one segment a%2Fb and is decoded by the handler (pathName).
 	r := router.New()
@@ -170,6 +172,7 @@ func New(cfg Config, b Broker, res Resources) *Server {
 	s.routeTraces(r)
 	s.routeAdmin(r)
 	s.routeMessages(r)
+	s.routeStatus(r)
 	r.POST("/api/v1/lease/{leaseId}/extend", s.extendLease)
 	if cfg.Metrics != nil {
 		r.GET("/metrics", cfg.Metrics)

@@ -81,6 +81,8 @@ type Broker struct {
 	Store     *pg.Store
 	Projector *projector.Projector
 	pipeline  *ingest.Pipeline
+	status    *pg.Status
+	filtered  *pg.FilteredPop
 	http      *fastapi.Server
 	ln        net.Listener
 
@@ -168,6 +170,8 @@ func Start(cfg Config) (*Broker, error) {
 		return nil, err
 	}
 	b.Store = store
+	b.status = pg.NewStatus(store)
+	b.filtered = pg.NewFilteredPop(store)
 	reg := ingest.NewRegistry()
 	b.waker = waker.New()
 	pc := cfg.Projector
@@ -226,7 +230,7 @@ func Start(cfg Config) (*Broker, error) {
 	}
 	hc.Metrics = b.Metrics.Handler()
 	hc.Logger = cfg.Logger
-	b.http = fastapi.New(hc, b, b.Store)
+	b.http = fastapi.New(hc, b, b.Store, b.status)
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		b.Stop(context.Background())

@@ -226,6 +226,8 @@ func Start(cfg Config) (*Broker, error) {
 	}
 	hc.Metrics = b.Metrics.Handler()
 	hc.Logger = cfg.Logger
+	st := newStreams(b) // internal/broker/streams.go
+	hc.Streams, hc.MessageDeleter = st, st
 	b.http = fastapi.New(hc, b, b.Store)
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {

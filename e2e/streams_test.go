@@ -928,3 +928,100 @@ func TestStreamKill9MidStream(t *testing.T) {
 	t.Logf("last refused or failed cycle: %v", lastErr)
 	p2.term(t)
 }
+
+// --- DELETE /api/v1/messages/:partitionId/:transactionId ---
+
+// TestMessageDelete: a deleted message is never delivered, listed, counted
+// or found again; its dead letters and traces go with it; a repeat answers
+// success false; its transactionId stays a duplicate in its dedup window;
+// a lease holding it is released by acks of the others, order kept.
+func TestMessageDelete(t *testing.T) {
+	t.Parallel()
+	s := setup(t, nil)
+	pushN(t, s.base, "md", "P", 1, 5)
+	pid := readQueue(t, s.store, "md")[0].PartitionID.String()
+	// Group g2 holds all five under a lease; group dl dead-letters m-3.
+	code, held := pop(t, s.base, popPath("md", ""), "batch=5&consumerGroup=g2")
+	if code != 200 || len(held.Messages) != 5 {
+		t.Fatalf("pop g2: %d", code)
+	}
+	code, dlp := pop(t, s.base, popPath("md", ""), "batch=5&consumerGroup=dl")
+	if code != 200 || !ack(t, s.base, dlp.Messages[2], "dlq", "dl").Success {
+		t.Fatalf("dlq m-3: %d", code)
+	}
+	if code, b := post(t, s.base, "/api/v1/traces", jsonBody(map[string]any{"transactionId": "m-3", "partitionId": pid,
+		"data": map[string]int{"x": 1}})); code != http.StatusCreated {
+		t.Fatalf("trace: %d %s", code, b)
+	}
+
+	code, b := del(t, s.base+"/api/v1/messages/"+pid+"/m-3")
+	var dr struct {
+		Success       bool   `json:"success"`
+		PartitionID   string `json:"partitionId"`
+		TransactionID string `json:"transactionId"`
+		Message       string `json:"message"`
+	}
+	if code != 200 || json.Unmarshal([]byte(b), &dr) != nil || !dr.Success || dr.PartitionID != pid ||
+		dr.TransactionID != "m-3" || dr.Message != "Message deleted successfully" {
+		t.Fatalf("delete: %d %s", code, b)
+	}
+	if code, b := del(t, s.base+"/api/v1/messages/"+pid+"/m-3"); code != 200 || !strings.Contains(b, `"success":false`) ||
+		!strings.Contains(b, "Message not found") {
+		t.Fatalf("repeat delete: %d %s", code, b)
+	}
+	if code, b := del(t, s.base+"/api/v1/messages/"+pid+"/nope"); code != 200 || !strings.Contains(b, `"success":false`) {
+		t.Fatalf("delete of an unknown message: %d %s", code, b)
+	}
+	if code, _ := get(t, s.base+"/api/v1/messages/"+pid+"/m-3"); code != http.StatusNotFound {
+		t.Fatalf("GET of the deleted message: %d", code)
+	}
+	var dls, traces int
+	_ = s.store.Pool().QueryRow(context.Background(), `SELECT count(*) FROM queen.dead_letters`).Scan(&dls)
+	_ = s.store.Pool().QueryRow(context.Background(), `SELECT count(*) FROM queen.message_traces`).Scan(&traces)
+	if dls != 0 || traces != 0 {
+		t.Fatalf("dead letters %d, traces %d left", dls, traces)
+	}
+	// Listed and counted: four.
+	var listed []string
+	for _, m := range listMessages(t, s.base, "queue=md").Messages {
+		listed = append(listed, m.TransactionID)
+	}
+	sort.Strings(listed)
+	if fmt.Sprint(listed) != "[m-1 m-2 m-4 m-5]" {
+		t.Fatalf("listed %v", listed)
+	}
+	var qs struct {
+		Queues []struct {
+			Name     string           `json:"name"`
+			Messages map[string]int64 `json:"messages"`
+		} `json:"queues"`
+	}
+	if code := getJSON(t, s.base+"/api/v1/resources/queues", &qs); code != 200 || len(qs.Queues) != 1 ||
+		qs.Queues[0].Messages["total"] != 4 || qs.Queues[0].Messages["pending"] != 4 {
+		t.Fatalf("queue counts: %d %+v", code, qs)
+	}
+	// Queue mode gets the other four in order, in one lease.
+	code, pr := pop(t, s.base, popPath("md", ""), "batch=10")
+	var got []string
+	for _, m := range pr.Messages {
+		got = append(got, m.TransactionID)
+	}
+	if code != 200 || fmt.Sprint(got) != "[m-1 m-2 m-4 m-5]" {
+		t.Fatalf("queue-mode pop: %d %v", code, got)
+	}
+	// g2's lease held m-3: acking the other four releases it.
+	var last ackResp
+	for _, i := range []int{0, 1, 3, 4} {
+		if last = ack(t, s.base, held.Messages[i], "completed", "g2"); !last.Success {
+			t.Fatalf("ack %s: %+v", held.Messages[i].TransactionID, last)
+		}
+	}
+	if !last.LeaseReleased {
+		t.Fatal("the lease holding the deleted message was not released")
+	}
+	if a := ack(t, s.base, held.Messages[2], "completed", "g2"); a.Success {
+		t.Fatal("ack of the deleted message succeeded")
+	}
+	// The dedup window still knows m-3.
+	wantStatuses(t, push(t, s.base, body(item{"md", "P", 3, "m-3"})), D)
+}

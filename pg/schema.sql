@@ -218,3 +218,9 @@ CREATE TABLE IF NOT EXISTS queen.tombstones (
     deleted_at     timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (partition_id, msg_offset)
 );
+-- How many messages of a partition at or after offset off are deleted
+-- (0 for a NULL off): the message counts subtract it.
+CREATE OR REPLACE FUNCTION queen.deleted_from(pid uuid, off bigint) RETURNS bigint
+LANGUAGE sql STABLE AS $$
+    SELECT count(*) FROM queen.tombstones WHERE partition_id = pid AND msg_offset >= off
+$$;

@@ -238,12 +238,6 @@ func (j *streamJob) drain(t testing.TB, want int, timeout time.Duration) {
 	}
 }
 
-func intOf(raw json.RawMessage) int {
-	var n int
-	_ = json.Unmarshal(raw, &n)
-	return n
-}
-
 // sumStep keeps per shard "sum" and "count" of data.v and pushes one sink
 // item {v2: v*2} per message: a map plus an aggregate.
 func sumStep(sink string) streamStep {
@@ -710,9 +704,9 @@ func TestStreamReplayNoDuplicateSink(t *testing.T) {
 	}
 	m := pr.Messages[0]
 	req := map[string]any{"query_id": j.queryID, "partition_id": m.PartitionID, "consumer_group": j.group,
-		"state_ops": []any{map[string]any{"type": "upsert", "key": "n", "value": 1}},
+		"state_ops":  []any{map[string]any{"type": "upsert", "key": "n", "value": 1}},
 		"push_items": []any{map[string]any{"queue": "rp-out", "partition": "x", "payload": map[string]int{"a": 1}}},
-		"ack": map[string]any{"transactionId": m.TransactionID, "leaseId": m.LeaseID, "status": "completed", "count": 1}, "release_lease": true}
+		"ack":        map[string]any{"transactionId": m.TransactionID, "leaseId": m.LeaseID, "status": "completed", "count": 1}, "release_lease": true}
 	first := cycle(t, s.base, req)
 	if !first.Success || first.PushResults[0].Status != "queued" || !strings.HasPrefix(first.PushResults[0].TransactionID, "stream:") {
 		t.Fatalf("first: %+v", first)

@@ -696,9 +696,15 @@ var policyRoutes = []struct {
 	{"GET", "/api/v1/analytics/retention", Read},
 
 	{"POST", "/api/v1/traces", Read | Write},
+	{"DELETE", "/api/v1/messages/p1/t1", Read | Write},
+	{"POST", "/streams/v1/queries", Read | Write},
+	{"POST", "/streams/v1/cycle", Read | Write},
+	{"POST", "/streams/v1/state/get", Read},
 
 	// Not listed: deny by default.
-	{"DELETE", "/api/v1/messages/p1/t1", Admin},
+	{"DELETE", "/api/v1/messages/p1", Admin},
+	{"GET", "/streams/v1/cycle", Admin},
+	{"POST", "/streams/v1/unknown", Admin},
 	{"POST", "/api/v1/stats/refresh", Admin},
 	{"PUT", "/api/v1/push", Admin},
 	{"POST", "/api/v1/pop/queue/orders", Admin},
@@ -710,7 +716,6 @@ var policyRoutes = []struct {
 	{"GET", "/api", Admin},
 	{"GET", "/api/v1", Admin},
 	{"GET", "/internal/api/notify", Admin},
-	{"POST", "/streams/v1/cycle", Admin},
 	{"GET", "/", Admin},
 }
 

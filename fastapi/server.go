@@ -112,6 +112,11 @@ type Config struct {
 	// /metrics/prometheus.
 	Metrics fasthttp.RequestHandler
 	Logger  *slog.Logger
+	// Streams serves /streams/v1/* (fastapi/streams.go); nil answers 503.
+	Streams Streams
+	// MessageDeleter serves DELETE /api/v1/messages/:partitionId/:transactionId
+	// (fastapi/streams.go); nil leaves the route unregistered.
+	MessageDeleter MessageDeleter
 }
 
 // Server is the HTTP server.
@@ -174,6 +179,7 @@ func New(cfg Config, b Broker, res Resources, st StatusReader) *Server {
 	s.routeMessages(r)
 	s.routeStatus(r)
 	r.POST("/api/v1/lease/{leaseId}/extend", s.extendLease)
+	s.routeStreams(r) // streams and single-message delete: fastapi/streams.go
 	if cfg.Metrics != nil {
 		r.GET("/metrics", cfg.Metrics)
 		r.GET("/metrics/prometheus", cfg.Metrics)

@@ -230,6 +230,8 @@ func Start(cfg Config) (*Broker, error) {
 	}
 	hc.Metrics = b.Metrics.Handler()
 	hc.Logger = cfg.Logger
+	st := newStreams(b) // internal/broker/streams.go
+	hc.Streams, hc.MessageDeleter = st, st
 	b.http = fastapi.New(hc, b, b.Store, b.status)
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {

@@ -613,52 +613,69 @@ func PrincipalFrom(ctx *fasthttp.RequestCtx) *Principal {
 }
 
 // Middleware guards next. When authentication is disabled it returns next
-// unchanged. Otherwise OPTIONS requests and Config.SkipPaths pass through;
-// every other request needs a token in "Authorization: Bearer <token>" (a
-// bare token is accepted too) and is answered, as JSON with CORS headers:
-//
-//	401 {"error":"authentication required"}    no token
-//	401 {"error":"invalid token: <reason>"}    Verify failed (reason from a fixed list)
-//	403 {"error":"insufficient permissions"}   the roles do not cover Required(method, path)
-//
-// or else the *Principal is stored under PrincipalKey and next is called.
-// The policy is checked on both the path as sent (what fasthttp/router routes
-// on) and the normalized path, and the stricter applies; a skip path must
-// match both.
+// unchanged. Otherwise each request goes through Authorize: refused ones
+// are answered there, the others reach next with the *Principal stored
+// under PrincipalKey (none for OPTIONS and skipped paths).
 func (v *Verifier) Middleware(next fasthttp.RequestHandler) fasthttp.RequestHandler {
 	if !v.cfg.Enabled {
 		return next
 	}
 	return func(ctx *fasthttp.RequestCtx) {
-		method := string(ctx.Method())
-		orig, norm := string(ctx.Request.URI().PathOriginal()), string(ctx.Path())
-		if method == fasthttp.MethodOptions || (v.skip(norm) && (orig == norm || v.skip(orig))) {
-			next(ctx)
+		p, ok := v.Authorize(ctx)
+		if !ok {
 			return
 		}
-		p, err := v.Verify(bearerToken(ctx))
-		if err != nil {
-			var ite *invalidTokenError
-			if errors.As(err, &ite) {
-				ctx.Response.Header.Set(fasthttp.HeaderWWWAuthenticate, `Bearer error="invalid_token"`)
-				writeError(ctx, fasthttp.StatusUnauthorized, "invalid token: "+ite.reason)
-				return
-			}
-			ctx.Response.Header.Set(fasthttp.HeaderWWWAuthenticate, "Bearer")
-			writeError(ctx, fasthttp.StatusUnauthorized, "authentication required")
-			return
+		if p != nil {
+			ctx.SetUserValue(PrincipalKey, p)
 		}
-		need := Required(method, norm)
-		if orig != norm { // both spellings must pass (a %2F must not dodge the policy)
-			need |= Required(method, orig)
-		}
-		if p.Require(need) != nil {
-			writeError(ctx, fasthttp.StatusForbidden, "insufficient permissions")
-			return
-		}
-		ctx.SetUserValue(PrincipalKey, p)
 		next(ctx)
 	}
+}
+
+// Authorize decides a request from its headers alone (so it also serves
+// the answer to "Expect: 100-continue", before any body is read). OPTIONS
+// requests and Config.SkipPaths pass with a nil Principal; every other
+// request needs a token in "Authorization: Bearer <token>" (a bare token is
+// accepted too). A refused request has been answered, as JSON with CORS
+// headers, and false is returned:
+//
+//	401 {"error":"authentication required"}    no token
+//	401 {"error":"invalid token: <reason>"}    Verify failed (reason from a fixed list)
+//	403 {"error":"insufficient permissions"}   the roles do not cover Required(method, path)
+//
+// The policy is checked on both the path as sent (what fasthttp/router routes
+// on) and the normalized path, and the stricter applies; a skip path must
+// match both. With authentication disabled every request passes (nil, true).
+func (v *Verifier) Authorize(ctx *fasthttp.RequestCtx) (*Principal, bool) {
+	if !v.cfg.Enabled {
+		return nil, true
+	}
+	method := string(ctx.Method())
+	orig, norm := string(ctx.Request.URI().PathOriginal()), string(ctx.Path())
+	if method == fasthttp.MethodOptions || (v.skip(norm) && (orig == norm || v.skip(orig))) {
+		return nil, true
+	}
+	p, err := v.Verify(bearerToken(ctx))
+	if err != nil {
+		var ite *invalidTokenError
+		if errors.As(err, &ite) {
+			ctx.Response.Header.Set(fasthttp.HeaderWWWAuthenticate, `Bearer error="invalid_token"`)
+			writeError(ctx, fasthttp.StatusUnauthorized, "invalid token: "+ite.reason)
+			return nil, false
+		}
+		ctx.Response.Header.Set(fasthttp.HeaderWWWAuthenticate, "Bearer")
+		writeError(ctx, fasthttp.StatusUnauthorized, "authentication required")
+		return nil, false
+	}
+	need := Required(method, norm)
+	if orig != norm { // both spellings must pass (a %2F must not dodge the policy)
+		need |= Required(method, orig)
+	}
+	if p.Require(need) != nil {
+		writeError(ctx, fasthttp.StatusForbidden, "insufficient permissions")
+		return nil, false
+	}
+	return p, true
 }
 
 // skip reports whether path matches Config.SkipPaths.

@@ -689,11 +689,22 @@ var policyRoutes = []struct {
 	{"GET", "/api/v1/status", Read},
 	{"GET", "/api/v1/status/buffers", Read},
 	{"GET", "/api/v1/analytics/queue-lag", Read},
+	{"GET", "/api/v1/status/queues/orders/messages", Read},
+	{"GET", "/api/v1/status/analytics", Read},
+	{"GET", "/api/v1/analytics/system-metrics", Read},
+	{"GET", "/api/v1/analytics/postgres-stats", Read},
+	{"GET", "/api/v1/analytics/retention", Read},
 
 	{"POST", "/api/v1/traces", Read | Write},
+	{"DELETE", "/api/v1/messages/p1/t1", Read | Write},
+	{"POST", "/streams/v1/queries", Read | Write},
+	{"POST", "/streams/v1/cycle", Read | Write},
+	{"POST", "/streams/v1/state/get", Read},
 
 	// Not listed: deny by default.
-	{"DELETE", "/api/v1/messages/p1/t1", Admin},
+	{"DELETE", "/api/v1/messages/p1", Admin},
+	{"GET", "/streams/v1/cycle", Admin},
+	{"POST", "/streams/v1/unknown", Admin},
 	{"POST", "/api/v1/stats/refresh", Admin},
 	{"PUT", "/api/v1/push", Admin},
 	{"POST", "/api/v1/pop/queue/orders", Admin},
@@ -705,7 +716,6 @@ var policyRoutes = []struct {
 	{"GET", "/api", Admin},
 	{"GET", "/api/v1", Admin},
 	{"GET", "/internal/api/notify", Admin},
-	{"POST", "/streams/v1/cycle", Admin},
 	{"GET", "/", Admin},
 }
 

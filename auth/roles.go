@@ -94,9 +94,14 @@ func CapsForRoles(roles []string) Capability {
 //	POST        /api/v1/consumer-groups/{g}/subscription               Read|Write
 //	POST        /api/v1/traces                                         Read|Write
 //	GET         /api/v1/pop and anything under /api/v1/pop/            Read|Write
+//	            (queue pops and the namespace/task pop ?namespace=&task=)
+//	DELETE      /api/v1/messages/{partitionId}/{transactionId}        Read|Write
+//	POST        /streams/v1/queries, /streams/v1/cycle                 Read|Write
+//	POST        /streams/v1/state/get                                  Read
 //	DELETE      /api/v1/resources/queues/{q}                           Admin
 //	DELETE      /api/v1/consumer-groups/{g}[/queues/{q}]               Admin
 //	GET         any other path under /api/v1/                          Read
+//	            (resources, messages, traces, DLQ, /status*, /analytics/*)
 //	anything else (other methods, HEAD, paths outside /api/v1/)        Admin
 //
 // The last line is deny by default: a route nobody listed needs Admin. Public
@@ -107,6 +112,9 @@ func Required(method, path string) Capability {
 		path = path[:len(path)-1]
 	}
 	s := strings.Split(strings.TrimPrefix(path, "/"), "/")
+	if c, ok := streamsRequired(method, s); ok {
+		return c
+	}
 	if len(s) < 3 || s[0] != "api" || s[1] != "v1" {
 		return Admin
 	}
@@ -134,6 +142,9 @@ func Required(method, path string) Capability {
 		}
 		return Read
 	case fasthttp.MethodDelete:
+		if match(s, "messages", "*", "*") {
+			return Read | Write
+		}
 		// Listed for the record: they would be Admin by default anyway.
 		switch {
 		case match(s, "resources", "queues", "*"),
@@ -143,6 +154,22 @@ func Required(method, path string) Capability {
 		}
 	}
 	return Admin
+}
+
+// streamsRequired is the policy of Queen's stream routes (POST only; no
+// /api prefix): queries and cycle write (state, sink push, source ack) and
+// need Read|Write, state/get needs Read. ok is false for other paths.
+func streamsRequired(method string, s []string) (Capability, bool) {
+	if len(s) < 3 || s[0] != "streams" || s[1] != "v1" || method != fasthttp.MethodPost {
+		return 0, false
+	}
+	switch {
+	case match(s[2:], "queries"), match(s[2:], "cycle"):
+		return Read | Write, true
+	case match(s[2:], "state", "get"):
+		return Read, true
+	}
+	return 0, false
 }
 
 // match reports whether segs equals pattern, where a "*" in pattern matches

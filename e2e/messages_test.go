@@ -479,7 +479,7 @@ func TestMessageDetailDecryptsEncryptedQueue(t *testing.T) {
 }
 
 // TestMessagesBadRequests: malformed filters and addresses are 400, an
-// unknown message 404, and DELETE of a message is not served.
+// unknown message 404 (DELETE of a message: TestMessageDelete).
 func TestMessagesBadRequests(t *testing.T) {
 	t.Parallel()
 	s := setup(t, nil)
@@ -514,7 +514,7 @@ func TestMessagesBadRequests(t *testing.T) {
 			t.Errorf("GET %s: 404 body %s", c.path, b)
 		}
 	}
-	if code, b := del(t, s.base+"/api/v1/messages/"+pid+"/b1"); code != http.StatusMethodNotAllowed {
-		t.Errorf("DELETE: %d %s", code, b)
+	if code, b := del(t, s.base+"/api/v1/messages/not-a-uuid/b1"); code != http.StatusBadRequest {
+		t.Errorf("DELETE with a bad partitionId: %d %s", code, b)
 	}
 }

@@ -15,8 +15,16 @@ import (
 	"github.com/queenmq/queen-go/pg"
 )
 
+// freeFormMembers are the members whose values are the client's data,
+// kept byte for byte: a push item's payload (in a transaction) and a
+// trace's data. Only they may hold lone surrogate escapes.
+var freeFormMembers = []string{"payload", "data"}
+
 // decodeObject decodes a JSON object body into v; errors are client
-// mistakes with a message fit for {"error": ...}.
+// mistakes with a message fit for {"error": ...}. A lone surrogate escape
+// in any string outside freeFormMembers (a name, an id, a status) is
+// refused, naming its field: decoders would silently make it U+FFFD
+// (ingest.ErrLoneSurrogate).
 func decodeObject(body []byte, v any) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -36,6 +44,9 @@ func decodeObject(body []byte, v any) (err error) {
 		}
 		// Valid JSON of the wrong shape: name the field and what it needs.
 		return shapeError(err)
+	}
+	if field, ok := ingest.FindLoneSurrogate(t, freeFormMembers...); ok {
+		return fmt.Errorf("%s %w", field, ingest.ErrLoneSurrogate)
 	}
 	return nil
 }

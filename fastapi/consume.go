@@ -96,12 +96,13 @@ func optionalPathName(ctx *fasthttp.RequestCtx, key string) (string, bool) {
 	return pathName(ctx, key)
 }
 
-func (s *Server) pop(ctx *fasthttp.RequestCtx) {
-	queue, ok := pathName(ctx, "queue")
-	if !ok {
-		return
-	}
-	partition, ok := optionalPathName(ctx, "partition")
+func (s *Server) pop(ctx *fasthttp.RequestCtx) { s.popWith(ctx, nil) }
+
+// popWith serves a pop of the path's queue (f nil) or one filtered by
+// namespace/task (f set: GET /api/v1/pop, see popFiltered); the query
+// parameters, the wait loop and the answer are the same.
+func (s *Server) popWith(ctx *fasthttp.RequestCtx, f *popFilter) {
+	queue, partition, ok := popTarget(ctx, f)
 	if !ok {
 		return
 	}
@@ -145,7 +146,7 @@ func (s *Server) pop(ctx *fasthttp.RequestCtx) {
 		}
 		var ch <-chan struct{} // taken before the pop, so no wake-up is missed
 		if wait {
-			ch = s.b.WaitChan(queue)
+			ch = s.popWaitChan(f, queue)
 		}
 		if wait && clientGone(ctx) {
 			// A long-poll whose client left (a consumer cancelled while it
@@ -161,7 +162,7 @@ func (s *Server) pop(ctx *fasthttp.RequestCtx) {
 			limit = min(limit, max(time.Until(deadline), popMinAttempt))
 		}
 		pctx, cancel := context.WithTimeout(context.Background(), limit)
-		res, err := s.b.Pop(pctx, req)
+		res, err := s.popOnce(pctx, f, req)
 		cancel()
 		if err != nil {
 			// By pg.Classify: a queue deleted under the pop (vanished) is a
@@ -253,7 +254,7 @@ func writePop(ctx *fasthttp.RequestCtx, req pg.PopRequest, res *pg.PopResult) {
 	}
 	b := make([]byte, 0, 256+len(res.Messages)*256)
 	b = append(b, `{"success":true,"queue":`...)
-	b = appendJSONString(b, req.Queue)
+	b = appendJSONString(b, res.Messages[0].Queue)
 	b = append(b, `,"partition":`...)
 	b = appendJSONString(b, res.Claimed[0].Name)
 	b = append(b, `,"partitionId":"`...)

@@ -55,8 +55,8 @@ type messageRoutes struct {
 // /api/v1/messages/{partitionId}/{transactionId} (API.md §3.2) when the
 // Resources value also implements MessageReader (*pg.Store does);
 // otherwise none, and those paths answer 404 no_such_route. DELETE of one
-// message is not served: messages are packed in segments and only
-// retention deletes them (whole segments). Both routes need the read role
+// message is served by fastapi/streams.go (tombstones, pg/tombstone.go).
+// Both routes need the read role
 // (auth/roles.go: any GET under /api/v1).
 func (s *Server) routeMessages(r *router.Router) {
 	m, ok := s.r.(MessageReader)

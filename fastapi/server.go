@@ -19,6 +19,7 @@ import (
 
 	"github.com/queenmq/queen-go/auth"
 	"github.com/queenmq/queen-go/ingest"
+	"github.com/queenmq/queen-go/internal/ratelog"
 	"github.com/queenmq/queen-go/pg"
 	"github.com/queenmq/queen-go/projector"
 	"github.com/queenmq/queen-go/wal"
@@ -28,7 +29,19 @@ import (
 const (
 	// DefaultMaxBodyBytes is QUEEN_MAX_BODY_BYTES' default: 64 MiB.
 	DefaultMaxBodyBytes = 64 << 20
-	// DefaultReadTimeout bounds reading one request (headers and body).
+	// DefaultMaxHeaderBytes is QUEEN_MAX_HEADER_BYTES' default: 32 KiB for
+	// the request head (request line and header fields), room for a 16 KiB
+	// cookie or JWT beside a long URL and proxies' forwarding headers.
+	DefaultMaxHeaderBytes = 32 << 10
+	// MinMaxHeaderBytes is the least QUEEN_MAX_HEADER_BYTES accepted.
+	MinMaxHeaderBytes = 4 << 10
+	// MaxMaxHeaderBytes is the most QUEEN_MAX_HEADER_BYTES accepted: the
+	// head buffer is allocated per connection.
+	MaxMaxHeaderBytes = 1 << 20
+	// DefaultReadTimeout (QUEEN_READ_TIMEOUT_MS' default) bounds reading one
+	// request, head and body, from its first byte: a request not received
+	// in time is answered 408. It must let the largest body arrive at the
+	// slowest link served (64 MiB in 30 s is 2.2 MB/s).
 	DefaultReadTimeout = 30 * time.Second
 	// DefaultIdleTimeout closes idle keep-alive connections.
 	DefaultIdleTimeout = 120 * time.Second
@@ -41,6 +54,7 @@ const (
 type Broker interface {
 	Consumer
 	Transactor
+	StatusSource
 	// Push runs a push body through the pipeline (see ingest.Pipeline.Push).
 	Push(ctx context.Context, body []byte, producerSub *string) ([]ingest.Result, error)
 	// Configure stores a queue's options (full replace).
@@ -67,8 +81,18 @@ type MaintenanceStatus struct {
 type Config struct {
 	// MaxBodyBytes is the largest request body in bytes (QUEEN_MAX_BODY_BYTES).
 	MaxBodyBytes int
-	ReadTimeout  time.Duration
-	IdleTimeout  time.Duration
+	// MaxHeaderBytes is the largest request head, request line and header
+	// fields together, in bytes (QUEEN_MAX_HEADER_BYTES; default
+	// DefaultMaxHeaderBytes). Over it: 414 when the request line alone does
+	// not fit, else 431. One buffer of this size is held per connection.
+	// Values outside [MinMaxHeaderBytes, MaxMaxHeaderBytes] are clamped
+	// (cmd/queen refuses them).
+	MaxHeaderBytes int
+	// ReadTimeout bounds reading one request, head and body
+	// (QUEEN_READ_TIMEOUT_MS; default DefaultReadTimeout); over it: 408.
+	ReadTimeout time.Duration
+	// IdleTimeout closes idle keep-alive connections (DefaultIdleTimeout).
+	IdleTimeout time.Duration
 	// MaxConns bounds concurrent connections (0 = fasthttp's default).
 	MaxConns int
 	// DBTimeout bounds the PostgreSQL work of a pop without wait, each
@@ -88,6 +112,11 @@ type Config struct {
 	// /metrics/prometheus.
 	Metrics fasthttp.RequestHandler
 	Logger  *slog.Logger
+	// Streams serves /streams/v1/* (fastapi/streams.go); nil answers 503.
+	Streams Streams
+	// MessageDeleter serves DELETE /api/v1/messages/:partitionId/:transactionId
+	// (fastapi/streams.go); nil leaves the route unregistered.
+	MessageDeleter MessageDeleter
 }
 
 // Server is the HTTP server.
@@ -95,16 +124,24 @@ type Server struct {
 	cfg Config
 	b   Broker
 	r   Resources
+	st  StatusReader
 	srv *fasthttp.Server
 	log *slog.Logger
+	// failLog logs failures that repeat on every request (a WAL that
+	// cannot be written) once per interval with a count.
+	failLog *ratelog.Logger
 }
 
 // New builds the server and its routes; res serves the queue,
-// consumer-group and DLQ routes.
-func New(cfg Config, b Broker, res Resources) *Server {
+// consumer-group and DLQ routes, st the status and analytics routes.
+func New(cfg Config, b Broker, res Resources, st StatusReader) *Server {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	if cfg.MaxHeaderBytes <= 0 {
+		cfg.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
+	cfg.MaxHeaderBytes = min(max(cfg.MaxHeaderBytes, MinMaxHeaderBytes), MaxMaxHeaderBytes)
 	if cfg.ReadTimeout <= 0 {
 		cfg.ReadTimeout = DefaultReadTimeout
 	}
@@ -120,7 +157,7 @@ func New(cfg Config, b Broker, res Resources) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Server{cfg: cfg, b: b, r: res, log: cfg.Logger}
+	s := &Server{cfg: cfg, b: b, r: res, st: st, log: cfg.Logger, failLog: ratelog.New(cfg.Logger, ratelog.DefaultInterval)}
 	// The router matches the raw path, so a queue named "a/b" arrives as
 	// one segment a%2Fb and is decoded by the handler (pathName).
 	r := router.New()
@@ -140,7 +177,9 @@ func New(cfg Config, b Broker, res Resources) *Server {
 	s.routeTraces(r)
 	s.routeAdmin(r)
 	s.routeMessages(r)
+	s.routeStatus(r)
 	r.POST("/api/v1/lease/{leaseId}/extend", s.extendLease)
+	s.routeStreams(r) // streams and single-message delete: fastapi/streams.go
 	if cfg.Metrics != nil {
 		r.GET("/metrics", cfg.Metrics)
 		r.GET("/metrics/prometheus", cfg.Metrics)
@@ -166,6 +205,7 @@ func New(cfg Config, b Broker, res Resources) *Server {
 	if cfg.Auth != nil {
 		handler = cfg.Auth.Middleware(handler)
 	}
+	handler = serveHead(handler)
 	s.srv = &fasthttp.Server{
 		Handler:           handler,
 		Name:              "queen-go",
@@ -177,19 +217,22 @@ func New(cfg Config, b Broker, res Resources) *Server {
 		Concurrency:                   cfg.MaxConns,
 		NoDefaultServerHeader:         true,
 		DisableHeaderNamesNormalizing: false,
-		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) {
-			if errors.Is(err, fasthttp.ErrBodyTooLarge) {
-				writeErr(ctx, fasthttp.StatusRequestEntityTooLarge, "request body too large")
-				return
-			}
-			writeErr(ctx, fasthttp.StatusBadRequest, "malformed HTTP request")
-		},
+		// The head buffer is the head limit (headlimit.go).
+		ReadBufferSize: cfg.MaxHeaderBytes,
+		ErrorHandler:   s.errorHandler,
+		ExpectHandler:  s.expect,
+		// fasthttp's errors quote the request head (credentials included)
+		// unless told not to; its log lines go through slog, redacted.
+		SecureErrorLogMessage: true,
+		Logger:                fasthttpLogger{ratelog.New(cfg.Logger, ratelog.DefaultInterval)},
 	}
 	return s
 }
 
 // Serve serves on ln until Shutdown.
-func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(ln) }
+func (s *Server) Serve(ln net.Listener) error {
+	return s.srv.Serve(headListener{Listener: ln, window: s.cfg.MaxHeaderBytes})
+}
 
 // Shutdown stops accepting, waits for in-flight requests (until ctx ends).
 func (s *Server) Shutdown(ctx context.Context) error { return s.srv.ShutdownWithContext(ctx) }
@@ -217,11 +260,18 @@ func writeErr(ctx *fasthttp.RequestCtx, status int, msg string) {
 }
 
 // readBodyOrAnswer is readBody for handlers: on failure it has answered
-// 413 (over QUEEN_MAX_BODY_BYTES) or 400 and returns false.
+// 413 (over QUEEN_MAX_BODY_BYTES), 408 (the body did not arrive within
+// QUEEN_READ_TIMEOUT_MS, e.g. a Content-Length longer than what is sent)
+// or 400, and returns false.
 func (s *Server) readBodyOrAnswer(ctx *fasthttp.RequestCtx) ([]byte, bool) {
 	body, err := s.readBody(ctx)
 	if errors.Is(err, errTooLarge) {
 		writeErr(ctx, fasthttp.StatusRequestEntityTooLarge, "request body exceeds QUEEN_MAX_BODY_BYTES")
+		return nil, false
+	}
+	if isTimeout(err) {
+		ctx.SetConnectionClose()
+		writeErr(ctx, fasthttp.StatusRequestTimeout, "request body not received within QUEEN_READ_TIMEOUT_MS")
 		return nil, false
 	}
 	if err != nil {
@@ -294,10 +344,10 @@ func (s *Server) push(ctx *fasthttp.RequestCtx) {
 	case errors.As(err, &verr):
 		writeErr(ctx, fasthttp.StatusBadRequest, verr.Msg)
 	case errors.Is(err, ingest.ErrMaintenanceWrite):
-		s.log.Error("push: WAL write failed in maintenance mode", "err", err)
+		s.failLog.Error("push: WAL write failed in maintenance mode", "err", err)
 		writeErr(ctx, fasthttp.StatusInternalServerError, "file buffer write failed")
 	case err != nil:
-		s.log.Error("push failed", "err", err)
+		s.failLog.Error("push failed", "err", err)
 		writeErr(ctx, fasthttp.StatusInternalServerError, "internal error")
 	default:
 		writeJSON(ctx, fasthttp.StatusCreated, res)

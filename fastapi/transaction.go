@@ -111,20 +111,14 @@ func (s *Server) transaction(ctx *fasthttp.RequestCtx) {
 				writeErr(ctx, fasthttp.StatusBadRequest, fmt.Sprintf("operations[%d]: %v", i, err))
 				return
 			}
-			for _, it := range items {
-				id, err := uuid.NewV7()
-				if err != nil {
-					writeErr(ctx, fasthttp.StatusInternalServerError, "internal error")
-					return
-				}
-				txid := it.TransactionID
-				if txid == "" {
-					txid = id.String()
-				}
+			built, err := inTxPushItems(items, now, sub, true)
+			if err != nil {
+				writeErr(ctx, fasthttp.StatusInternalServerError, "internal error")
+				return
+			}
+			for _, p := range built {
 				order = append(order, slot{true, len(pushes), i})
-				pushes = append(pushes, pg.ProjectItem{Queue: it.Queue, Partition: it.Partition, AcceptedAtMicros: now,
-					Message: pg.Message{ID: id, TransactionID: txid, CreatedAtMicros: now, TraceID: it.TraceID, ProducerSub: sub,
-						Payload: append([]byte(nil), it.Payload...)}})
+				pushes = append(pushes, p)
 			}
 		case "ack":
 			r, msg := toAckRequest(ackBody{TransactionID: op.TransactionID, PartitionID: op.PartitionID, Status: op.Status,
@@ -178,6 +172,31 @@ func (s *Server) transaction(ctx *fasthttp.RequestCtx) {
 		}
 	}
 	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"transactionId": txID.String(), "success": true, "results": results})
+}
+
+// inTxPushItems builds the items of a push written inside a PostgreSQL
+// transaction (POST /api/v1/transaction, a stream cycle's sink push) from
+// validated push items: a UUIDv7 message id each, now (Unix µs) as the
+// acceptance and creation time, producerSub from the token, the payload
+// copied byte for byte (the request body is reused after the handler). An
+// item without transactionId gets its message id when mintTxID is set,
+// else keeps "" for the caller to fill (a cycle derives one).
+func inTxPushItems(items []ingest.ParsedItem, now int64, sub *string, mintTxID bool) ([]pg.ProjectItem, error) {
+	out := make([]pg.ProjectItem, 0, len(items))
+	for _, it := range items {
+		id, err := uuid.NewV7()
+		if err != nil {
+			return nil, err
+		}
+		txid := it.TransactionID
+		if txid == "" && mintTxID {
+			txid = id.String()
+		}
+		out = append(out, pg.ProjectItem{Queue: it.Queue, Partition: it.Partition, AcceptedAtMicros: now,
+			Message: pg.Message{ID: id, TransactionID: txid, CreatedAtMicros: now, TraceID: it.TraceID, ProducerSub: sub,
+				Payload: append([]byte(nil), it.Payload...)}})
+	}
+	return out, nil
 }
 
 // emptyRider reports whether a transaction rider ("kv" or "timers") is

@@ -55,7 +55,8 @@ type ParsedItem struct {
 // string or null, at most 1 KiB. Keys match exactly (no case folding);
 // unknown keys are ignored; where a key repeats, the last one counts (as in
 // encoding/json). Names are 1..255 bytes of UTF-8 without control
-// characters. Any violation returns a *ValidationError and no items: the
+// characters; names and transactionIds hold no lone surrogate escape
+// (surrogate.go). Any violation returns a *ValidationError and no items: the
 // request is all-or-nothing.
 func ParseBody(body []byte) (items []ParsedItem, err error) {
 	defer func() {
@@ -179,6 +180,9 @@ func parseItem(i int, raw json.RawMessage, allowTrace bool) (ParsedItem, error) 
 			if err := json.Unmarshal(t, &s); err != nil {
 				return it, bad("items[%d].transactionId: malformed string", i)
 			}
+			if loneSurrogate(t) {
+				return it, bad("items[%d].transactionId %v", i, ErrLoneSurrogate)
+			}
 			if len(s) > MaxTransactionIDBytes {
 				return it, bad("items[%d].transactionId is longer than %d bytes", i, MaxTransactionIDBytes)
 			}
@@ -194,7 +198,8 @@ func parseItem(i int, raw json.RawMessage, allowTrace bool) (ParsedItem, error) 
 }
 
 // nameField decodes a queue or partition name and checks it (DESIGN.md §3:
-// byte-exact UTF-8, 1..255 bytes, no control characters).
+// byte-exact UTF-8, 1..255 bytes, no control characters, no lone surrogate
+// escape: surrogate.go).
 func nameField(raw json.RawMessage) (string, error) {
 	if kind(raw) != '"' {
 		return "", fmt.Errorf("must be a non-empty string")
@@ -202,6 +207,9 @@ func nameField(raw json.RawMessage) (string, error) {
 	var s string
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return "", fmt.Errorf("is a malformed string")
+	}
+	if loneSurrogate(raw) {
+		return "", ErrLoneSurrogate
 	}
 	if err := ValidateName(s); err != nil {
 		return "", err

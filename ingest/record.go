@@ -96,3 +96,22 @@ func DecodeRecord(b []byte) (*Record, error) {
 	}
 	return r, nil
 }
+
+// RecordHeader reads only the header of a push record: its acceptance time
+// (Unix microseconds) and how many items it holds, without decoding the
+// items. Errors wrap ErrBadRecord.
+func RecordHeader(b []byte) (acceptedAt int64, items int, err error) {
+	rd := binenc.NewReader(b)
+	if k := rd.Byte(); rd.Err() == nil && k != recordKindPush {
+		return 0, 0, fmt.Errorf("%w: kind %d", ErrBadRecord, k)
+	}
+	acceptedAt = rd.Varint()
+	n := rd.Uvarint()
+	if rd.Err() != nil {
+		return 0, 0, fmt.Errorf("%w: header: %v", ErrBadRecord, rd.Err())
+	}
+	if n > uint64(rd.Len()/21+1) {
+		return 0, 0, fmt.Errorf("%w: count %d too large", ErrBadRecord, n)
+	}
+	return acceptedAt, int(n), nil
+}

@@ -319,13 +319,17 @@ func startOffset(ctx context.Context, tx pgx.Tx, queueID, partID uuid.UUID, grou
 }
 
 // fetch returns the stored messages of a partition with offsets in
-// [from, to], in order; offsets whose segment is gone are skipped.
+// [from, to], in order; offsets whose segment is gone are skipped, and so
+// are deleted ones (queen.tombstones, pg/tombstone.go).
 func fetch(ctx context.Context, tx pgx.Tx, partID uuid.UUID, from, to int64) ([]StoredMessage, error) {
-	rows, err := tx.Query(ctx, `SELECT base_offset, last_offset, body FROM queen.segments
-		WHERE partition_id = $1 AND base_offset <= $3 AND base_offset >= coalesce(
+	rows, err := tx.Query(ctx, `SELECT g.base_offset, g.last_offset, g.body,
+		ARRAY(SELECT t.msg_offset FROM queen.tombstones t WHERE t.partition_id = $1
+			AND t.msg_offset >= greatest(g.base_offset, $2) AND t.msg_offset <= least(g.last_offset, $3)) AS deleted
+		FROM queen.segments g
+		WHERE g.partition_id = $1 AND g.base_offset <= $3 AND g.base_offset >= coalesce(
 			(SELECT s.base_offset FROM queen.segments s WHERE s.partition_id = $1 AND s.base_offset <= $2
 			 ORDER BY s.base_offset DESC LIMIT 1), $2)
-		ORDER BY base_offset`, partID, from, to)
+		ORDER BY g.base_offset`, partID, from, to)
 	if err != nil {
 		return nil, err
 	}
@@ -334,7 +338,8 @@ func fetch(ctx context.Context, tx pgx.Tx, partID uuid.UUID, from, to int64) ([]
 	for rows.Next() {
 		var base, last int64
 		var body []byte
-		if err := rows.Scan(&base, &last, &body); err != nil {
+		var deleted []int64
+		if err := rows.Scan(&base, &last, &body, &deleted); err != nil {
 			return nil, err
 		}
 		msgs, err := DecodeSegment(body)
@@ -343,7 +348,7 @@ func fetch(ctx context.Context, tx pgx.Tx, partID uuid.UUID, from, to int64) ([]
 		}
 		for i := range msgs {
 			off := base + int64(i)
-			if off >= from && off <= to {
+			if off >= from && off <= to && !slices.Contains(deleted, off) {
 				out = append(out, StoredMessage{PartitionID: partID, Offset: off, Message: msgs[i]})
 			}
 		}
@@ -409,6 +414,12 @@ func (s *Store) popPartition(ctx context.Context, tx pgx.Tx, q *queueRow, partID
 			} else if first > cursor {
 				cursor = first
 			}
+			// Deleted messages (tombstones) at the cursor are passed over.
+			if next, err := skipDeleted(ctx, tx, partID, cursor, to); err != nil {
+				return nil, err
+			} else if next > cursor {
+				cursor, retries = next, 0
+			}
 		}
 	}
 	if len(msgs) == 0 {
@@ -417,9 +428,15 @@ func (s *Store) popPartition(ctx context.Context, tx pgx.Tx, q *queueRow, partID
 			WHERE partition_id = $1 AND consumer_group = $2`, partID, req.Group, cursor, retries)
 		return nil, err
 	}
-	// A lease covers a contiguous run from the cursor: stop at a gap.
+	// A lease covers a contiguous run from the cursor: stop at a gap
+	// (deleted messages inside the run are no gap: acks pass over them).
 	for i := 1; i < len(msgs); i++ {
 		if msgs[i].Offset != msgs[i-1].Offset+1 {
+			if n, err := skipDeleted(ctx, tx, partID, msgs[i-1].Offset+1, msgs[i].Offset-1); err != nil {
+				return nil, err
+			} else if n == msgs[i].Offset {
+				continue
+			}
 			msgs = msgs[:i]
 			break
 		}
@@ -460,6 +477,26 @@ func (s *Store) popPartition(ctx context.Context, tx pgx.Tx, q *queueRow, partID
 
 func windowActive(q *queueRow, lastMsgAt *time.Time) bool {
 	return q.windowBuffer > 0 && lastMsgAt != nil && time.Since(*lastMsgAt) < time.Duration(q.windowBuffer)*time.Second
+}
+
+// skipDeleted returns the first offset in [from, to+1] from which on the
+// offsets are not all deleted (tombstones): from itself when from is not
+// deleted.
+func skipDeleted(ctx context.Context, tx pgx.Tx, partID uuid.UUID, from, to int64) (int64, error) {
+	if to < from {
+		return from, nil
+	}
+	deleted, err := tombstonedIn(ctx, tx, partID, from, to)
+	if err != nil {
+		return from, err
+	}
+	for _, d := range deleted {
+		if d != from {
+			break
+		}
+		from++
+	}
+	return from, nil
 }
 
 // firstStoredOffset is the first stored offset >= from, or from when none.
@@ -623,6 +660,12 @@ func (b ackBatch) load(ctx context.Context, tx pgx.Tx, reqs []AckRequest) error 
 				if st.msgs, err = fetch(ctx, tx, k.pid, st.c.offset, st.c.leaseEnd); err != nil {
 					return err
 				}
+				// Deleted messages of the lease count as acked.
+				deleted, err := tombstonedIn(ctx, tx, k.pid, st.c.offset, st.c.leaseEnd)
+				if err != nil {
+					return err
+				}
+				st.acked = append(st.acked, deleted...)
 			}
 		}
 		b[k] = st

@@ -350,7 +350,7 @@ func (s *Store) scanSegments(ctx context.Context, tx pgx.Tx, f MessageFilter, ne
 			if first, ok := firstCreatedAt(h.prefix); ok && first > toUS+slackUS {
 				continue // accepted after the window (a segment's messages are in acceptance order)
 			}
-			msgs, dl, err := readSegment(ctx, tx, h.pid, h.base, h.last, f.Group)
+			msgs, dl, deleted, err := readSegment(ctx, tx, h.pid, h.base, h.last, f.Group)
 			if err != nil {
 				return err
 			}
@@ -361,6 +361,9 @@ func (s *Store) scanSegments(ctx context.Context, tx pgx.Tx, f MessageFilter, ne
 					continue
 				}
 				off := h.base + int64(i)
+				if slices.Contains(deleted, off) {
+					continue // deleted (pg/tombstone.go)
+				}
 				st := lp.cursor.status(off, slices.Contains(dl, off))
 				if f.Status != "" && st != f.Status {
 					continue
@@ -412,22 +415,25 @@ func firstCreatedAt(prefix []byte) (int64, bool) {
 
 // readSegment decodes the segment of partition pid at base (offsets
 // base..last) and returns its messages with the offsets group
-// dead-lettered among them. The payloads stay as stored (not decrypted).
-func readSegment(ctx context.Context, tx pgx.Tx, pid uuid.UUID, base, last int64, group string) ([]Message, []int64, error) {
+// dead-lettered among them and the deleted offsets (pg/tombstone.go). The
+// payloads stay as stored (not decrypted).
+func readSegment(ctx context.Context, tx pgx.Tx, pid uuid.UUID, base, last int64, group string) ([]Message, []int64, []int64, error) {
 	var body []byte
-	var dl []int64
+	var dl, deleted []int64
 	err := tx.QueryRow(ctx, `SELECT s.body, ARRAY(SELECT d.msg_offset FROM queen.dead_letters d
 		WHERE d.partition_id = s.partition_id AND d.consumer_group = $3
-		AND d.msg_offset BETWEEN s.base_offset AND s.last_offset)
-		FROM queen.segments s WHERE s.partition_id = $1 AND s.base_offset = $2`, pid, base, group).Scan(&body, &dl)
+		AND d.msg_offset BETWEEN s.base_offset AND s.last_offset),
+		ARRAY(SELECT t.msg_offset FROM queen.tombstones t WHERE t.partition_id = s.partition_id
+		AND t.msg_offset BETWEEN s.base_offset AND s.last_offset)
+		FROM queen.segments s WHERE s.partition_id = $1 AND s.base_offset = $2`, pid, base, group).Scan(&body, &dl, &deleted)
 	if err != nil {
-		return nil, nil, err // the snapshot saw the header, so the row is there
+		return nil, nil, nil, err // the snapshot saw the header, so the row is there
 	}
 	msgs, err := decodeSegmentRange(pid, base, last, body)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return msgs, dl, nil
+	return msgs, dl, deleted, nil
 }
 
 // MessageGroupStatus is one consumer group's view of a message: its status

@@ -31,8 +31,9 @@ type QueueSummary struct {
 func (s *Store) ListQueues(ctx context.Context) ([]QueueSummary, error) {
 	rows, err := s.pool.Query(ctx, `SELECT q.id, q.name, q.namespace, q.task, q.created_at,
 		count(p.id),
-		coalesce(sum((SELECT coalesce(sum(sg.last_offset - sg.base_offset + 1), 0) FROM queen.segments sg WHERE sg.partition_id = p.id)), 0)::bigint,
-		coalesce(sum(p.next_offset - coalesce(c.cursor_offset, 0)), 0)::bigint,
+		coalesce(sum((SELECT coalesce(sum(sg.last_offset - sg.base_offset + 1), 0) FROM queen.segments sg WHERE sg.partition_id = p.id)
+			- queen.deleted_from(p.id, (SELECT min(sg.base_offset) FROM queen.segments sg WHERE sg.partition_id = p.id))), 0)::bigint,
+		coalesce(sum(p.next_offset - coalesce(c.cursor_offset, 0) - queen.deleted_from(p.id, coalesce(c.cursor_offset, 0))), 0)::bigint,
 		coalesce(sum(CASE WHEN c.lease_expires_at > now() THEN c.lease_end - c.cursor_offset + 1 ELSE 0 END), 0)::bigint
 		FROM queen.queues q
 		LEFT JOIN queen.partitions p ON p.queue_id = q.id
@@ -103,7 +104,8 @@ func (s *Store) GetQueue(ctx context.Context, name string) (*QueueDetail, error)
 	}
 	d.ID = id.Bytes
 	rows, err := s.pool.Query(ctx, `SELECT p.id, p.name, p.created_at, p.next_offset,
-		coalesce((SELECT sum(sg.last_offset - sg.base_offset + 1) FROM queen.segments sg WHERE sg.partition_id = p.id), 0)::bigint,
+		coalesce((SELECT sum(sg.last_offset - sg.base_offset + 1) FROM queen.segments sg WHERE sg.partition_id = p.id)
+			- queen.deleted_from(p.id, (SELECT min(sg.base_offset) FROM queen.segments sg WHERE sg.partition_id = p.id)), 0)::bigint,
 		(SELECT min(created_at) FROM queen.segments sg WHERE sg.partition_id = p.id),
 		(SELECT max(created_at) FROM queen.segments sg WHERE sg.partition_id = p.id),
 		(SELECT count(*) FROM queen.dead_letters dl WHERE dl.partition_id = p.id)

@@ -232,3 +232,53 @@ CREATE INDEX IF NOT EXISTS message_traces_names ON queen.message_traces USING gi
 -- timestamp seeks filter on created_at too. One entry per segment (a
 -- projector batch per partition), not per message.
 CREATE INDEX IF NOT EXISTS segments_created_at ON queen.segments (created_at, partition_id, base_offset);
+
+-- Streams (pg/streams.go): the query registry and the per-shard state of
+-- Queen's stream runtime (/streams/v1/*). A query is registered by name
+-- with an opaque config hash; its state is sharded by (query, source
+-- partition) and holds the client's JSON value byte for byte (bytea, as
+-- payloads are) with the numeric "windowEnd" of an object value lifted
+-- into window_end for the ripe-window read. State goes with its query
+-- (reset wipes it, a query delete cascades) and with its source partition
+-- (a queue delete cascades). key is COLLATE "C": rows are ordered and
+-- prefix-matched byte for byte.
+CREATE TABLE IF NOT EXISTS queen.stream_queries (
+    id           uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    name         text NOT NULL UNIQUE,
+    source_queue text NOT NULL,
+    sink_queue   text,
+    config_hash  text NOT NULL,
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    updated_at   timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS queen.stream_state (
+    query_id     uuid NOT NULL REFERENCES queen.stream_queries(id) ON DELETE CASCADE,
+    partition_id uuid NOT NULL REFERENCES queen.partitions(id) ON DELETE CASCADE,
+    key          text COLLATE "C" NOT NULL,
+    value        bytea NOT NULL,
+    window_end   double precision,
+    updated_at   timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (query_id, partition_id, key)
+);
+CREATE INDEX IF NOT EXISTS stream_state_partition ON queen.stream_state (partition_id);
+
+-- Tombstones (pg/tombstone.go): single messages deleted by DELETE
+-- /api/v1/messages/:partitionId/:transactionId. Messages are packed in
+-- segments, so a deleted message stays in its segment's body and is
+-- marked here by (partition, offset); pop, the message reads and the
+-- counts skip marked offsets. A tombstone goes with its partition; one
+-- whose segment retention removed is dead weight (about 60 bytes) until
+-- then. The dedup sidecar keeps the transactionId for its window.
+CREATE TABLE IF NOT EXISTS queen.tombstones (
+    partition_id   uuid NOT NULL REFERENCES queen.partitions(id) ON DELETE CASCADE,
+    msg_offset     bigint NOT NULL,
+    transaction_id bytea NOT NULL,
+    deleted_at     timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (partition_id, msg_offset)
+);
+-- How many messages of a partition at or after offset off are deleted
+-- (0 for a NULL off): the message counts subtract it.
+CREATE OR REPLACE FUNCTION queen.deleted_from(pid uuid, off bigint) RETURNS bigint
+LANGUAGE sql STABLE AS $$
+    SELECT count(*) FROM queen.tombstones WHERE partition_id = pid AND msg_offset >= off
+$$;

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	twal "github.com/tidwall/wal"
+
+	"github.com/queenmq/queen-go/internal/ratelog"
 )
 
 // Defaults applied where an Options field is zero.
@@ -127,8 +129,10 @@ type Log struct {
 	// sealed segment read last, so sequential reads skip the directory scan.
 	lastSealed struct{ from, to, good uint64 }
 
-	// lastFullWarn rate-limits the ErrFull warning (writer goroutine only).
-	lastFullWarn time.Time
+	// failLog rate-limits the lines a failure repeating on every append
+	// writes (a full or read-only disk, the byte cap): the first is logged,
+	// then one line per ratelog.DefaultInterval with a count.
+	failLog *ratelog.Logger
 
 	reqs     chan *appendReq
 	notify   chan struct{}
@@ -143,6 +147,7 @@ type Log struct {
 func Open(dir string, opts Options) (*Log, *RepairReport, error) {
 	l := &Log{dir: dir, opts: opts.withDefaults(), reqs: make(chan *appendReq),
 		notify: make(chan struct{}, 1), full: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	l.failLog = ratelog.New(l.opts.Logger, ratelog.DefaultInterval)
 	if l.opts.MaxBytes > 0 && l.opts.MaxBytes < MinSegmentsUnderCap*int64(l.opts.SegmentSize) {
 		return nil, nil, fmt.Errorf("wal: MaxBytes %d is below %d segments of %d bytes: truncation always keeps the tail and the newest sealed segment, so a smaller cap could fill for good",
 			l.opts.MaxBytes, MinSegmentsUnderCap, l.opts.SegmentSize)
@@ -162,7 +167,10 @@ func Open(dir string, opts Options) (*Log, *RepairReport, error) {
 // tidwall log; the caller holds lgMu exclusively or owns l alone.
 func (l *Log) openLocked(keep int64) (*RepairReport, error) {
 	rep, err := repair(l.dir, keep)
-	if rep != nil {
+	switch {
+	case rep != nil && keep >= 0: // a rollback after a failed write: repeats with it
+		l.failLog.Warn("wal: repaired log", "dir", l.dir, "report", rep.String())
+	case rep != nil:
 		l.opts.Logger.Warn("wal: repaired log", "dir", l.dir, "report", rep.String())
 	}
 	if err != nil {
@@ -344,11 +352,8 @@ func (l *Log) admit(batch []*appendReq) []*appendReq {
 		case l.full <- struct{}{}:
 		default:
 		}
-		if time.Since(l.lastFullWarn) > 10*time.Second {
-			l.lastFullWarn = time.Now()
-			l.opts.Logger.Warn("wal: at its byte cap; appends refused (pushes answer failed) until projected segments are truncated",
-				"bytes", size, "cap", l.opts.MaxBytes, "refused", refused)
-		}
+		l.failLog.Warn("wal: at its byte cap; appends refused (pushes answer failed) until projected segments are truncated",
+			"bytes", size, "cap", l.opts.MaxBytes, "refused", refused)
 	}
 	return kept
 }
@@ -406,11 +411,11 @@ func (l *Log) writeBatch(batch []*appendReq) error {
 	}
 	if err != nil {
 		err = fmt.Errorf("wal: write: %w", err)
-		l.opts.Logger.Error("wal: write failed; failing the handle and rolling back", "dir", l.dir, "durable", l.last, "err", err)
+		l.failLog.Error("wal: write failed; failing the handle and rolling back", "dir", l.dir, "durable", l.last, "err", err)
 		l.lgMu.Lock()
 		l.broken = err
 		if rerr := l.reopenLocked(); rerr != nil {
-			l.opts.Logger.Error("wal: reopen after failed write", "err", rerr)
+			l.failLog.Error("wal: reopen after failed write", "err", rerr)
 		}
 		l.lgMu.Unlock()
 		return err

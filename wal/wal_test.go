@@ -1120,3 +1120,32 @@ func TestMaxBytesBelowFourSegments(t *testing.T) {
 	l, _ := openLog(t, dir, Options{SegmentSize: 8 << 10, MaxBytes: 4 * 8 << 10})
 	closeLog(t, l)
 }
+
+// TestFailedWritesLogRateLimited: on a full disk every append fails; the
+// log gets the first failure (and its rollback) once, not a line or two per
+// failed append (issue: a full or read-only WAL wrote 2,475 lines in 27 s).
+func TestFailedWritesLogRateLimited(t *testing.T) {
+	t.Parallel()
+	mnt := mountTmpfs(t, "64k")
+	var logs syncBuffer
+	opts := Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+	l, _ := openLog(t, filepath.Join(mnt, "wal"), opts)
+	mustAppend(t, l, testPayload(1, 100), 1)
+	fillDisk(t, filepath.Join(mnt, "filler"))
+	const failures = 200
+	for i := 0; i < failures; i++ {
+		if _, err := l.Append(bytes.Repeat([]byte{'F'}, 8<<10), nil); err == nil {
+			t.Fatalf("append %d on a full disk succeeded", i)
+		}
+	}
+	out := logs.String()
+	n := strings.Count(out, "\n")
+	if !strings.Contains(out, "write failed") {
+		t.Fatalf("the first failed write was not logged; log:\n%s", out)
+	}
+	// One line per distinct message (write failed, repaired log, reopen
+	// failure), each written once within the interval.
+	if n > 3 {
+		t.Fatalf("%d failed appends wrote %d log lines, want at most 3 (one per message); log:\n%s", failures, n, out)
+	}
+}

@@ -75,6 +75,8 @@ type Broker struct {
 	Store     *pg.Store
 	Projector *projector.Projector
 	pipeline  *ingest.Pipeline
+	status    *pg.Status
+	filtered  *pg.FilteredPop
 	http      *fastapi.Server
 	ln        net.Listener
 
@@ -176,6 +178,8 @@ func Start(cfg Config) (*Broker, error) {
 		return nil, err
 	}
 	b.Store = store
+	b.status = pg.NewStatus(store)
+	b.filtered = pg.NewFilteredPop(store)
 	reg := ingest.NewRegistry()
 	b.waker = waker.New()
 	pc := cfg.Projector
@@ -233,7 +237,9 @@ func Start(cfg Config) (*Broker, error) {
 	}
 	hc.Metrics = b.Metrics.Handler()
 	hc.Logger = cfg.Logger
-	b.http = fastapi.New(hc, b, b.Store)
+	st := newStreams(b) // internal/broker/streams.go
+	hc.Streams, hc.MessageDeleter = st, st
+	b.http = fastapi.New(hc, b, b.Store, b.status)
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		b.Stop(context.Background())

@@ -101,6 +101,9 @@ type Config struct {
 	// MaxConns bounds concurrent connections; 0 = fasthttp's default
 	// (QUEEN_MAX_CONNS).
 	MaxConns int
+	// MaxHeaderBytes is the request head limit, request line and header
+	// fields together (QUEEN_MAX_HEADER_BYTES).
+	MaxHeaderBytes int
 	// ReadTimeout bounds reading one request (QUEEN_READ_TIMEOUT_MS).
 	ReadTimeout time.Duration
 	// DBTimeout is the deadline of the PostgreSQL work of pops, acks, lease
@@ -205,8 +208,11 @@ var Vars = []Var{
 	intVar("QUEEN_MAX_CONNS", SectionHTTP, 0, unitNone, 0, math.MaxInt32,
 		"Concurrent HTTP connections; over it new connections get 503 and are closed. 0 = fasthttp's default (262144).",
 		func(c *Config) *int { return &c.MaxConns }),
+	intVar("QUEEN_MAX_HEADER_BYTES", SectionHTTP, fastapi.DefaultMaxHeaderBytes, unitBytes, fastapi.MinMaxHeaderBytes, fastapi.MaxMaxHeaderBytes,
+		"Request head limit: request line and header fields together. One buffer of this size is held per connection. Above it the answer is 431, or 414 when the request line (the URL) alone does not fit.",
+		func(c *Config) *int { return &c.MaxHeaderBytes }),
 	durVar("QUEEN_READ_TIMEOUT_MS", SectionHTTP, 30000, time.Millisecond, 1,
-		"Longest time to read one request, headers and body: slow clients are cut off.",
+		"Longest time to read one request, head and body, from its first byte: a request not received in time (a slow client, a body shorter than its Content-Length) is answered 408. It must let the largest body arrive over the slowest link served (64 MiB in 30 s is 2.2 MB/s).",
 		func(c *Config) *time.Duration { return &c.ReadTimeout }),
 	durVar("QUEEN_DB_TIMEOUT_MS", SectionHTTP, int(fastapi.DefaultDBTimeout/time.Millisecond), time.Millisecond, 1,
 		"Deadline of the PostgreSQL work of a pop without wait (and of each attempt of a waiting pop, which gets at least 1 s), acks, lease extension, configure, transactions and the maintenance flags; past it the answer is 503.",

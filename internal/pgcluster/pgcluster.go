@@ -384,10 +384,12 @@ func (c *Cluster) StartStandby(ctx context.Context) (*Cluster, error) {
 }
 
 // WaitReplicated waits until every standby streaming from the primary c
-// has replayed the WAL c had written when it was called (at least one
+// has replayed the WAL c had inserted when it was called (the insert
+// position, not the write position: with synchronous_commit off, as test
+// clusters run, a commit may still sit in the WAL buffers) (at least one
 // standby must be streaming), polling every 20 ms until ctx ends.
 func (c *Cluster) WaitReplicated(ctx context.Context) error {
-	target, err := c.psql(ctx, "SELECT pg_current_wal_lsn()")
+	target, err := c.psql(ctx, "SELECT pg_current_wal_insert_lsn()")
 	if err != nil {
 		return err
 	}

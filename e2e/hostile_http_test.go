@@ -1,0 +1,422 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	json "github.com/goccy/go-json"
+
+	"github.com/queenmq/queen-go/internal/broker"
+)
+
+// The hostile-input findings about the HTTP layer: what a client can send
+// that fasthttp handles on its own unless told otherwise.
+
+// logBuffer is a goroutine-safe log sink for one broker.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// withLog makes the broker log everything to buf.
+func withLog(buf *logBuffer) func(*broker.Config) {
+	return func(c *broker.Config) {
+		c.Logger = slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+}
+
+// rawConn dials the broker for hand-written HTTP.
+func rawConn(t *testing.T, base string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	return c, bufio.NewReader(c)
+}
+
+// readAnswer reads one response from br; its body must be JSON
+// {"error": ...} when wantError.
+func readAnswer(t *testing.T, br *bufio.Reader, what string) (*http.Response, []byte) {
+	t.Helper()
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("%s: no readable answer: %v", what, err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatalf("%s: reading the body: %v", what, err)
+	}
+	return resp, b
+}
+
+// wantJSONError checks status and a JSON {"error"} body containing want.
+func wantJSONError(t *testing.T, what string, resp *http.Response, b []byte, status int, want string) {
+	t.Helper()
+	var e struct{ Error string }
+	if resp.StatusCode != status || json.Unmarshal(b, &e) != nil || !strings.Contains(e.Error, want) {
+		t.Fatalf("%s: %d %s, want %d with JSON error containing %q", what, resp.StatusCode, b, status, want)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+		t.Fatalf("%s: Content-Type %q, want application/json", what, ct)
+	}
+}
+
+// TestCaseTokenNeverLogged: a request head that fasthttp refuses (no
+// Host, a client leaving mid-headers) used to be printed by fasthttp's own
+// logger straight to stderr, Authorization and Cookie included. The line
+// must reach the broker's slog logger, without any credential.
+func TestCaseTokenNeverLogged(t *testing.T) {
+	t.Parallel()
+	var logs logBuffer
+	s := authSetup(t, withLog(&logs))
+	tok := token(t, "log-user", []string{"admin"}, "valid")
+	for _, head := range []string{
+		"POST /api/v1/push?access_token=" + tok + " HTTP/1.1\r\nAuthorization: Bearer " + tok + "\r\nCookie: sid=cookie-secret-42\r\n\r\n",
+		"POST /api/v1/push HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + tok + "\r\nCookie: sid=cookie-secret-42\r\nContent-Le",
+	} {
+		c, br := rawConn(t, s.base)
+		if _, err := c.Write([]byte(head)); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.(*net.TCPConn).CloseWrite()
+		_, _ = io.Copy(io.Discard, br)
+	}
+	waitLog(t, &logs, "error when serving connection")
+	out := logs.String()
+	sig := tok[strings.LastIndexByte(tok, '.')+1:]
+	for _, secret := range []string{tok, sig, "cookie-secret-42"} {
+		if strings.Contains(out, secret) {
+			t.Fatalf("the log holds a credential %q:\n%s", secret, out)
+		}
+	}
+}
+
+// waitLog waits until the log holds want.
+func waitLog(t *testing.T, logs *logBuffer, want string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(logs.String(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the broker's log never got %q (fasthttp's lines must go through slog); log:\n%s", want, logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestCaseLargeHeaders: a 16 KiB cookie, a 20 KiB URL, forwarding headers
+// and a big JWT are served; a head over QUEEN_MAX_HEADER_BYTES answers 431
+// (headers) or 414 (request line) as readable JSON, on a fresh connection
+// and after earlier requests on a kept-alive one; the limit is configurable.
+func TestCaseLargeHeaders(t *testing.T) {
+	t.Parallel()
+	s := setup(t, nil)
+	big := func(n int) string { return strings.Repeat("a", n) }
+
+	// Served: 16 KiB cookie + forwarding headers, and a 20 KiB URL.
+	req, _ := http.NewRequest("GET", s.base+"/health", nil)
+	req.Header.Set("Cookie", "dash="+big(16<<10))
+	req.Header.Set("X-Forwarded-For", strings.Repeat("10.0.0.1, ", 100))
+	req.Header.Set("Authorization", "Bearer "+big(6<<10))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("a 23 KiB head: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("a 23 KiB head: %d, want 200", resp.StatusCode)
+	}
+	if code := healthCodeURL(t, s.base+"/health?pad="+big(20<<10)); code != 200 {
+		t.Fatalf("a 20 KiB URL: %d, want 200", code)
+	}
+
+	// Over the limit, through Go's client: the answer is readable.
+	req, _ = http.NewRequest("GET", s.base+"/health", nil)
+	req.Header.Set("Cookie", "dash="+big(40<<10))
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("a 40 KiB cookie: the answer was lost: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	wantJSONError(t, "40 KiB cookie", resp, b, http.StatusRequestHeaderFieldsTooLarge, "QUEEN_MAX_HEADER_BYTES")
+
+	resp, err = http.Get(s.base + "/health?pad=" + big(40<<10))
+	if err != nil {
+		t.Fatalf("a 40 KiB URL: the answer was lost: %v", err)
+	}
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	wantJSONError(t, "40 KiB URL", resp, b, http.StatusRequestURITooLong, "request line")
+
+	// On one kept-alive connection, after a push whose body has no LF.
+	for _, c := range []struct {
+		name, head string
+		status     int
+	}{
+		{"headers", "GET /health HTTP/1.1\r\nHost: x\r\nCookie: " + big(40<<10) + "\r\n\r\n", http.StatusRequestHeaderFieldsTooLarge},
+		{"request line", "GET /health?pad=" + big(40<<10) + " HTTP/1.1\r\nHost: x\r\n\r\n", http.StatusRequestURITooLong},
+		{"many small headers", "GET /health HTTP/1.1\r\nHost: x\r\n" + strings.Repeat("X-Pad: "+big(50)+"\r\n", 700) + "\r\n", http.StatusRequestHeaderFieldsTooLarge},
+	} {
+		conn, br := rawConn(t, s.base)
+		pushBody := string(body(item{Queue: "hq", Payload: big(40 << 10)}))
+		fmt.Fprintf(conn, "POST /api/v1/push HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(pushBody), pushBody)
+		if resp, b := readAnswer(t, br, c.name+": first push"); resp.StatusCode != 201 {
+			t.Fatalf("%s: first push %d %s", c.name, resp.StatusCode, b)
+		}
+		if _, err := conn.Write([]byte(c.head)); err != nil {
+			t.Fatal(err)
+		}
+		resp, b := readAnswer(t, br, c.name)
+		wantJSONError(t, c.name+" after a push on the same connection", resp, b, c.status, "QUEEN_MAX_HEADER_BYTES")
+	}
+
+	// Configurable: 8 KiB refuses a 10 KiB cookie.
+	small := setup(t, func(c *broker.Config) { c.HTTP.MaxHeaderBytes = 8 << 10 })
+	req, _ = http.NewRequest("GET", small.base+"/health", nil)
+	req.Header.Set("Cookie", "dash="+big(10<<10))
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	wantJSONError(t, "10 KiB cookie, 8 KiB limit", resp, b, http.StatusRequestHeaderFieldsTooLarge, "QUEEN_MAX_HEADER_BYTES")
+}
+
+func healthCodeURL(t *testing.T, u string) int {
+	t.Helper()
+	resp, err := http.Get(u)
+	if err != nil {
+		t.Fatalf("GET %.60s...: %v", u, err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// expectExchange sends head (with Expect: 100-continue) and reads the
+// first answer. On "100 Continue" it sends body and returns the final one.
+func expectExchange(t *testing.T, base, head, reqBody string) (*http.Response, []byte, bool) {
+	t.Helper()
+	conn, br := rawConn(t, base)
+	if _, err := conn.Write([]byte(head)); err != nil {
+		t.Fatal(err)
+	}
+	resp, b := readAnswer(t, br, "answer to Expect")
+	if resp.StatusCode != http.StatusContinue {
+		return resp, b, false
+	}
+	if _, err := conn.Write([]byte(reqBody)); err != nil {
+		t.Fatal(err)
+	}
+	resp, b = readAnswer(t, br, "answer after 100 Continue")
+	return resp, b, true
+}
+
+// TestCaseExpectContinueChecksFirst: "Expect: 100-continue" is answered
+// after authentication and the size check: a body over the limit is not
+// invited (413), nor one without a valid token (401) or with the wrong
+// role (403); a request that would be served is invited and served.
+func TestCaseExpectContinueChecksFirst(t *testing.T) {
+	t.Parallel()
+	s := authSetup(t, func(c *broker.Config) { c.MaxBodyBytes = 1 << 20 })
+	writer := token(t, "w", []string{"write-only"}, "valid")
+	reader := token(t, "r", []string{"read-only"}, "valid")
+	small := string(body(item{Queue: "eq", Payload: 1}))
+	head := func(tok string, length int) string {
+		h := "POST /api/v1/push HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nExpect: 100-continue\r\n" +
+			fmt.Sprintf("Content-Length: %d\r\n", length)
+		if tok != "" {
+			h += "Authorization: Bearer " + tok + "\r\n"
+		}
+		return h + "\r\n"
+	}
+	for _, c := range []struct {
+		name, tok string
+		length    int
+		status    int
+		want      string
+	}{
+		{"no token", "", len(small), 401, "authentication required"},
+		{"bad token", token(t, "w", []string{"write-only"}, "expired"), len(small), 401, "invalid token"},
+		{"wrong role", reader, len(small), 403, "insufficient permissions"},
+		{"50 MB over a 1 MiB limit", writer, 50 << 20, 413, "QUEEN_MAX_BODY_BYTES"},
+		{"50 MB and no token", "", 50 << 20, 401, "authentication required"},
+	} {
+		resp, b, invited := expectExchange(t, s.base, head(c.tok, c.length), "")
+		if invited {
+			t.Fatalf("%s: invited with 100 Continue", c.name)
+		}
+		wantJSONError(t, c.name, resp, b, c.status, c.want)
+	}
+	resp, b, invited := expectExchange(t, s.base, head(writer, len(small)), small)
+	if !invited || resp.StatusCode != 201 {
+		t.Fatalf("a valid push: invited %v, then %d %s; want 100 then 201", invited, resp.StatusCode, b)
+	}
+
+	// Without auth, the size check alone.
+	open := setup(t, func(c *broker.Config) { c.MaxBodyBytes = 1 << 20 })
+	resp, b, invited = expectExchange(t, open.base, head("", 50<<20), "")
+	if invited {
+		t.Fatal("50 MB without auth: invited")
+	}
+	wantJSONError(t, "50 MB without auth", resp, b, 413, "QUEEN_MAX_BODY_BYTES")
+}
+
+// TestCaseHeadOnGetRoutes: HEAD answers as GET does, without a body, on
+// the routes health checks and load balancers probe; pop (which leases) is
+// not served by HEAD; auth applies to HEAD as to GET.
+func TestCaseHeadOnGetRoutes(t *testing.T) {
+	t.Parallel()
+	s := setup(t, nil)
+	push(t, s.base, body(item{Queue: "headq", Payload: 1}))
+	for _, path := range []string{"/health", "/metrics", "/api/v1/resources/queues", "/api/v1/resources/queues/headq",
+		"/api/v1/system/maintenance", "/api/v1/resources/overview", "/api/v1/resources/queues/nothere"} {
+		get, err := http.Get(s.base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		getBody, _ := io.ReadAll(get.Body)
+		get.Body.Close()
+		head, err := http.Head(s.base + path)
+		if err != nil {
+			t.Fatalf("HEAD %s: %v", path, err)
+		}
+		headBody, _ := io.ReadAll(head.Body)
+		head.Body.Close()
+		if head.StatusCode != get.StatusCode || len(headBody) != 0 || head.Header.Get("Content-Type") != get.Header.Get("Content-Type") {
+			t.Fatalf("HEAD %s: %d %q (%d body bytes); GET: %d %q", path, head.StatusCode, head.Header.Get("Content-Type"),
+				len(headBody), get.StatusCode, get.Header.Get("Content-Type"))
+		}
+		if path == "/health" && head.ContentLength != int64(len(getBody)) {
+			t.Fatalf("HEAD /health: Content-Length %d, GET's body is %d bytes", head.ContentLength, len(getBody))
+		}
+	}
+	head, err := http.Head(s.base + "/api/v1/pop/queue/headq")
+	if err != nil {
+		t.Fatal(err)
+	}
+	head.Body.Close()
+	if head.StatusCode != http.StatusMethodNotAllowed || head.Header.Get("Allow") != "GET" {
+		t.Fatalf("HEAD on pop: %d Allow %q, want 405 Allow GET", head.StatusCode, head.Header.Get("Allow"))
+	}
+	// The HEAD did not lease the message: a pop gets it.
+	code, b := do(t, "GET", s.base+"/api/v1/pop/queue/headq?batch=1", "", nil)
+	if code != 200 || !strings.Contains(string(b), `"messages":[{`) {
+		t.Fatalf("pop after HEAD: %d %s, want the message", code, b)
+	}
+	// HEAD on a POST-only route is still 405.
+	if head, err = http.Head(s.base + "/api/v1/push"); err != nil || head.StatusCode != http.StatusMethodNotAllowed {
+		t.Fatalf("HEAD /api/v1/push: %v %v, want 405", head.StatusCode, err)
+	}
+
+	a := authSetup(t, nil)
+	for _, c := range []struct {
+		tok  string
+		want int
+	}{{"", 401}, {token(t, "r", []string{"read-only"}, "valid"), 200}, {token(t, "w", []string{"write-only"}, "valid"), 403}} {
+		code, b := do(t, "HEAD", a.base+"/api/v1/resources/queues", c.tok, nil)
+		if code != c.want || len(b) != 0 {
+			t.Fatalf("HEAD with auth (%q): %d (%d body bytes), want %d", c.tok, code, len(b), c.want)
+		}
+	}
+}
+
+// TestCaseBodyShorterThanContentLength: a Content-Length longer than the
+// body, or a head that never ends, is answered 408 (JSON) when the read
+// timeout passes, not 400 (and not after 30 s: the timeout is the
+// broker's QUEEN_READ_TIMEOUT_MS, short here).
+func TestCaseBodyShorterThanContentLength(t *testing.T) {
+	t.Parallel()
+	const timeout = 500 * time.Millisecond
+	s := setup(t, func(c *broker.Config) { c.HTTP.ReadTimeout = timeout })
+	for _, c := range []struct{ name, req string }{
+		{"short body", "POST /api/v1/push HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"items\":"},
+		{"unfinished head", "POST /api/v1/push HTTP/1.1\r\nHost: x\r\nContent-Len"},
+		// past what fasthttp reads ahead: the handler's read times out
+		{"long body cut short", "POST /api/v1/push HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n{\"items\":[" + strings.Repeat(" ", 200<<10)},
+	} {
+		conn, br := rawConn(t, s.base)
+		start := time.Now()
+		if _, err := conn.Write([]byte(c.req)); err != nil {
+			t.Fatal(err)
+		}
+		resp, b := readAnswer(t, br, c.name)
+		wantJSONError(t, c.name, resp, b, http.StatusRequestTimeout, "QUEEN_READ_TIMEOUT_MS")
+		if took := time.Since(start); took < timeout/2 || took > 10*timeout {
+			t.Fatalf("%s: answered after %v with a %v read timeout", c.name, took, timeout)
+		}
+	}
+}
+
+// TestCaseLoneSurrogateNames: lone surrogate escapes in names and ids are
+// refused with 400 naming the field, on every route that takes them in a
+// JSON body; "t\ud800" and "t\udfff" no longer collide; a payload keeps
+// its lone surrogate byte for byte.
+func TestCaseLoneSurrogateNames(t *testing.T) {
+	t.Parallel()
+	s := setup(t, nil)
+	for _, c := range []struct{ path, body, field string }{
+		{"/api/v1/push", `{"items":[{"queue":"sq\ud800","payload":1}]}`, "items[0].queue"},
+		{"/api/v1/push", `{"items":[{"queue":"sq","partition":"p\udbff","payload":1}]}`, "items[0].partition"},
+		{"/api/v1/push", `{"items":[{"queue":"sq","payload":1,"transactionId":"t\ud800"}]}`, "items[0].transactionId"},
+		{"/api/v1/configure", `{"queue":"sq\ud800","options":{}}`, "queue"},
+		{"/api/v1/configure", `{"queue":"sq","namespace":"n\udfff","options":{}}`, "namespace"},
+		{"/api/v1/ack", `{"transactionId":"t\udfff","partitionId":"0190c1d2-0000-7000-8000-000000000001"}`, "transactionId"},
+		{"/api/v1/ack/batch", `{"acknowledgments":[{"transactionId":"a","partitionId":"0190c1d2-0000-7000-8000-000000000001"},{"transactionId":"t\ud800","partitionId":"0190c1d2-0000-7000-8000-000000000001"}]}`, "acknowledgments[1].transactionId"},
+		{"/api/v1/ack/batch", `{"consumerGroup":"g\ud800","acknowledgments":[]}`, "consumerGroup"},
+		{"/api/v1/transaction", `{"operations":[{"type":"push","items":[{"queue":"tq\ud800","payload":1}]}]}`, "operations[0].items[0].queue"},
+		{"/api/v1/transaction", `{"operations":[{"type":"ack","transactionId":"t\ud800","partitionId":"0190c1d2-0000-7000-8000-000000000001"}]}`, "operations[0].transactionId"},
+		{"/api/v1/traces", `{"transactionId":"t\udc00","partitionId":"0190c1d2-0000-7000-8000-000000000001","data":{}}`, "transactionId"},
+		{"/api/v1/traces", `{"transactionId":"t","partitionId":"0190c1d2-0000-7000-8000-000000000001","data":{},"traceNames":["n\ud800"]}`, "traceNames[0]"},
+		{"/api/v1/consumer-groups/g/subscription", `{"subscriptionTimestamp":"2025\ud800"}`, "subscriptionTimestamp"},
+	} {
+		code, b := post(t, s.base, c.path, []byte(c.body))
+		var e struct{ Error string }
+		if code != http.StatusBadRequest || json.Unmarshal(b, &e) != nil || !strings.HasPrefix(e.Error, c.field+" contains a lone surrogate") {
+			t.Errorf("POST %s %s: %d %s, want 400 naming %s", c.path, c.body, code, b, c.field)
+		}
+	}
+	// The pair collision is gone: both refused, nothing stored.
+	if n := len(readQueue(t, s.store, "sq")); n != 0 {
+		t.Fatalf("queue sq holds %d messages after refused pushes", n)
+	}
+	// Pairs are characters; lone surrogates in payloads stay.
+	res := push(t, s.base, []byte(`{"items":[{"queue":"sq\ud83d\ude00","payload":{"s":"\ud800\udfff x \udbff"},"transactionId":"t\ud83d\ude00"}]}`))
+	wantStatuses(t, res, Q)
+	msgs := readQueue(t, s.store, "sq😀")
+	if len(msgs) != 1 || msgs[0].TransactionID != "t😀" || string(msgs[0].Payload) != `{"s":"\ud800\udfff x \udbff"}` {
+		t.Fatalf("stored %+v, want transactionId t😀 and the payload byte for byte", msgs)
+	}
+	code, b := post(t, s.base, "/api/v1/transaction", []byte(`{"operations":[{"type":"push","items":[{"queue":"sq2","payload":"\ud800","transactionId":"x"}]}]}`))
+	if code != 200 || !strings.Contains(string(b), `"success":true`) {
+		t.Fatalf("transaction push with a lone surrogate in the payload: %d %s", code, b)
+	}
+	if msgs := readQueue(t, s.store, "sq2"); len(msgs) != 1 || string(msgs[0].Payload) != `"\ud800"` {
+		t.Fatalf("transaction payload stored as %+v, want \"\\ud800\" byte for byte", msgs)
+	}
+}

@@ -1,0 +1,115 @@
+package pg
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+)
+
+// MaxFilteredTries bounds how many queues one filtered pop tries before it
+// answers empty: each try is a queue pop (Store.Pop, one transaction), and
+// a queue that looked deliverable may deliver nothing (delayed processing,
+// a window buffer, a lease taken meanwhile). The next pop starts where
+// this one stopped, so every candidate is reached.
+const MaxFilteredTries = 16
+
+// FilteredPopRequest is a pop from any queue whose namespace and/or task
+// match (GET /api/v1/pop?namespace=&task=). At least one of Namespace and
+// Task is set; an empty one matches every queue. PopRequest carries the
+// queue pop's parameters (its Queue and Partition are ignored): batch,
+// partitions, consumer group, autoAck, subscription.
+type FilteredPopRequest struct {
+	Namespace, Task string
+	PopRequest
+}
+
+// FilteredPop pops from the queues of a namespace and/or task. It chooses
+// one queue per pop and pops it with Store.Pop, so leases, consumer
+// groups, subscriptions, retries and autoAck behave exactly as for a pop
+// of that queue; the answer holds messages of that one queue only.
+// Fairness: the candidates (matching queues with a partition that has
+// messages past the group's cursor and no live lease of the group) are
+// taken in name order, starting one further at every pop (round robin per
+// broker), so a busy queue cannot starve the others. Safe for concurrent
+// use.
+type FilteredPop struct {
+	st   *Store
+	next atomic.Uint64
+}
+
+// NewFilteredPop returns the filtered pop of st.
+func NewFilteredPop(st *Store) *FilteredPop { return &FilteredPop{st: st} }
+
+// MatchingQueues returns the names of the queues whose namespace and/or
+// task match (an empty one matches all), by name.
+func (f *FilteredPop) MatchingQueues(ctx context.Context, namespace, task string) ([]string, error) {
+	return f.queues(ctx, `SELECT q.name FROM queen.queues q
+		WHERE ($1::text = '' OR q.namespace = $1) AND ($2::text = '' OR q.task = $2) ORDER BY q.name`, namespace, task)
+}
+
+// candidates returns the matching queues that may deliver to group now, by
+// name.
+func (f *FilteredPop) candidates(ctx context.Context, namespace, task, group string) ([]string, error) {
+	return f.queues(ctx, `SELECT q.name FROM queen.queues q
+		WHERE ($1::text = '' OR q.namespace = $1) AND ($2::text = '' OR q.task = $2)
+		  AND EXISTS (SELECT 1 FROM queen.partitions p
+			LEFT JOIN queen.consumer_cursors c ON c.partition_id = p.id AND c.consumer_group = $3
+			WHERE p.queue_id = q.id AND p.next_offset > coalesce(c.cursor_offset, 0)
+			  AND (c.lease_id IS NULL OR c.lease_expires_at <= now()))
+		ORDER BY q.name`, namespace, task, group)
+}
+
+func (f *FilteredPop) queues(ctx context.Context, sql string, args ...any) ([]string, error) {
+	rows, err := f.st.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return nil, err
+		}
+		out = append(out, name)
+	}
+	return out, rows.Err()
+}
+
+// Pop delivers from one matching queue (see FilteredPop): the first
+// candidate, in round-robin order, whose Store.Pop delivers. With nothing
+// to deliver the result is empty, its NextCheck the earliest of the tried
+// queues'.
+func (f *FilteredPop) Pop(ctx context.Context, req FilteredPopRequest) (*PopResult, error) {
+	cands, err := f.candidates(ctx, req.Namespace, req.Task, req.Group)
+	if err != nil {
+		return nil, fmt.Errorf("pg: filtered pop: %w", err)
+	}
+	empty := &PopResult{}
+	if len(cands) == 0 {
+		return empty, nil
+	}
+	start := int(f.next.Add(1) % uint64(len(cands)))
+	tries := min(len(cands), MaxFilteredTries)
+	qr := req.PopRequest
+	qr.Partition = ""
+	for i := 0; i < tries; i++ {
+		qr.Queue = cands[(start+i)%len(cands)]
+		res, err := f.st.Pop(ctx, qr)
+		if err != nil {
+			return nil, err
+		}
+		if len(res.Messages) > 0 {
+			if i > 0 {
+				// Begin the next pop after the queue that delivered.
+				f.next.Add(uint64(i))
+			}
+			return res, nil
+		}
+		empty.checkAt(res.NextCheck)
+	}
+	if tries < len(cands) {
+		f.next.Add(uint64(tries - 1))
+	}
+	return empty, nil
+}

@@ -1,0 +1,116 @@
+package pg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// Tombstones deletes single messages (DELETE
+// /api/v1/messages/:partitionId/:transactionId).
+//
+// Messages are packed into segments (one row per projection batch and
+// partition), so one message cannot be removed from its row without
+// rewriting the segment under the pop path's feet. A deleted message is
+// instead marked in queen.tombstones, keyed by (partition_id, msg_offset),
+// with its transactionId. fetch (the read under pop, ack, dead-lettering,
+// message lookup and traces) skips marked offsets, so the message is never
+// delivered, acked, traced or shown again; a lease or cursor that reaches a
+// marked offset passes over it as if it had been acked. The payload bytes
+// stay in the segment until retention deletes it. The dedup sidecar is
+// left alone: the transactionId stays a duplicate for the rest of its
+// window (DESIGN.md §2). Cost: one row (~60 bytes plus the transactionId)
+// per deleted message, and one index probe of the tombstones per segment
+// row read.
+type Tombstones struct {
+	s *Store
+}
+
+// NewTombstones returns the single-message delete on s's pool.
+func NewTombstones(s *Store) *Tombstones { return &Tombstones{s: s} }
+
+// DeleteMessage marks the stored message of partition pid with
+// transactionId txid deleted, with its dead letters and traces. It returns
+// false when there is no such (undeleted) message: an unknown partition,
+// an unknown transactionId, or one deleted already. When several stored
+// messages share the transactionId (dedup off, or after its window), the
+// latest is deleted. The message is looked up through the dedup sidecar,
+// the partition's leases, and else a scan of the partition's segments,
+// newest first.
+func (t *Tombstones) DeleteMessage(ctx context.Context, pid uuid.UUID, txid string) (bool, error) {
+	deleted := false
+	err := withRetry(true, func() error {
+		return pgx.BeginFunc(ctx, t.s.pool, func(tx pgx.Tx) error {
+			deleted = false
+			m, err := findTracedMessage(ctx, tx, pid, txid)
+			if errors.Is(err, ErrTraceMessageNotFound) {
+				m, err = scanForMessage(ctx, tx, pid, txid)
+			}
+			if err != nil || m == nil {
+				return err
+			}
+			tag, err := tx.Exec(ctx, `INSERT INTO queen.tombstones (partition_id, msg_offset, transaction_id)
+				VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`, pid, m.Offset, []byte(txid))
+			if err != nil || tag.RowsAffected() == 0 {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `DELETE FROM queen.dead_letters WHERE partition_id = $1 AND msg_offset = $2`, pid, m.Offset); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `DELETE FROM queen.message_traces WHERE partition_id = $1 AND msg_offset = $2`, pid, m.Offset); err != nil {
+				return err
+			}
+			deleted = true
+			return nil
+		})
+	})
+	if err != nil {
+		return false, fmt.Errorf("pg: delete message: %w", err)
+	}
+	return deleted, nil
+}
+
+// scanForMessage reads the partition's segments newest first for the
+// latest undeleted message with transactionId txid; nil when none.
+func scanForMessage(ctx context.Context, tx pgx.Tx, pid uuid.UUID, txid string) (*StoredMessage, error) {
+	rows, err := tx.Query(ctx, `SELECT base_offset, last_offset FROM queen.segments WHERE partition_id = $1
+		ORDER BY base_offset DESC`, pid)
+	if err != nil {
+		return nil, err
+	}
+	type seg struct{ base, last int64 }
+	segs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (seg, error) {
+		var s seg
+		err := r.Scan(&s.base, &s.last)
+		return s, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, sg := range segs {
+		msgs, err := fetch(ctx, tx, pid, sg.base, sg.last)
+		if err != nil {
+			return nil, err
+		}
+		for i := len(msgs) - 1; i >= 0; i-- {
+			if msgs[i].TransactionID == txid {
+				return &msgs[i], nil
+			}
+		}
+	}
+	return nil, nil
+}
+
+// tombstonedIn returns the deleted offsets of partition pid in [from, to],
+// ascending.
+func tombstonedIn(ctx context.Context, tx pgx.Tx, pid uuid.UUID, from, to int64) ([]int64, error) {
+	rows, err := tx.Query(ctx, `SELECT msg_offset FROM queen.tombstones WHERE partition_id = $1
+		AND msg_offset >= $2 AND msg_offset <= $3 ORDER BY msg_offset`, pid, from, to)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[int64])
+}

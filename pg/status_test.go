@@ -146,7 +146,7 @@ func TestStatusCounts(t *testing.T) {
 	if err != nil || len(bs) != 1 || bs[0].Messages != 4 {
 		t.Fatalf("StoredPerBucket = %v, %v", bs, err)
 	}
-	if p := s.Pool(); p.Max != 4 {
+	if p := s.Pool(); p.Max != pg.DefaultPoolSize { // openStore takes the default
 		t.Fatalf("Pool = %+v", p)
 	}
 }

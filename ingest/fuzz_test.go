@@ -96,42 +96,45 @@ func FuzzDecodeRecord(f *testing.F) {
 	})
 }
 
+// fuzzBodies seed the push body fuzz targets.
+var fuzzBodies = []string{
+	``,
+	` `,
+	`null`,
+	`[]`,
+	`{}`,
+	`{"items":[]}`,
+	`{"items":{}}`,
+	`{"items":[{"queue":"q","payload":{"a":1}}]}`,
+	`{"items":[{"queue":"q","partition":"p","transactionId":"t","payload":[1,"2",null,true]}]}`,
+	`{"items":[{"queue":"q","payload":1,"transactionId":null},{"queue":"r","payload":"x"}]}`,
+	`{"items":[{"queue":"q","queue":"r","payload":1,"payload":2}]}`,
+	`{"items":[{"queue":"","payload":1}]}`,
+	`{"items":[{"queue":"q","partition":"","payload":1}]}`,
+	`{"items":[{"queue":"q\u0000","payload":1}]}`,
+	`{"items":[{"queue":"\u00e9\ud83d\ude00","payload":"\ud800"}]}`,
+	`{"items":[{"queue":"q","payload":   {"nested":[[[[{}]]]]}   }]}`,
+	`{"items":[{"queue":"q","payload":1e400}]}`,
+	`{"items":[{"queue":"q","payload":-0.0e-0}]}`,
+	`{"items":[{"queue":"q","payload":01}]}`,
+	`{"items":[{"queue":"q","payload":"\x"}]}`,
+	`{"items":[{"queue":"q","payload":tru}]}`,
+	`{"items":[{"queue":"q","payload":1}],}`,
+	`{"items":[{"queue":"q","payload":1}]} trailing`,
+	`{"items":[{"queue":"q","payload":1}]}{"items":[]}`,
+	`{"items":[{"queue":"q","payload":"\"}"}]}`,
+	`{"items":[{"Queue":"q","payload":1}]}`,
+	`{"items":[{"queue":"q","payload":1,"transactionId":5}]}`,
+	`{"items":[{"queue":1,"payload":1}]}`,
+	"{\"items\":[{\"queue\":\"q\",\"payload\":\"\xff\"}]}",
+	`[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[`,
+}
+
 // FuzzParseBody: ParseBody never panics; the items it returns have a valid
 // queue and partition name and a payload that is valid JSON taken from the
 // body.
 func FuzzParseBody(f *testing.F) {
-	for _, s := range []string{
-		``,
-		` `,
-		`null`,
-		`[]`,
-		`{}`,
-		`{"items":[]}`,
-		`{"items":{}}`,
-		`{"items":[{"queue":"q","payload":{"a":1}}]}`,
-		`{"items":[{"queue":"q","partition":"p","transactionId":"t","payload":[1,"2",null,true]}]}`,
-		`{"items":[{"queue":"q","payload":1,"transactionId":null},{"queue":"r","payload":"x"}]}`,
-		`{"items":[{"queue":"q","queue":"r","payload":1,"payload":2}]}`,
-		`{"items":[{"queue":"","payload":1}]}`,
-		`{"items":[{"queue":"q","partition":"","payload":1}]}`,
-		`{"items":[{"queue":"q\u0000","payload":1}]}`,
-		`{"items":[{"queue":"\u00e9\ud83d\ude00","payload":"\ud800"}]}`,
-		`{"items":[{"queue":"q","payload":   {"nested":[[[[{}]]]]}   }]}`,
-		`{"items":[{"queue":"q","payload":1e400}]}`,
-		`{"items":[{"queue":"q","payload":-0.0e-0}]}`,
-		`{"items":[{"queue":"q","payload":01}]}`,
-		`{"items":[{"queue":"q","payload":"\x"}]}`,
-		`{"items":[{"queue":"q","payload":tru}]}`,
-		`{"items":[{"queue":"q","payload":1}],}`,
-		`{"items":[{"queue":"q","payload":1}]} trailing`,
-		`{"items":[{"queue":"q","payload":1}]}{"items":[]}`,
-		`{"items":[{"queue":"q","payload":"\"}"}]}`,
-		`{"items":[{"Queue":"q","payload":1}]}`,
-		`{"items":[{"queue":"q","payload":1,"transactionId":5}]}`,
-		`{"items":[{"queue":1,"payload":1}]}`,
-		"{\"items\":[{\"queue\":\"q\",\"payload\":\"\xff\"}]}",
-		`[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[`,
-	} {
+	for _, s := range fuzzBodies {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {

@@ -30,7 +30,6 @@ func benchAppend(b *testing.B, appenders, size int, noSync bool) {
 		b.Fatal(err)
 	}
 	defer l.Close()
-	payload := testPayload(1, size)
 	b.SetBytes(int64(size))
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -44,8 +43,9 @@ func benchAppend(b *testing.B, appenders, size int, noSync bool) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			rec := append(make([]byte, HeaderSize), testPayload(g, size)...) // as ingest builds it
 			for i := 0; i < n; i++ {
-				if _, err := appendForBench(l, payload); err != nil {
+				if _, err := appendForBench(l, rec); err != nil {
 					b.Error(err)
 					return
 				}
@@ -55,8 +55,9 @@ func benchAppend(b *testing.B, appenders, size int, noSync bool) {
 	wg.Wait()
 }
 
-// appendForBench is one push's append of payload.
-func appendForBench(l *Log, payload []byte) (uint64, error) { return l.Append(payload, nil) }
+// appendForBench is one push's append of its record: rec is HeaderSize
+// free bytes and the payload, as package ingest encodes it.
+func appendForBench(l *Log, rec []byte) (uint64, error) { return l.AppendEnveloped(rec, nil) }
 
 // BenchmarkCursorNext: the projector's read of durable records (batches of
 // up to 1000 records of 30 KB or 400 bytes).

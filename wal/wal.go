@@ -23,6 +23,9 @@ const (
 	// DefaultMaxBatchBytes bounds one group commit: 8 MiB. A single record
 	// larger than this is written alone.
 	DefaultMaxBatchBytes = 8 << 20
+	// keepBatchBytes: a group commit's buffer above this size is dropped
+	// after the write rather than reused.
+	keepBatchBytes = 1 << 20
 	// slowSync is the fsync duration above which a warning is logged.
 	slowSync = time.Second
 )
@@ -86,7 +89,9 @@ func (o *Options) withDefaults() Options {
 }
 
 type appendReq struct {
-	data     []byte
+	// rec is the whole record: envelope header (filled by the writer) and
+	// payload.
+	rec      []byte
 	onAssign func(uint64)
 	index    uint64
 	done     chan error
@@ -126,6 +131,11 @@ type Log struct {
 	// lastSealed caches the range [from, to) and verified count of the
 	// sealed segment read last, so sequential reads skip the directory scan.
 	lastSealed struct{ from, to, good uint64 }
+
+	// batch is reused by every group commit (writer goroutine only): its
+	// buffer, tidwall's copy of the batch's records, is kept while it holds
+	// at most keepBatchBytes.
+	batch twal.Batch
 
 	// lastFullWarn rate-limits the ErrFull warning (writer goroutine only).
 	lastFullWarn time.Time
@@ -274,7 +284,25 @@ func (l *Log) Append(payload []byte, onAssign func(uint64)) (uint64, error) {
 	if len(payload) > l.opts.MaxRecordBytes {
 		return 0, ErrRecordTooLarge
 	}
-	r := &appendReq{data: payload, onAssign: onAssign, done: make(chan error, 1)}
+	rec := make([]byte, headerSize+len(payload))
+	copy(rec[headerSize:], payload)
+	return l.AppendEnveloped(rec, onAssign)
+}
+
+// AppendEnveloped is Append for a caller that built the payload behind
+// HeaderSize free bytes: rec is HeaderSize bytes (overwritten with the
+// envelope header) followed by the payload, so the payload is written
+// without another copy. rec must not be modified until AppendEnveloped
+// returns; afterwards it is the caller's again. Results and errors are
+// Append's.
+func (l *Log) AppendEnveloped(rec []byte, onAssign func(uint64)) (uint64, error) {
+	if len(rec) < headerSize {
+		return 0, fmt.Errorf("wal: AppendEnveloped: record of %d bytes has no room for the %d-byte header", len(rec), headerSize)
+	}
+	if len(rec)-headerSize > l.opts.MaxRecordBytes {
+		return 0, ErrRecordTooLarge
+	}
+	r := &appendReq{rec: rec, onAssign: onAssign, done: make(chan error, 1)}
 	select {
 	case l.reqs <- r:
 	case <-l.stop:
@@ -297,13 +325,13 @@ func (l *Log) writer() {
 			return
 		}
 		batch = append(batch[:0], r)
-		size := len(r.data)
+		size := len(r.rec)
 	collect:
 		for size < l.opts.MaxBatchBytes {
 			select {
 			case r2 := <-l.reqs:
 				batch = append(batch, r2)
-				size += len(r2.data)
+				size += len(r2.rec)
 			default:
 				break collect
 			}
@@ -330,7 +358,7 @@ func (l *Log) admit(batch []*appendReq) []*appendReq {
 	kept := batch[:0]
 	refused := 0
 	for _, r := range batch {
-		n := recordBytes(len(r.data))
+		n := recordBytes(len(r.rec) - headerSize)
 		if size+n > l.opts.MaxBytes {
 			r.done <- ErrFull
 			refused++
@@ -369,7 +397,8 @@ func (l *Log) writeBatch(batch []*appendReq) error {
 	}
 
 	l.lgMu.RLock()
-	var b twal.Batch
+	b := &l.batch
+	b.Clear() // tidwall clears it after a successful write only
 	idx := l.last
 	bytes := l.tailBytes
 	tailStart := l.tailStart
@@ -382,9 +411,9 @@ func (l *Log) writeBatch(batch []*appendReq) error {
 	for _, r := range batch {
 		idx++
 		r.index = idx
-		rec := EncodeRecord(make([]byte, 0, len(r.data)+headerSize), r.data)
-		b.Write(idx, rec)
-		n := uvarintLen(uint64(len(rec))) + len(rec)
+		sealEnvelope(r.rec)
+		b.Write(idx, r.rec)
+		n := uvarintLen(uint64(len(r.rec))) + len(r.rec)
 		bytes += n
 		written += int64(n)
 		if bytes >= l.opts.SegmentSize {
@@ -394,8 +423,11 @@ func (l *Log) writeBatch(batch []*appendReq) error {
 			r.onAssign(idx)
 		}
 	}
-	err := l.lg.WriteBatch(&b)
+	err := l.lg.WriteBatch(b)
 	l.lgMu.RUnlock()
+	if written > keepBatchBytes {
+		l.batch = twal.Batch{} // do not hold a large group commit's copy
+	}
 	if err == nil {
 		if rolled || tailStart != l.tailStart {
 			l.tailStart = tailStart

@@ -111,21 +111,17 @@ func (s *Server) transaction(ctx *fasthttp.RequestCtx) {
 				writeErr(ctx, fasthttp.StatusBadRequest, fmt.Sprintf("operations[%d]: %v", i, err))
 				return
 			}
-			for _, it := range items {
-				id, err := uuid.NewV7()
-				if err != nil {
-					writeErr(ctx, fasthttp.StatusInternalServerError, "internal error")
-					return
-				}
-				txid := it.TransactionID
-				if txid == "" {
-					txid = id.String()
-				}
-				order = append(order, slot{true, len(pushes), i})
-				pushes = append(pushes, pg.ProjectItem{Queue: it.Queue, Partition: it.Partition, AcceptedAtMicros: now,
-					Message: pg.Message{ID: id, TransactionID: txid, CreatedAtMicros: now, TraceID: it.TraceID, ProducerSub: sub,
-						Payload: append([]byte(nil), it.Payload...)}})
+			minted, err := ingest.NewItems(items, sub)
+			if err != nil {
+				writeErr(ctx, fasthttp.StatusInternalServerError, "internal error")
+				return
 			}
+			for j := range minted {
+				minted[j].Payload = append([]byte(nil), minted[j].Payload...)
+				order = append(order, slot{true, len(pushes) + j, i})
+			}
+			rec := ingest.Record{AcceptedAt: now, Items: minted}
+			pushes = rec.AppendProjectItems(pushes)
 		case "ack":
 			r, msg := toAckRequest(ackBody{TransactionID: op.TransactionID, PartitionID: op.PartitionID, Status: op.Status,
 				ConsumerGroup: op.ConsumerGroup, Error: op.Error, LeaseID: op.LeaseID}, "")

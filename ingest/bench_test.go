@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/uuid"
+	"github.com/queenmq/queen-go/wal"
 )
 
 // benchBody is a push body of n items shaped like queen-bench's: queue
@@ -82,22 +82,22 @@ func buildForBench(body []byte, sub *string) ([]byte, []Result, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	rec := Record{AcceptedAt: 1_700_000_000_000_000, Items: make([]Item, len(parsed))}
-	res := make([]Result, len(parsed))
-	for i, it := range parsed {
-		id, err := uuid.NewV7()
-		if err != nil {
-			return nil, nil, err
-		}
-		txid := it.TransactionID
-		if txid == "" {
-			txid = id.String()
-		}
-		rec.Items[i] = Item{Queue: it.Queue, Partition: it.Partition, TransactionID: txid,
-			MessageID: id, ProducerSub: sub, Payload: it.Payload}
-		res[i] = Result{Index: i, MessageID: id.String(), TransactionID: txid, QueueName: it.Queue}
+	items, err := NewItems(parsed, sub)
+	if err != nil {
+		return nil, nil, err
 	}
-	return EncodeRecord(make([]byte, 0, len(body)+len(parsed)*64), &rec), res, nil
+	rec := Record{AcceptedAt: 1_700_000_000_000_000, Items: items}
+	res := make([]Result, len(items))
+	for i := range items {
+		it := &items[i]
+		mid := it.TransactionID
+		if parsed[i].TransactionID != "" {
+			mid = it.MessageID.String()
+		}
+		res[i] = Result{Index: i, MessageID: mid, TransactionID: it.TransactionID, QueueName: it.Queue}
+	}
+	buf := EncodeRecord(make([]byte, wal.HeaderSize, wal.HeaderSize+rec.EncodedLen()), &rec)
+	return buf[wal.HeaderSize:], res, nil
 }
 
 // BenchmarkDecodeRecord: what the projector does per WAL record before it

@@ -394,16 +394,12 @@ func (p *Projector) projectOnce(ctx context.Context, cursor uint64) error {
 	// back on the next call, with the cursor at the failing record.
 	var items []pg.ProjectItem
 	entries := make([]entry, 0, len(batch))
+	var rec ingest.Record // one decode buffer for the batch's records
 	for _, e := range batch {
-		rec, err := ingest.DecodeRecord(e.Payload)
-		if err != nil {
+		if err := ingest.DecodeRecordInto(&rec, e.Payload); err != nil {
 			return fmt.Errorf("WAL record %d: %w", e.Index, err)
 		}
-		for _, it := range rec.Items {
-			items = append(items, pg.ProjectItem{Queue: it.Queue, Partition: it.Partition, AcceptedAtMicros: rec.AcceptedAt,
-				Message: pg.Message{ID: it.MessageID, TransactionID: it.TransactionID, CreatedAtMicros: rec.AcceptedAt,
-					ProducerSub: it.ProducerSub, Payload: it.Payload}})
-		}
+		items = rec.AppendProjectItems(items)
 		entries = append(entries, entry{index: e.Index, n: len(rec.Items)})
 	}
 	last := batch[len(batch)-1].Index

@@ -15,8 +15,11 @@ import (
 
 // Defaults applied where an Options field is zero.
 const (
-	// DefaultSegmentSize is the target segment file size: 16 MiB.
-	DefaultSegmentSize = 16 << 20
+	// DefaultSegmentSize is the target segment file size: 4 MiB. tidwall
+	// keeps the tail segment and the last sealed one in memory, so this
+	// bounds the broker's WAL memory (about 2 × SegmentSize, plus any
+	// single record larger than it).
+	DefaultSegmentSize = 4 << 20
 	// DefaultMaxRecordBytes bounds one record's payload: 80 MiB (the 64 MiB
 	// default body limit plus the per-item overhead of the push record).
 	DefaultMaxRecordBytes = 80 << 20
@@ -182,7 +185,7 @@ func (l *Log) openLocked(keep int64) (*RepairReport, error) {
 		NoSync:           true, // this package fsyncs itself, outside tidwall's lock
 		SegmentSize:      l.opts.SegmentSize,
 		LogFormat:        twal.Binary,
-		SegmentCacheSize: 2,
+		SegmentCacheSize: 1,
 		AllowEmpty:       true,
 		DirPerms:         0o750,
 		FilePerms:        0o640,

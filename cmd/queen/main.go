@@ -27,7 +27,7 @@
 //	FILE_BUFFER_DIR        WAL directory (/var/lib/queen/buffers)
 //	QUEEN_MAX_BODY_BYTES   push body limit in bytes (67108864 = 64 MiB)
 //	QUEEN_WAL_RETENTION_SECONDS   keep projected WAL segments this long (900)
-//	QUEEN_WAL_SEGMENT_BYTES       WAL segment size in bytes (16777216)
+//	QUEEN_WAL_SEGMENT_BYTES       WAL segment size in bytes (4194304)
 //	QUEEN_WAL_MAX_BYTES    cap on the WAL's segment files in bytes (0 = none):
 //	                       beyond it pushes answer failed (500 in maintenance
 //	                       mode), and above 3/4 of it projected segments are

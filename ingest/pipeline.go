@@ -108,8 +108,11 @@ func (r *Registry) FailAll() {
 
 // Gate tells the pipeline whether waiting for a verdict is worthwhile.
 type Gate interface {
-	// Accepting is false while the projector is paused (maintenance mode),
-	// PostgreSQL is away, or the backlog is too long to wait for.
+	// Accepting is false while the projector is paused (maintenance mode)
+	// or PostgreSQL is away: no verdict would come, so the push answers
+	// buffered at once. A long backlog is not a reason: the push waits for
+	// its own verdict (at most VerdictTimeout), which slows producers to the
+	// projector's pace instead of letting the WAL grow without bound.
 	Accepting() bool
 }
 

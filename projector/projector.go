@@ -36,10 +36,6 @@ const (
 	DefaultWALRetention     = 15 * time.Minute
 	DefaultMaintainInterval = 30 * time.Second
 	DefaultDedupGrace       = 15 * time.Minute
-	// DefaultMaxWaitBacklog is the backlog (WAL entries not yet projected)
-	// above which pushes are answered "buffered" at once instead of
-	// waiting for a verdict that would come late.
-	DefaultMaxWaitBacklog = 4 * DefaultMaxBatchEntries
 )
 
 // Config of a Projector. BrokerID is required; zero durations and sizes
@@ -64,8 +60,6 @@ type Config struct {
 	MaintainInterval time.Duration
 	// DedupGrace keeps dedup entries this long past their window.
 	DedupGrace time.Duration
-	// MaxWaitBacklog: see DefaultMaxWaitBacklog.
-	MaxWaitBacklog uint64
 	// OnCommit, when set, is called after each committed batch with the
 	// names of the queues it stored messages in (long-poll wake-ups).
 	OnCommit func(queues []string)
@@ -125,9 +119,6 @@ func New(cfg Config, w *wal.Log, store *pg.Store, reg *ingest.Registry) *Project
 	if cfg.DedupGrace <= 0 {
 		cfg.DedupGrace = DefaultDedupGrace
 	}
-	if cfg.MaxWaitBacklog == 0 {
-		cfg.MaxWaitBacklog = DefaultMaxWaitBacklog
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -184,10 +175,11 @@ func (p *Projector) Paused() bool { return p.paused.Load() }
 // succeeded (true before the first one).
 func (p *Projector) Healthy() bool { return !p.unhealthy.Load() }
 
-// Accepting implements ingest.Gate: pushes wait for a verdict only while
-// the projector runs, PostgreSQL answers, and the backlog is short.
+// Accepting implements ingest.Gate: pushes wait for their verdict while
+// the projector runs and PostgreSQL answers, however long the backlog (the
+// wait is the producers' backpressure: README.md, "Backpressure").
 func (p *Projector) Accepting() bool {
-	return !p.paused.Load() && !p.unhealthy.Load() && p.Backlog() <= p.cfg.MaxWaitBacklog
+	return !p.paused.Load() && !p.unhealthy.Load()
 }
 
 // Backlog is the number of durable WAL records not yet committed to

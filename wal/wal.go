@@ -186,6 +186,7 @@ func (l *Log) openLocked(keep int64) (*RepairReport, error) {
 		SegmentSize:      l.opts.SegmentSize,
 		LogFormat:        twal.Binary,
 		SegmentCacheSize: 1,
+		NoCopy:           true, // Read aliases tidwall's segment memory; see Read
 		AllowEmpty:       true,
 		DirPerms:         0o750,
 		FilePerms:        0o640,
@@ -524,9 +525,12 @@ func (l *Log) FirstIndex() uint64 { return l.first.Load() }
 // become durable.
 func (l *Log) Notify() <-chan struct{} { return l.notify }
 
-// Read returns the payload of the record at index. Errors: ErrNotFound
-// (outside [FirstIndex, DurableIndex]), ErrCorruptRecord, ErrUnknownVersion,
-// ErrClosed, or an I/O error.
+// Read returns the payload of the record at index. The slice may share
+// memory with the log's in-memory copy of its segment (tidwall NoCopy:
+// tidwall only ever appends to that copy, so the bytes stay as read): the
+// caller must not modify it. Errors: ErrNotFound (outside [FirstIndex,
+// DurableIndex]), ErrCorruptRecord, ErrUnknownVersion, ErrClosed, or an I/O
+// error.
 func (l *Log) Read(index uint64) ([]byte, error) {
 	if index > l.durable.Load() || index < l.first.Load() {
 		return nil, ErrNotFound

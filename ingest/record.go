@@ -127,6 +127,23 @@ func EncodeRecord(dst []byte, r *Record) []byte {
 	return dst
 }
 
+// ItemCount reads the item count from the header of the push record b
+// without decoding the items (0 when the header does not decode: the
+// decode itself then reports the error). The projector sizes its batch
+// with it.
+func ItemCount(b []byte) int {
+	rd := binenc.NewReader(b)
+	if rd.Byte() != recordKindPush {
+		return 0
+	}
+	rd.Varint()
+	n := rd.Uvarint()
+	if rd.Err() != nil || n > uint64(rd.Len()/21+1) {
+		return 0
+	}
+	return int(n)
+}
+
 // DecodeRecord decodes a push record. Payload slices alias b. Errors wrap
 // ErrBadRecord.
 func DecodeRecord(b []byte) (*Record, error) {

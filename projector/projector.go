@@ -28,8 +28,12 @@ import (
 
 // Defaults applied where a Config field is zero.
 const (
-	DefaultMaxBatchEntries  = 1000
-	DefaultMaxBatchBytes    = 16 << 20 // bytes of WAL payload per transaction
+	DefaultMaxBatchEntries = 1000
+	// DefaultMaxBatchBytes caps the WAL payload bytes of one transaction:
+	// 4 MiB. A batch is held about three times over while it is sent (the
+	// decoded items, the segment bodies, pgx's encoded parameters), so
+	// this cap, not the push rate, bounds the projector's memory.
+	DefaultMaxBatchBytes    = 4 << 20
 	DefaultTxTimeout        = 10 * time.Second
 	DefaultBackoffMin       = 50 * time.Millisecond
 	DefaultBackoffMax       = 2 * time.Second
@@ -384,7 +388,11 @@ func (p *Projector) projectOnce(ctx context.Context, cursor uint64) error {
 	}
 	// Records read before a failing one are projected; the failure comes
 	// back on the next call, with the cursor at the failing record.
-	var items []pg.ProjectItem
+	n := 0
+	for _, e := range batch {
+		n += ingest.ItemCount(e.Payload)
+	}
+	items := make([]pg.ProjectItem, 0, n)
 	entries := make([]entry, 0, len(batch))
 	var rec ingest.Record // one decode buffer for the batch's records
 	for _, e := range batch {

@@ -48,6 +48,8 @@
 //	RETENTION_INTERVAL     ms between retention passes (300000)
 //	LOG_LEVEL              debug, info, warn, error (info)
 //	QUEEN_PPROF            "true" serves Go's pprof under /debug/pprof/ (off)
+//	GOMEMLIMIT             the Go runtime's soft memory limit (40MiB when unset,
+//	                       where Go's own default is none)
 //
 // SIGTERM or SIGINT shuts down gracefully: stop accepting, finish in-flight
 // requests (30 s at most), stop the projector, flush and close the WAL.
@@ -62,6 +64,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"syscall"
 	"time"
@@ -83,6 +86,15 @@ func walRetention(sec int) time.Duration {
 	}
 	return time.Duration(sec) * time.Second
 }
+
+// defaultMemoryLimit is the Go runtime's soft memory limit when GOMEMLIMIT
+// is unset: 40 MiB. The broker's live heap is small (the WAL's tail and
+// last sealed segment, the projector's batch, the requests in flight), and
+// without a limit the collector lets the heap reach twice its live size
+// at every peak, so peak RSS followed the push rate. The limit is soft: a
+// body larger than it still fits, the collector only works harder (at most
+// half the CPU, by the runtime's own cap) until it is gone.
+const defaultMemoryLimit = 40 << 20
 
 func env(name, def string) string {
 	if v := os.Getenv(name); v != "" {
@@ -141,6 +153,9 @@ func run(args []string) error {
 	dev := len(args) > 0 && args[0] == "dev"
 	if len(args) > 0 && !dev {
 		return fmt.Errorf("unknown command %q (want none, \"dev\", \"wal verify [DIR]\" or \"wal status [DIR]\")", args[0])
+	}
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(defaultMemoryLimit)
 	}
 	port, err := envInt("PORT", 6632)
 	if err != nil {

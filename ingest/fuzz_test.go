@@ -58,6 +58,9 @@ func FuzzDecodeRecord(f *testing.F) {
 				t.Fatalf("DecodeRecord: error %v does not wrap ErrBadRecord", err)
 			}
 		} else {
+			if n := ItemCount(raw); n != len(r.Items) {
+				t.Fatalf("ItemCount = %d, DecodeRecord decoded %d items", n, len(r.Items))
+			}
 			again, err := DecodeRecord(EncodeRecord(nil, r))
 			if err != nil {
 				t.Fatalf("re-encoded record does not decode: %v", err)
@@ -80,12 +83,24 @@ func FuzzDecodeRecord(f *testing.F) {
 			rec.Items = append(rec.Items, it)
 		}
 		enc := EncodeRecord([]byte("prefix"), rec)
+		if got := len(enc) - len("prefix"); got != rec.EncodedLen() {
+			t.Fatalf("EncodeRecord wrote %d bytes, EncodedLen says %d", got, rec.EncodedLen())
+		}
 		got, err := DecodeRecord(enc[len("prefix"):])
 		if err != nil {
 			t.Fatalf("DecodeRecord(EncodeRecord(r)): %v", err)
 		}
 		if !sameRecord(rec, got) {
 			t.Fatalf("round trip changed the record:\n got %+v\nwant %+v", got, rec)
+		}
+		// Decoding into a Record that held a longer record before (the
+		// projector reuses one per batch) gives the same record.
+		reused := &Record{Items: make([]Item, 7)}
+		for i := range reused.Items {
+			reused.Items[i] = Item{Queue: "stale", ProducerSub: &producer, Payload: []byte("stale")}
+		}
+		if err := DecodeRecordInto(reused, enc[len("prefix"):]); err != nil || !sameRecord(rec, reused) {
+			t.Fatalf("DecodeRecordInto a reused Record: %v, got %+v, want %+v", err, reused, rec)
 		}
 		// Every strict prefix is refused, never misread.
 		for cut := 0; cut < len(enc)-len("prefix"); cut += 1 + cut/8 {

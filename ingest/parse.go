@@ -357,7 +357,7 @@ func (p *itemParser) text(sp span) []byte {
 	return p.scratch
 }
 
-// name checks a queue or partition name value (DESIGN.md §3: byte-exact
+// name checks a queue or partition name value (ValidateName: byte-exact
 // UTF-8, 1..255 bytes, no control characters) and returns it, shared with
 // an equal name read before.
 func (p *itemParser) name(sp span) (string, error) {

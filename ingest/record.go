@@ -35,10 +35,10 @@ type Item struct {
 
 // NewItems mints the items of one push or transaction from its parsed
 // items: a UUIDv7 message id each, the transactionId (the minted id's text
-// when the body gave none: spec/producing.md, "transactionId and
-// deduplication"), and producerSub (the validated JWT sub, or nil). It is
-// the one place a push item is built. Payloads keep aliasing the parsed
-// body. The error is uuid's (no randomness).
+// when the body gave none, as the push route's contract says) and
+// producerSub (the validated JWT sub, or nil). It is the one place a push
+// item is built. Payloads keep aliasing the parsed body. The error is
+// uuid's (no randomness).
 func NewItems(parsed []ParsedItem, producerSub *string) ([]Item, error) {
 	items := make([]Item, len(parsed))
 	for i := range parsed {

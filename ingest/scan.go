@@ -121,8 +121,8 @@ func (s *scanner) value() (start, end int) {
 	return start, s.pos
 }
 
-// enter counts one level of nesting (DESIGN.md §3 refuses bodies deeper
-// than MaxDepth so that nothing recurses without bound).
+// enter counts one level of nesting: bodies deeper than MaxDepth are
+// refused so that nothing recurses without bound.
 func (s *scanner) enter() {
 	s.depth++
 	if s.depth > MaxDepth && s.err == nil {

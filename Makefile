@@ -54,6 +54,7 @@ FUZZ = $(GO) test -run='^$$' -fuzzminimizetime=100x -fuzztime=$(FUZZEXECS)x
 FUZZ_SLOW = $(GO) test -run='^$$' -fuzzminimizetime=100x -fuzztime=$(shell echo $$(( $(FUZZEXECS) / 100 )))x
 fuzz:
 	$(FUZZ) -fuzz='^FuzzParseBody$$' ./ingest/
+	$(FUZZ) -fuzz='^FuzzParseBodyMatchesReference$$' ./ingest/
 	$(FUZZ) -fuzz='^FuzzDecodeRecord$$' ./ingest/
 	$(FUZZ) -fuzz='^FuzzDecodeRecord$$' ./wal/
 	$(FUZZ) -fuzz='^FuzzScanSegment$$' ./wal/

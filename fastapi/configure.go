@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 	"strconv"
+	"strings"
 
 	json "github.com/goccy/go-json"
 	"github.com/valyala/fasthttp"

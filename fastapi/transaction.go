@@ -116,10 +116,10 @@ func (s *Server) transaction(ctx *fasthttp.RequestCtx) {
 				writeErr(ctx, fasthttp.StatusInternalServerError, "internal error")
 				return
 			}
-			for _, p := range built {
-				order = append(order, slot{true, len(pushes), i})
-				pushes = append(pushes, p)
+			for j := range built {
+				order = append(order, slot{true, len(pushes) + j, i})
 			}
+			pushes = append(pushes, built...)
 		case "ack":
 			r, msg := toAckRequest(ackBody{TransactionID: op.TransactionID, PartitionID: op.PartitionID, Status: op.Status,
 				ConsumerGroup: op.ConsumerGroup, Error: op.Error, LeaseID: op.LeaseID}, "")
@@ -182,21 +182,18 @@ func (s *Server) transaction(ctx *fasthttp.RequestCtx) {
 // item without transactionId gets its message id when mintTxID is set,
 // else keeps "" for the caller to fill (a cycle derives one).
 func inTxPushItems(items []ingest.ParsedItem, now int64, sub *string, mintTxID bool) ([]pg.ProjectItem, error) {
-	out := make([]pg.ProjectItem, 0, len(items))
-	for _, it := range items {
-		id, err := uuid.NewV7()
-		if err != nil {
-			return nil, err
-		}
-		txid := it.TransactionID
-		if txid == "" && mintTxID {
-			txid = id.String()
-		}
-		out = append(out, pg.ProjectItem{Queue: it.Queue, Partition: it.Partition, AcceptedAtMicros: now,
-			Message: pg.Message{ID: id, TransactionID: txid, CreatedAtMicros: now, TraceID: it.TraceID, ProducerSub: sub,
-				Payload: append([]byte(nil), it.Payload...)}})
+	minted, err := ingest.NewItems(items, sub)
+	if err != nil {
+		return nil, err
 	}
-	return out, nil
+	for j := range minted {
+		minted[j].Payload = append([]byte(nil), minted[j].Payload...)
+		if !mintTxID && items[j].TransactionID == "" {
+			minted[j].TransactionID = ""
+		}
+	}
+	rec := ingest.Record{AcceptedAt: now, Items: minted}
+	return rec.AppendProjectItems(make([]pg.ProjectItem, 0, len(minted))), nil
 }
 
 // emptyRider reports whether a transaction rider ("kv" or "timers") is

@@ -4,6 +4,15 @@
 // projector's verdict and maps it to the per-item statuses of
 // spec/producing.md.
 //
+// A body is read in one pass by a validating JSON scanner (parse.go,
+// scan.go) that records where each item's payload sits; the payload bytes
+// are copied once, from the body into the push record, which is encoded to
+// its exact size behind the WAL envelope's header. The projector decodes
+// records with DecodeRecordInto (allocations per record, not per item)
+// and maps them with Record.AppendProjectItems, the one mapping to
+// pg.ProjectItem (the transaction route uses it too, as it uses NewItems,
+// the one place push items are minted).
+//
 // # Push record (the payload of one WAL record)
 //
 //	kind         byte     1 = push

@@ -1,12 +1,10 @@
 package ingest
 
 import (
-	"bytes"
 	"fmt"
 	"unicode"
 	"unicode/utf8"
 
-	json "github.com/goccy/go-json"
 	"github.com/google/uuid"
 )
 
@@ -52,144 +50,299 @@ type ParsedItem struct {
 // array "items"; each item is an object with a non-empty string "queue" and
 // a "payload" (any JSON value, kept byte-for-byte); "partition", when
 // present, is a non-empty string; "transactionId", when present, is a
-// string or null, at most 1 KiB. Keys match exactly (no case folding);
-// unknown keys are ignored; where a key repeats, the last one counts (as in
-// encoding/json). Names are 1..255 bytes of UTF-8 without control
-// characters; names and transactionIds hold no lone surrogate escape
-// (surrogate.go). Any violation returns a *ValidationError and no items: the
-// request is all-or-nothing.
-func ParseBody(body []byte) (items []ParsedItem, err error) {
-	defer func() {
-		if r := recover(); r != nil { // a decoder bug must not take the broker down
-			items, err = nil, bad("malformed JSON")
-		}
-	}()
-	trimmed := bytes.TrimSpace(body)
-	if len(trimmed) == 0 {
+// string or null, at most 1 KiB. Keys match exactly after unescaping (no
+// case folding); unknown keys are ignored; where a key repeats, the last
+// one counts (as in encoding/json). Names are 1..255 bytes of UTF-8
+// without control characters. The whole body must be valid JSON (RFC 8259,
+// UTF-8, nested at most MaxDepth deep). Any violation returns a
+// *ValidationError and no items: the request is all-or-nothing.
+//
+// The body is read in one pass (see scanner): payloads alias body, and a
+// queue or partition name that repeats in the body is one string.
+func ParseBody(body []byte) ([]ParsedItem, error) {
+	p := itemParser{s: scanner{b: body}}
+	s := &p.s
+	switch s.peek() {
+	case 0:
 		return nil, bad("empty request body")
-	}
-	if !utf8.Valid(body) {
-		return nil, bad("request body is not valid UTF-8")
-	}
-	if d, ok := JSONDepth(body); !ok {
-		return nil, bad("malformed JSON")
-	} else if d > MaxDepth {
-		return nil, bad("JSON nested deeper than %d levels", MaxDepth)
-	}
-	if trimmed[0] != '{' {
-		if !json.Valid(trimmed) {
-			return nil, bad("malformed JSON")
+	case '{':
+	default:
+		s.value()
+		if s.err == nil && s.peek() != 0 {
+			s.fail("trailing data after the JSON value")
+		}
+		if s.err != nil {
+			return nil, s.err
 		}
 		return nil, bad("body must be a JSON object with an \"items\" array")
 	}
-	var top map[string]json.RawMessage
-	if err := json.Unmarshal(trimmed, &top); err != nil {
-		return nil, bad("malformed JSON: %s", jsonErr(err))
-	}
-	rawItems, ok := top["items"]
-	if !ok {
-		return nil, bad("\"items\" is required")
-	}
-	return parseItems(rawItems, false)
-}
-
-// parseItems validates an "items" array (allowTrace: a transaction's, whose
-// items may carry traceId). An empty array gives an empty, non-nil slice.
-func parseItems(raw json.RawMessage, allowTrace bool) ([]ParsedItem, error) {
-	if kind(raw) != '[' {
-		return nil, bad("\"items\" must be an array")
-	}
-	var elems []json.RawMessage
-	if err := json.Unmarshal(raw, &elems); err != nil {
-		return nil, bad("malformed JSON: %s", jsonErr(err))
-	}
-	items := make([]ParsedItem, 0, len(elems))
-	for i, e := range elems {
-		it, err := parseItem(i, e, allowTrace)
-		if err != nil {
-			return nil, err
+	s.enter()
+	s.pos++
+	var items []ParsedItem
+	var verr error // the last "items" value's validation error
+	found := false
+	if s.peek() == '}' {
+		s.pos++
+	} else {
+		for s.err == nil {
+			if s.peek() != '"' {
+				s.fail("expected an object key")
+				break
+			}
+			isItems := p.key() == keyItems
+			if !s.expect(':', "expected ':' after an object key") {
+				break
+			}
+			if isItems { // where "items" repeats, the last one counts
+				found = true
+				items, verr = p.items(false)
+			} else {
+				s.value()
+			}
+			if s.peek() == ',' {
+				s.pos++
+				continue
+			}
+			s.expect('}', "expected ',' or '}' in an object")
+			break
 		}
-		items = append(items, it)
+	}
+	if s.err == nil && s.peek() != 0 {
+		s.fail("trailing data after the JSON value")
+	}
+	switch {
+	case s.err != nil:
+		return nil, s.err
+	case !found:
+		return nil, bad("\"items\" is required")
+	case verr != nil:
+		return nil, verr
 	}
 	return items, nil
 }
 
 // ParseTransactionItems validates the "items" array of a push operation of
 // POST /api/v1/transaction: the rules of ParseBody, plus "traceId", when
-// present and not null, must be a UUID string. Errors are
-// *ValidationError.
-func ParseTransactionItems(raw []byte) (items []ParsedItem, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			items, err = nil, bad("malformed JSON")
-		}
-	}()
-	return parseItems(raw, true)
+// present and not null, must be a UUID string. raw is the array's JSON
+// text; payloads alias it. Errors are *ValidationError.
+func ParseTransactionItems(raw []byte) ([]ParsedItem, error) {
+	p := itemParser{s: scanner{b: raw}}
+	items, verr := p.items(true)
+	if p.s.err == nil && p.s.peek() != 0 {
+		p.s.fail("trailing data after the JSON value")
+	}
+	if p.s.err != nil {
+		return nil, p.s.err
+	}
+	if verr != nil {
+		return nil, verr
+	}
+	return items, nil
 }
 
-func parseItem(i int, raw json.RawMessage, allowTrace bool) (ParsedItem, error) {
+// itemParser reads the "items" array of a push with a scanner.
+type itemParser struct {
+	s scanner
+	// names holds the distinct queue and partition names read so far (up
+	// to maxInterned), so that names repeated across items share a string.
+	names []string
+	// scratch is the unescaped text of the last escaped key or string.
+	scratch []byte
+}
+
+const maxInterned = 16
+
+// Keys an item (or the body) may carry that the parser reads.
+const (
+	keyOther = iota
+	keyItems
+	keyQueue
+	keyPartition
+	keyPayload
+	keyTransactionID
+	keyTraceID
+)
+
+// key reads an object key (the scanner is at its '"') and classifies it.
+func (p *itemParser) key() int {
+	start := p.s.pos
+	esc := p.s.str()
+	if p.s.err != nil {
+		return keyOther
+	}
+	k := p.s.b[start+1 : p.s.pos-1]
+	if esc {
+		p.scratch = appendUnescaped(p.scratch[:0], p.s.b[start:p.s.pos])
+		k = p.scratch
+	}
+	switch string(k) {
+	case "items":
+		return keyItems
+	case "queue":
+		return keyQueue
+	case "partition":
+		return keyPartition
+	case "payload":
+		return keyPayload
+	case "transactionId":
+		return keyTransactionID
+	case "traceId":
+		return keyTraceID
+	}
+	return keyOther
+}
+
+// span is where a value sits in the body; end == 0 means absent.
+type span struct {
+	start, end int
+	esc        bool // a string with escapes
+}
+
+// items reads an "items" value (the scanner is at its first byte). A
+// syntax error is left in p.s.err; a rule broken by an item (or a value
+// that is not an array) is returned as verr after the rest of the value
+// has been checked for syntax. An empty array gives an empty, non-nil
+// slice.
+func (p *itemParser) items(allowTrace bool) (items []ParsedItem, verr error) {
+	s := &p.s
+	if s.peek() != '[' {
+		s.value()
+		return nil, bad("\"items\" must be an array")
+	}
+	s.enter()
+	s.pos++
+	items = []ParsedItem{}
+	if s.peek() == ']' {
+		s.pos++
+		s.depth--
+		return items, nil
+	}
+	for i := 0; s.err == nil; i++ {
+		switch {
+		case verr != nil: // only syntax matters from here
+			s.value()
+		case s.peek() != '{':
+			s.value()
+			verr = bad("items[%d] must be an object", i)
+		default:
+			it, err := p.item(i, allowTrace)
+			if err != nil {
+				verr = err
+			} else {
+				items = append(items, it)
+			}
+		}
+		if s.peek() == ',' {
+			s.pos++
+			continue
+		}
+		s.expect(']', "expected ',' or ']' in an array")
+		break
+	}
+	s.depth--
+	if verr != nil {
+		return nil, verr
+	}
+	return items, nil
+}
+
+// item reads one item object (the scanner is at its '{') and applies the
+// item rules of ParseBody in their fixed order.
+func (p *itemParser) item(i int, allowTrace bool) (ParsedItem, error) {
+	s := &p.s
 	var it ParsedItem
-	if kind(raw) != '{' {
-		return it, bad("items[%d] must be an object", i)
+	var queue, partition, payload, txid, trace span
+	s.enter()
+	s.pos++
+	if s.peek() == '}' {
+		s.pos++
+	} else {
+		for s.err == nil {
+			if s.peek() != '"' {
+				s.fail("expected an object key")
+				break
+			}
+			k := p.key()
+			if !s.expect(':', "expected ':' after an object key") {
+				break
+			}
+			var sp span
+			if s.peek() == '"' {
+				sp.start = s.pos
+				sp.esc = s.str()
+				sp.end = s.pos
+			} else {
+				sp.start, sp.end = s.value()
+			}
+			switch k {
+			case keyQueue:
+				queue = sp
+			case keyPartition:
+				partition = sp
+			case keyPayload:
+				payload = sp
+			case keyTransactionID:
+				txid = sp
+			case keyTraceID:
+				trace = sp
+			}
+			if s.peek() == ',' {
+				s.pos++
+				continue
+			}
+			s.expect('}', "expected ',' or '}' in an object")
+			break
+		}
 	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &fields); err != nil {
-		return it, bad("items[%d]: malformed JSON: %s", i, jsonErr(err))
+	s.depth--
+	if s.err != nil {
+		return it, nil // the syntax error wins; the caller stops
 	}
-	q, ok := fields["queue"]
-	if !ok {
+	if queue.end == 0 {
 		return it, bad("items[%d].queue is required", i)
 	}
-	name, err := nameField(q)
+	name, err := p.name(queue)
 	if err != nil {
 		return it, bad("items[%d].queue %s", i, err)
 	}
 	it.Queue = name
-	payload, ok := fields["payload"]
-	if !ok {
+	if payload.end == 0 {
 		return it, bad("items[%d].payload is required", i)
 	}
-	it.Payload = bytes.TrimSpace(payload)
+	it.Payload = s.b[payload.start:payload.end:payload.end]
 	it.Partition = DefaultPartition
-	if p, ok := fields["partition"]; ok {
-		name, err := nameField(p)
+	if partition.end != 0 {
+		name, err := p.name(partition)
 		if err != nil {
 			return it, bad("items[%d].partition %s", i, err)
 		}
 		it.Partition = name
 	}
-	if t, ok := fields["traceId"]; ok && allowTrace && kind(t) != 'n' {
-		var str string
-		if kind(t) != '"' || json.Unmarshal(t, &str) != nil {
+	if allowTrace && trace.end != 0 && s.b[trace.start] != 'n' {
+		if s.b[trace.start] != '"' {
 			return it, bad("items[%d].traceId must be a UUID string", i)
 		}
-		id, err := uuid.Parse(str)
+		id, err := uuid.ParseBytes(p.text(trace))
 		if err != nil {
 			return it, bad("items[%d].traceId must be a UUID string", i)
 		}
 		it.TraceID = &id
 	}
-	if t, ok := fields["transactionId"]; ok {
-		switch kind(t) {
-		case 'n':
-			if string(bytes.TrimSpace(t)) != "null" {
-				return it, bad("items[%d].transactionId must be a string or null", i)
-			}
+	if txid.end != 0 {
+		switch s.b[txid.start] {
+		case 'n': // null counts as absent
 		case '"':
-			var s string
-			if err := json.Unmarshal(t, &s); err != nil {
-				return it, bad("items[%d].transactionId: malformed string", i)
-			}
-			if loneSurrogate(t) {
+			if txid.esc && loneSurrogate(s.b[txid.start:txid.end]) {
 				return it, bad("items[%d].transactionId %v", i, ErrLoneSurrogate)
 			}
-			if len(s) > MaxTransactionIDBytes {
+			t := p.text(txid)
+			if len(t) > MaxTransactionIDBytes {
 				return it, bad("items[%d].transactionId is longer than %d bytes", i, MaxTransactionIDBytes)
 			}
-			if !utf8.ValidString(s) {
+			if !utf8.Valid(t) {
 				return it, bad("items[%d].transactionId is not valid UTF-8", i)
 			}
-			it.TransactionID = s
+			it.TransactionID = string(t)
 		default:
 			return it, bad("items[%d].transactionId must be a string or null", i)
 		}
@@ -197,24 +350,40 @@ func parseItem(i int, raw json.RawMessage, allowTrace bool) (ParsedItem, error) 
 	return it, nil
 }
 
-// nameField decodes a queue or partition name and checks it (DESIGN.md §3:
-// byte-exact UTF-8, 1..255 bytes, no control characters, no lone surrogate
-// escape: surrogate.go).
-func nameField(raw json.RawMessage) (string, error) {
-	if kind(raw) != '"' {
+// text is the unescaped content of the string value at sp (valid only
+// until the next call: it may be p.scratch).
+func (p *itemParser) text(sp span) []byte {
+	if !sp.esc {
+		return p.s.b[sp.start+1 : sp.end-1]
+	}
+	p.scratch = appendUnescaped(p.scratch[:0], p.s.b[sp.start:sp.end])
+	return p.scratch
+}
+
+// name checks a queue or partition name value (ValidateName: byte-exact
+// UTF-8, 1..255 bytes, no control characters; no lone surrogate escape:
+// surrogate.go) and returns it, shared with an equal name read before.
+func (p *itemParser) name(sp span) (string, error) {
+	if p.s.b[sp.start] != '"' {
 		return "", fmt.Errorf("must be a non-empty string")
 	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
-		return "", fmt.Errorf("is a malformed string")
-	}
-	if loneSurrogate(raw) {
+	if sp.esc && loneSurrogate(p.s.b[sp.start:sp.end]) {
 		return "", ErrLoneSurrogate
 	}
-	if err := ValidateName(s); err != nil {
+	t := p.text(sp)
+	for _, n := range p.names {
+		if n == string(t) {
+			return n, nil
+		}
+	}
+	n := string(t)
+	if err := ValidateName(n); err != nil {
 		return "", err
 	}
-	return s, nil
+	if len(p.names) < maxInterned {
+		p.names = append(p.names, n)
+	}
+	return n, nil
 }
 
 // ValidateName checks a queue, partition or consumer group name: 1..255
@@ -236,16 +405,6 @@ func ValidateName(s string) error {
 		}
 	}
 	return nil
-}
-
-// kind returns the first non-space byte of a JSON value ('n' for null,
-// 't'/'f' for booleans, '-' or a digit for numbers), or 0 when empty.
-func kind(raw []byte) byte {
-	t := bytes.TrimSpace(raw)
-	if len(t) == 0 {
-		return 0
-	}
-	return t[0]
 }
 
 // JSONDepth returns the deepest nesting of arrays and objects in the JSON
@@ -282,13 +441,4 @@ func JSONDepth(b []byte) (int, bool) {
 		}
 	}
 	return max, depth == 0 && !inStr
-}
-
-// jsonErr shortens decoder errors to one line without echoing the body.
-func jsonErr(err error) string {
-	s := err.Error()
-	if len(s) > 200 {
-		s = s[:200]
-	}
-	return s
 }

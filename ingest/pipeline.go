@@ -108,8 +108,11 @@ func (r *Registry) FailAll() {
 
 // Gate tells the pipeline whether waiting for a verdict is worthwhile.
 type Gate interface {
-	// Accepting is false while the projector is paused (maintenance mode),
-	// PostgreSQL is away, or the backlog is too long to wait for.
+	// Accepting is false while the projector is paused (maintenance mode)
+	// or PostgreSQL is away: no verdict would come, so the push answers
+	// buffered at once. A long backlog is not a reason: the push waits for
+	// its own verdict (at most VerdictTimeout), which slows producers to the
+	// projector's pace instead of letting the WAL grow without bound.
 	Accepting() bool
 }
 
@@ -140,36 +143,38 @@ func (p *Pipeline) Push(ctx context.Context, body []byte, producerSub *string) (
 	if len(parsed) == 0 {
 		return []Result{}, nil
 	}
+	items, err := NewItems(parsed, producerSub)
+	if err != nil {
+		return nil, err
+	}
 	now := time.Now
 	if p.Now != nil {
 		now = p.Now
 	}
-	rec := Record{AcceptedAt: now().UnixMicro(), Items: make([]Item, len(parsed))}
-	res := make([]Result, len(parsed))
-	for i, it := range parsed {
-		id, err := uuid.NewV7()
-		if err != nil {
-			return nil, err
+	rec := Record{AcceptedAt: now().UnixMicro(), Items: items}
+	res := make([]Result, len(items))
+	for i := range items {
+		it := &items[i]
+		mid := it.TransactionID // the minted id's text when the body gave no transactionId
+		if parsed[i].TransactionID != "" {
+			mid = it.MessageID.String()
 		}
-		txid := it.TransactionID
-		if txid == "" { // spec/producing.md: the broker uses the id it minted
-			txid = id.String()
-		}
-		rec.Items[i] = Item{Queue: it.Queue, Partition: it.Partition, TransactionID: txid,
-			MessageID: id, ProducerSub: producerSub, Payload: it.Payload}
-		res[i] = Result{Index: i, MessageID: id.String(), TransactionID: txid, QueueName: it.Queue}
+		res[i] = Result{Index: i, MessageID: mid, TransactionID: it.TransactionID, QueueName: it.Queue}
 	}
-	payload := EncodeRecord(make([]byte, 0, len(body)+len(parsed)*64), &rec)
+	// The record is encoded once, from the body's payload slices, behind
+	// room for the WAL envelope: body → this buffer is the payload's only
+	// copy on the way to the WAL.
+	buf := EncodeRecord(make([]byte, wal.HeaderSize, wal.HeaderSize+rec.EncodedLen()), &rec)
 
 	if p.Maintenance() {
-		if _, err := p.WAL.Append(payload, nil); err != nil {
+		if _, err := p.WAL.AppendEnveloped(buf, nil); err != nil {
 			return nil, errors.Join(ErrMaintenanceWrite, err)
 		}
 		return setAll(res, StatusBuffered), nil
 	}
 	var ch chan []Verdict
 	var assigned uint64
-	index, err := p.WAL.Append(payload, func(i uint64) { assigned, ch = i, p.Registry.register(i) })
+	index, err := p.WAL.AppendEnveloped(buf, func(i uint64) { assigned, ch = i, p.Registry.register(i) })
 	if err != nil {
 		if ch != nil {
 			p.Registry.release(assigned, ch)

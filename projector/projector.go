@@ -28,18 +28,18 @@ import (
 
 // Defaults applied where a Config field is zero.
 const (
-	DefaultMaxBatchEntries  = 1000
-	DefaultMaxBatchBytes    = 16 << 20 // bytes of WAL payload per transaction
+	DefaultMaxBatchEntries = 1000
+	// DefaultMaxBatchBytes caps the WAL payload bytes of one transaction:
+	// 4 MiB. A batch is held about three times over while it is sent (the
+	// decoded items, the segment bodies, pgx's encoded parameters), so
+	// this cap, not the push rate, bounds the projector's memory.
+	DefaultMaxBatchBytes    = 4 << 20
 	DefaultTxTimeout        = 10 * time.Second
 	DefaultBackoffMin       = 50 * time.Millisecond
 	DefaultBackoffMax       = 2 * time.Second
 	DefaultWALRetention     = 15 * time.Minute
 	DefaultMaintainInterval = 30 * time.Second
 	DefaultDedupGrace       = 15 * time.Minute
-	// DefaultMaxWaitBacklog is the backlog (WAL entries not yet projected)
-	// above which pushes are answered "buffered" at once instead of
-	// waiting for a verdict that would come late.
-	DefaultMaxWaitBacklog = 4 * DefaultMaxBatchEntries
 )
 
 // Config of a Projector. BrokerID is required; zero durations and sizes
@@ -64,8 +64,6 @@ type Config struct {
 	MaintainInterval time.Duration
 	// DedupGrace keeps dedup entries this long past their window.
 	DedupGrace time.Duration
-	// MaxWaitBacklog: see DefaultMaxWaitBacklog.
-	MaxWaitBacklog uint64
 	// OnCommit, when set, is called after each committed batch with the
 	// names of the queues it stored messages in (long-poll wake-ups).
 	OnCommit func(queues []string)
@@ -129,9 +127,6 @@ func New(cfg Config, w *wal.Log, store *pg.Store, reg *ingest.Registry) *Project
 	if cfg.DedupGrace <= 0 {
 		cfg.DedupGrace = DefaultDedupGrace
 	}
-	if cfg.MaxWaitBacklog == 0 {
-		cfg.MaxWaitBacklog = DefaultMaxWaitBacklog
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -184,10 +179,11 @@ func (p *Projector) Paused() bool { return p.cfg.Maintenance != nil && p.cfg.Mai
 // succeeded (true before the first one).
 func (p *Projector) Healthy() bool { return !p.unhealthy.Load() }
 
-// Accepting implements ingest.Gate: pushes wait for a verdict only while
-// the projector runs, PostgreSQL answers, and the backlog is short.
+// Accepting implements ingest.Gate: pushes wait for their verdict while
+// the projector runs and PostgreSQL answers, however long the backlog (the
+// wait is the producers' backpressure: README.md, "Backpressure").
 func (p *Projector) Accepting() bool {
-	return !p.Paused() && !p.unhealthy.Load() && p.Backlog() <= p.cfg.MaxWaitBacklog
+	return !p.Paused() && !p.unhealthy.Load()
 }
 
 // Backlog is the number of durable WAL records not yet committed to
@@ -412,18 +408,18 @@ func (p *Projector) projectOnce(ctx context.Context, cursor uint64) error {
 	}
 	// Records read before a failing one are projected; the failure comes
 	// back on the next call, with the cursor at the failing record.
-	var items []pg.ProjectItem
-	entries := make([]entry, 0, len(batch))
+	n := 0
 	for _, e := range batch {
-		rec, err := ingest.DecodeRecord(e.Payload)
-		if err != nil {
+		n += ingest.ItemCount(e.Payload)
+	}
+	items := make([]pg.ProjectItem, 0, n)
+	entries := make([]entry, 0, len(batch))
+	var rec ingest.Record // one decode buffer for the batch's records
+	for _, e := range batch {
+		if err := ingest.DecodeRecordInto(&rec, e.Payload); err != nil {
 			return fmt.Errorf("WAL record %d: %w", e.Index, err)
 		}
-		for _, it := range rec.Items {
-			items = append(items, pg.ProjectItem{Queue: it.Queue, Partition: it.Partition, AcceptedAtMicros: rec.AcceptedAt,
-				Message: pg.Message{ID: it.MessageID, TransactionID: it.TransactionID, CreatedAtMicros: rec.AcceptedAt,
-					ProducerSub: it.ProducerSub, Payload: it.Payload}})
-		}
+		items = rec.AppendProjectItems(items)
 		entries = append(entries, entry{index: e.Index, n: len(rec.Items)})
 	}
 	last := batch[len(batch)-1].Index

@@ -4,7 +4,8 @@ import "errors"
 
 // Entry is one record read through a Cursor.
 type Entry struct {
-	Index   uint64
+	Index uint64
+	// Payload must not be modified (see Log.Read).
 	Payload []byte
 }
 

@@ -17,6 +17,17 @@
 //	bytes 1..4  CRC-32C (Castagnoli), little endian, over version | payload
 //	bytes 5..   payload (opaque to this package; package ingest defines it)
 //
+// # Memory
+//
+// tidwall keeps the tail segment and the last sealed segment it read in
+// memory (Options.SegmentSize bounds both; a record larger than a segment
+// makes its segment that large). Read returns slices of that memory, which
+// tidwall only ever appends to; callers must not modify them. A push
+// record is built behind HeaderSize free bytes (AppendEnveloped), so the
+// envelope is sealed in place: the payload is copied from the request body
+// once by package ingest, then by tidwall into its batch and its segment
+// memory on the way to the file.
+//
 // # Group commit
 //
 // One writer goroutine owns appends. Concurrent Append calls that arrive

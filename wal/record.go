@@ -9,8 +9,12 @@ import (
 // RecordVersion is the envelope version written by this build.
 const RecordVersion = 1
 
-// headerSize is the envelope header: version byte + CRC-32C.
-const headerSize = 5
+// HeaderSize is the envelope header in bytes: version byte + CRC-32C. A
+// caller of AppendEnveloped leaves this many bytes free at the front of
+// its record buffer.
+const HeaderSize = 5
+
+const headerSize = HeaderSize
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -31,6 +35,15 @@ func EncodeRecord(dst, payload []byte) []byte {
 	dst = append(dst, RecordVersion)
 	dst = binary.LittleEndian.AppendUint32(dst, crc)
 	return append(dst, payload...)
+}
+
+// sealEnvelope fills rec[:HeaderSize] with the envelope header for the
+// payload rec[HeaderSize:], in place (no copy of the payload).
+func sealEnvelope(rec []byte) {
+	rec[0] = RecordVersion
+	crc := crc32.Update(0, castagnoli, rec[:1])
+	crc = crc32.Update(crc, castagnoli, rec[headerSize:])
+	binary.LittleEndian.PutUint32(rec[1:headerSize], crc)
 }
 
 // DecodeRecord verifies an envelope and returns its payload (aliasing rec).

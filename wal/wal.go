@@ -17,14 +17,20 @@ import (
 
 // Defaults applied where an Options field is zero.
 const (
-	// DefaultSegmentSize is the target segment file size: 16 MiB.
-	DefaultSegmentSize = 16 << 20
+	// DefaultSegmentSize is the target segment file size: 4 MiB. tidwall
+	// keeps the tail segment and the last sealed one in memory, so this
+	// bounds the broker's WAL memory (about 2 × SegmentSize, plus any
+	// single record larger than it).
+	DefaultSegmentSize = 4 << 20
 	// DefaultMaxRecordBytes bounds one record's payload: 80 MiB (the 64 MiB
 	// default body limit plus the per-item overhead of the push record).
 	DefaultMaxRecordBytes = 80 << 20
 	// DefaultMaxBatchBytes bounds one group commit: 8 MiB. A single record
 	// larger than this is written alone.
 	DefaultMaxBatchBytes = 8 << 20
+	// keepBatchBytes: a group commit's buffer above this size is dropped
+	// after the write rather than reused.
+	keepBatchBytes = 1 << 20
 	// slowSync is the fsync duration above which a warning is logged.
 	slowSync = time.Second
 )
@@ -88,7 +94,9 @@ func (o *Options) withDefaults() Options {
 }
 
 type appendReq struct {
-	data     []byte
+	// rec is the whole record: envelope header (filled by the writer) and
+	// payload.
+	rec      []byte
 	onAssign func(uint64)
 	index    uint64
 	done     chan error
@@ -133,6 +141,11 @@ type Log struct {
 	// writes (a full or read-only disk, the byte cap): the first is logged,
 	// then one line per ratelog.DefaultInterval with a count.
 	failLog *ratelog.Logger
+
+	// batch is reused by every group commit (writer goroutine only): its
+	// buffer, tidwall's copy of the batch's records, is kept while it holds
+	// at most keepBatchBytes.
+	batch twal.Batch
 
 	reqs     chan *appendReq
 	notify   chan struct{}
@@ -180,7 +193,8 @@ func (l *Log) openLocked(keep int64) (*RepairReport, error) {
 		NoSync:           true, // this package fsyncs itself, outside tidwall's lock
 		SegmentSize:      l.opts.SegmentSize,
 		LogFormat:        twal.Binary,
-		SegmentCacheSize: 2,
+		SegmentCacheSize: 1,
+		NoCopy:           true, // Read aliases tidwall's segment memory; see Read
 		AllowEmpty:       true,
 		DirPerms:         0o750,
 		FilePerms:        0o640,
@@ -282,7 +296,25 @@ func (l *Log) Append(payload []byte, onAssign func(uint64)) (uint64, error) {
 	if len(payload) > l.opts.MaxRecordBytes {
 		return 0, ErrRecordTooLarge
 	}
-	r := &appendReq{data: payload, onAssign: onAssign, done: make(chan error, 1)}
+	rec := make([]byte, headerSize+len(payload))
+	copy(rec[headerSize:], payload)
+	return l.AppendEnveloped(rec, onAssign)
+}
+
+// AppendEnveloped is Append for a caller that built the payload behind
+// HeaderSize free bytes: rec is HeaderSize bytes (overwritten with the
+// envelope header) followed by the payload, so the payload is written
+// without another copy. rec must not be modified until AppendEnveloped
+// returns; afterwards it is the caller's again. Results and errors are
+// Append's.
+func (l *Log) AppendEnveloped(rec []byte, onAssign func(uint64)) (uint64, error) {
+	if len(rec) < headerSize {
+		return 0, fmt.Errorf("wal: AppendEnveloped: record of %d bytes has no room for the %d-byte header", len(rec), headerSize)
+	}
+	if len(rec)-headerSize > l.opts.MaxRecordBytes {
+		return 0, ErrRecordTooLarge
+	}
+	r := &appendReq{rec: rec, onAssign: onAssign, done: make(chan error, 1)}
 	select {
 	case l.reqs <- r:
 	case <-l.stop:
@@ -305,13 +337,13 @@ func (l *Log) writer() {
 			return
 		}
 		batch = append(batch[:0], r)
-		size := len(r.data)
+		size := len(r.rec)
 	collect:
 		for size < l.opts.MaxBatchBytes {
 			select {
 			case r2 := <-l.reqs:
 				batch = append(batch, r2)
-				size += len(r2.data)
+				size += len(r2.rec)
 			default:
 				break collect
 			}
@@ -338,7 +370,7 @@ func (l *Log) admit(batch []*appendReq) []*appendReq {
 	kept := batch[:0]
 	refused := 0
 	for _, r := range batch {
-		n := recordBytes(len(r.data))
+		n := recordBytes(len(r.rec) - headerSize)
 		if size+n > l.opts.MaxBytes {
 			r.done <- ErrFull
 			refused++
@@ -374,7 +406,8 @@ func (l *Log) writeBatch(batch []*appendReq) error {
 	}
 
 	l.lgMu.RLock()
-	var b twal.Batch
+	b := &l.batch
+	b.Clear() // tidwall clears it after a successful write only
 	idx := l.last
 	bytes := l.tailBytes
 	tailStart := l.tailStart
@@ -387,9 +420,9 @@ func (l *Log) writeBatch(batch []*appendReq) error {
 	for _, r := range batch {
 		idx++
 		r.index = idx
-		rec := EncodeRecord(make([]byte, 0, len(r.data)+headerSize), r.data)
-		b.Write(idx, rec)
-		n := uvarintLen(uint64(len(rec))) + len(rec)
+		sealEnvelope(r.rec)
+		b.Write(idx, r.rec)
+		n := uvarintLen(uint64(len(r.rec))) + len(r.rec)
 		bytes += n
 		written += int64(n)
 		if bytes >= l.opts.SegmentSize {
@@ -399,8 +432,11 @@ func (l *Log) writeBatch(batch []*appendReq) error {
 			r.onAssign(idx)
 		}
 	}
-	err := l.lg.WriteBatch(&b)
+	err := l.lg.WriteBatch(b)
 	l.lgMu.RUnlock()
+	if written > keepBatchBytes {
+		l.batch = twal.Batch{} // do not hold a large group commit's copy
+	}
 	if err == nil {
 		if rolled || tailStart != l.tailStart {
 			l.tailStart = tailStart
@@ -494,9 +530,12 @@ func (l *Log) FirstIndex() uint64 { return l.first.Load() }
 // become durable.
 func (l *Log) Notify() <-chan struct{} { return l.notify }
 
-// Read returns the payload of the record at index. Errors: ErrNotFound
-// (outside [FirstIndex, DurableIndex]), ErrCorruptRecord, ErrUnknownVersion,
-// ErrClosed, or an I/O error.
+// Read returns the payload of the record at index. The slice may share
+// memory with the log's in-memory copy of its segment (tidwall NoCopy:
+// tidwall only ever appends to that copy, so the bytes stay as read): the
+// caller must not modify it. Errors: ErrNotFound (outside [FirstIndex,
+// DurableIndex]), ErrCorruptRecord, ErrUnknownVersion, ErrClosed, or an I/O
+// error.
 func (l *Log) Read(index uint64) ([]byte, error) {
 	if index > l.durable.Load() || index < l.first.Load() {
 		return nil, ErrNotFound

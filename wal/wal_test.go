@@ -1149,3 +1149,41 @@ func TestFailedWritesLogRateLimited(t *testing.T) {
 		t.Fatalf("%d failed appends wrote %d log lines, want at most 3 (one per message); log:\n%s", failures, n, out)
 	}
 }
+
+// TestAppendEnveloped: a record built behind HeaderSize free bytes is
+// stored as Append stores its payload (same bytes on disk, readable after a
+// reopen); a buffer without room for the header, or over MaxRecordBytes, is
+// refused and writes nothing.
+func TestAppendEnveloped(t *testing.T) {
+	t.Parallel()
+	testAllPermutations(t, func(t *testing.T, opts Options) {
+		opts.MaxRecordBytes = 1000
+		b := setup(t, opts)
+		for i := 1; i <= 20; i++ {
+			rec := append(bytes.Repeat([]byte{0xee}, HeaderSize), testPayload(i, 50+i*7)...)
+			idx, err := b.log.AppendEnveloped(rec, nil)
+			if err != nil || idx != uint64(i) {
+				t.Fatalf("AppendEnveloped %d: index %d, %v", i, idx, err)
+			}
+			if p, err := DecodeRecord(rec); err != nil || !bytes.Equal(p, testPayload(i, 50+i*7)) {
+				t.Fatalf("record %d: the header was not sealed in place: %v", i, err)
+			}
+		}
+		if _, err := b.log.AppendEnveloped(make([]byte, HeaderSize-1), nil); err == nil {
+			t.Fatal("AppendEnveloped of a buffer shorter than the header: no error")
+		}
+		if _, err := b.log.AppendEnveloped(make([]byte, HeaderSize+1001), nil); !errors.Is(err, ErrRecordTooLarge) {
+			t.Fatalf("AppendEnveloped over MaxRecordBytes: %v, want ErrRecordTooLarge", err)
+		}
+		mustAppend(t, b.log, testPayload(21, 10), 21) // the refusals wrote nothing
+		closeLog(t, b.log)
+		l, rep := openLog(t, b.dir, opts)
+		if rep != nil {
+			t.Fatalf("reopen reported a repair: %s", rep)
+		}
+		for i := 1; i <= 20; i++ {
+			mustRead(t, l, uint64(i), testPayload(i, 50+i*7))
+		}
+		mustRead(t, l, 21, testPayload(21, 10))
+	})
+}

@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -80,6 +81,9 @@ func run(args []string, stdout io.Writer) error {
 // temporary directory unless FILE_BUFFER_DIR is set, and listens on
 // 127.0.0.1 unless HOST is set.
 func serve(cfg *config.Config, logger *slog.Logger, dev bool) error {
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(config.DefaultMemoryLimit)
+	}
 	v := buildVersion()
 	logger.Info("queen starting", "version", v.version, "commit", v.commit, "go", v.goVersion)
 	pgURL := cfg.PGURL()

@@ -265,7 +265,7 @@ var Vars = []Var{
 		"Broker directory: the WAL (`wal/`) and `broker.id`. `queen dev` uses a temporary directory, deleted on exit, unless this is set.",
 		func(c *Config) *string { return &c.WALDir }),
 	intVar("QUEEN_WAL_SEGMENT_BYTES", SectionWAL, wal.DefaultSegmentSize, unitBytes, 4096, math.MaxInt32,
-		"Target size of one WAL segment file (16 MiB).",
+		"Target size of one WAL segment file (4 MiB). The broker keeps the tail segment and the last sealed one in memory, so this sets most of its WAL memory (about 2 × this).",
 		func(c *Config) *int { return &c.WALSegmentBytes }),
 	intVar("QUEEN_WAL_MAX_BYTES", SectionWAL, 0, unitBytes, 0, math.MaxInt,
 		"Cap on the WAL's segment files; 0 = no cap. At least 4 segments. Beyond it pushes answer `failed` (nothing stored) instead of filling the disk PostgreSQL may share; above 3/4 of it projected segments are truncated before their retention.",
@@ -335,7 +335,25 @@ var Vars = []Var{
 		}},
 	boolVar("QUEEN_PPROF", SectionLogDebug, false, "`true` serves Go's pprof profiles under `/debug/pprof/`.",
 		func(c *Config) *bool { return &c.Pprof }),
+	// GOMEMLIMIT is read by the Go runtime itself; the row documents the
+	// broker's default and checks the value's shape.
+	{Name: "GOMEMLIMIT", Section: SectionLogDebug, Default: "40MiB",
+		Doc: "The Go runtime's soft memory limit (a number with B, KiB, MiB or GiB, or `off`). When unset the broker sets 40 MiB: its live heap is small, and without a limit the collector lets the heap reach twice its live size at every peak, so peak RSS followed the push rate. The limit is soft: a body larger than it still fits, the collector works harder until it is gone.",
+		parse: func(c *Config, v string) error {
+			if v == "off" {
+				return nil
+			}
+			n := strings.TrimRight(v, "KMGTiB")
+			if _, err := strconv.ParseUint(n, 10, 64); err != nil || n == "" {
+				return errors.New("want a byte count such as 64MiB, or off")
+			}
+			return nil
+		}},
 }
+
+// DefaultMemoryLimit is the Go runtime's soft memory limit the broker sets
+// when GOMEMLIMIT is unset (see the GOMEMLIMIT row).
+const DefaultMemoryLimit = 40 << 20
 
 // Lookup returns the row of name.
 func Lookup(name string) (Var, bool) {

@@ -1,0 +1,191 @@
+package ingest
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+	"unicode/utf8"
+
+	json "github.com/goccy/go-json"
+	"github.com/google/uuid"
+)
+
+// refParseBody is the push body parser this package used before the
+// single-pass scanner (goccy/go-json decoding into maps of raw values),
+// kept as the oracle that FuzzParseBodyMatchesReference compares ParseBody
+// with: same items for every body both accept.
+func refParseBody(body []byte) (items []ParsedItem, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			items, err = nil, bad("malformed JSON")
+		}
+	}()
+	trimmed := bytes.TrimSpace(body)
+	if len(trimmed) == 0 {
+		return nil, bad("empty request body")
+	}
+	if !utf8.Valid(body) {
+		return nil, bad("request body is not valid UTF-8")
+	}
+	if d, ok := JSONDepth(body); !ok {
+		return nil, bad("malformed JSON")
+	} else if d > MaxDepth {
+		return nil, bad("JSON nested deeper than %d levels", MaxDepth)
+	}
+	if trimmed[0] != '{' {
+		return nil, bad("body must be a JSON object with an \"items\" array")
+	}
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(trimmed, &top); err != nil {
+		return nil, bad("malformed JSON")
+	}
+	rawItems, ok := top["items"]
+	if !ok {
+		return nil, bad("\"items\" is required")
+	}
+	return refParseItems(rawItems, false)
+}
+
+func refParseItems(raw json.RawMessage, allowTrace bool) ([]ParsedItem, error) {
+	if refKind(raw) != '[' {
+		return nil, bad("\"items\" must be an array")
+	}
+	var elems []json.RawMessage
+	if err := json.Unmarshal(raw, &elems); err != nil {
+		return nil, bad("malformed JSON")
+	}
+	items := make([]ParsedItem, 0, len(elems))
+	for i, e := range elems {
+		it, err := refParseItem(i, e, allowTrace)
+		if err != nil {
+			return nil, err
+		}
+		items = append(items, it)
+	}
+	return items, nil
+}
+
+func refParseItem(i int, raw json.RawMessage, allowTrace bool) (ParsedItem, error) {
+	var it ParsedItem
+	if refKind(raw) != '{' {
+		return it, bad("items[%d] must be an object", i)
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return it, bad("items[%d]: malformed JSON", i)
+	}
+	q, ok := fields["queue"]
+	if !ok {
+		return it, bad("items[%d].queue is required", i)
+	}
+	name, err := refNameField(q)
+	if err != nil {
+		return it, bad("items[%d].queue %s", i, err)
+	}
+	it.Queue = name
+	payload, ok := fields["payload"]
+	if !ok {
+		return it, bad("items[%d].payload is required", i)
+	}
+	it.Payload = bytes.TrimSpace(payload)
+	it.Partition = DefaultPartition
+	if p, ok := fields["partition"]; ok {
+		name, err := refNameField(p)
+		if err != nil {
+			return it, bad("items[%d].partition %s", i, err)
+		}
+		it.Partition = name
+	}
+	if t, ok := fields["traceId"]; ok && allowTrace && refKind(t) != 'n' {
+		var str string
+		if refKind(t) != '"' || json.Unmarshal(t, &str) != nil {
+			return it, bad("items[%d].traceId must be a UUID string", i)
+		}
+		id, err := uuid.Parse(str)
+		if err != nil {
+			return it, bad("items[%d].traceId must be a UUID string", i)
+		}
+		it.TraceID = &id
+	}
+	if t, ok := fields["transactionId"]; ok {
+		switch refKind(t) {
+		case 'n':
+		case '"':
+			var s string
+			if err := json.Unmarshal(t, &s); err != nil {
+				return it, bad("items[%d].transactionId: malformed string", i)
+			}
+			if loneSurrogate(t) {
+				return it, bad("items[%d].transactionId %v", i, ErrLoneSurrogate)
+			}
+			if len(s) > MaxTransactionIDBytes {
+				return it, bad("items[%d].transactionId is longer than %d bytes", i, MaxTransactionIDBytes)
+			}
+			if !utf8.ValidString(s) {
+				return it, bad("items[%d].transactionId is not valid UTF-8", i)
+			}
+			it.TransactionID = s
+		default:
+			return it, bad("items[%d].transactionId must be a string or null", i)
+		}
+	}
+	return it, nil
+}
+
+func refNameField(raw json.RawMessage) (string, error) {
+	if refKind(raw) != '"' {
+		return "", bad("must be a non-empty string")
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", bad("is a malformed string")
+	}
+	if loneSurrogate(raw) {
+		return "", ErrLoneSurrogate
+	}
+	if err := ValidateName(s); err != nil {
+		return "", err
+	}
+	return s, nil
+}
+
+func refKind(raw []byte) byte {
+	t := bytes.TrimSpace(raw)
+	if len(t) == 0 {
+		return 0
+	}
+	return t[0]
+}
+
+// FuzzParseBodyMatchesReference: the single-pass parser accepts exactly
+// the bodies the decoder-based one accepted, with the same items, and
+// refuses the others with a *ValidationError.
+func FuzzParseBodyMatchesReference(f *testing.F) {
+	for _, s := range fuzzBodies {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		got, err := ParseBody(body)
+		want, werr := refParseBody(body)
+		if (err == nil) != (werr == nil) {
+			t.Fatalf("body %q: ParseBody error %v, reference error %v", body, err, werr)
+		}
+		if err != nil {
+			var ve *ValidationError
+			if !errors.As(err, &ve) {
+				t.Fatalf("ParseBody: error %v (%T) is not a *ValidationError", err, err)
+			}
+			return
+		}
+		if len(got) != len(want) {
+			t.Fatalf("body %q: %d items, reference %d", body, len(got), len(want))
+		}
+		for i := range got {
+			g, w := got[i], want[i]
+			if g.Queue != w.Queue || g.Partition != w.Partition || g.TransactionID != w.TransactionID ||
+				!bytes.Equal(g.Payload, w.Payload) || (g.TraceID == nil) != (w.TraceID == nil) {
+				t.Fatalf("body %q: items[%d] = %+v, reference %+v", body, i, g, w)
+			}
+		}
+	})
+}

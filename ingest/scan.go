@@ -1,0 +1,332 @@
+package ingest
+
+import (
+	"encoding/binary"
+	"fmt"
+	"unicode/utf8"
+)
+
+// scanner validates JSON text (RFC 8259, UTF-8) in one pass and reports
+// the spans of the values it is asked for. It never allocates for values
+// it only validates: payloads are recorded as [start, end) offsets into
+// the body and later sliced, never copied or decoded.
+//
+// The first syntax error sticks in err (a *ValidationError); every method
+// returns at once after it.
+type scanner struct {
+	b     []byte
+	pos   int
+	depth int
+	err   error
+}
+
+func (s *scanner) fail(what string) {
+	if s.err == nil {
+		s.err = bad("malformed JSON: %s at offset %d", what, s.pos)
+	}
+}
+
+func (s *scanner) ws() {
+	for s.pos < len(s.b) {
+		switch s.b[s.pos] {
+		case ' ', '\t', '\n', '\r':
+			s.pos++
+		default:
+			return
+		}
+	}
+}
+
+// peek is the next non-space byte, 0 at the end.
+func (s *scanner) peek() byte {
+	s.ws()
+	if s.pos >= len(s.b) {
+		return 0
+	}
+	return s.b[s.pos]
+}
+
+// expect consumes c (after spaces) or fails.
+func (s *scanner) expect(c byte, what string) bool {
+	if s.peek() != c {
+		s.fail(what)
+		return false
+	}
+	s.pos++
+	return true
+}
+
+// value validates one JSON value of any kind and returns its span.
+func (s *scanner) value() (start, end int) {
+	c := s.peek()
+	start = s.pos
+	switch {
+	case c == '"':
+		s.str()
+	case c == '{':
+		s.enter()
+		s.pos++
+		if s.peek() == '}' {
+			s.pos++
+		} else {
+			for s.err == nil {
+				if s.peek() != '"' {
+					s.fail("expected an object key")
+					break
+				}
+				s.str()
+				if !s.expect(':', "expected ':' after an object key") {
+					break
+				}
+				s.value()
+				if s.peek() == ',' {
+					s.pos++
+					continue
+				}
+				s.expect('}', "expected ',' or '}' in an object")
+				break
+			}
+		}
+		s.depth--
+	case c == '[':
+		s.enter()
+		s.pos++
+		if s.peek() == ']' {
+			s.pos++
+		} else {
+			for s.err == nil {
+				s.value()
+				if s.peek() == ',' {
+					s.pos++
+					continue
+				}
+				s.expect(']', "expected ',' or ']' in an array")
+				break
+			}
+		}
+		s.depth--
+	case c == '-' || (c >= '0' && c <= '9'):
+		s.number()
+	case c == 't':
+		s.literal("true")
+	case c == 'f':
+		s.literal("false")
+	case c == 'n':
+		s.literal("null")
+	case c == 0:
+		s.fail("unexpected end of input")
+	default:
+		s.fail(fmt.Sprintf("unexpected character %q", c))
+	}
+	return start, s.pos
+}
+
+// enter counts one level of nesting: bodies deeper than MaxDepth are
+// refused so that nothing recurses without bound.
+func (s *scanner) enter() {
+	s.depth++
+	if s.depth > MaxDepth && s.err == nil {
+		s.err = bad("JSON nested deeper than %d levels", MaxDepth)
+	}
+}
+
+func (s *scanner) literal(lit string) {
+	if len(s.b)-s.pos < len(lit) || string(s.b[s.pos:s.pos+len(lit)]) != lit {
+		s.fail("invalid literal")
+		return
+	}
+	s.pos += len(lit)
+}
+
+func (s *scanner) digits() int {
+	n := 0
+	for s.pos < len(s.b) && s.b[s.pos] >= '0' && s.b[s.pos] <= '9' {
+		s.pos++
+		n++
+	}
+	return n
+}
+
+// number validates -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+func (s *scanner) number() {
+	if s.b[s.pos] == '-' {
+		s.pos++
+	}
+	if s.pos < len(s.b) && s.b[s.pos] == '0' {
+		s.pos++
+	} else if s.digits() == 0 {
+		s.fail("invalid number")
+		return
+	}
+	if s.pos < len(s.b) && s.b[s.pos] == '.' {
+		s.pos++
+		if s.digits() == 0 {
+			s.fail("invalid number")
+			return
+		}
+	}
+	if s.pos < len(s.b) && (s.b[s.pos] == 'e' || s.b[s.pos] == 'E') {
+		s.pos++
+		if s.pos < len(s.b) && (s.b[s.pos] == '+' || s.b[s.pos] == '-') {
+			s.pos++
+		}
+		if s.digits() == 0 {
+			s.fail("invalid number")
+		}
+	}
+}
+
+// str validates a string starting at s.pos (a '"') and returns whether it
+// holds escapes. Bytes of 0x80 and above must form valid UTF-8.
+func (s *scanner) str() (escaped bool) {
+	b := s.b
+	i := s.pos + 1
+	for {
+		// Eight bytes at a time while none is '"', '\\', a control
+		// character or non-ASCII: the payload's bulk.
+		for i+8 <= len(b) {
+			w := binary.LittleEndian.Uint64(b[i:])
+			if hasSpecial(w) {
+				break
+			}
+			i += 8
+		}
+		if i >= len(b) {
+			s.pos = i
+			s.fail("unterminated string")
+			return escaped
+		}
+		c := b[i]
+		switch {
+		case c == '"':
+			s.pos = i + 1
+			return escaped
+		case c == '\\':
+			escaped = true
+			if i+1 >= len(b) {
+				s.pos = i
+				s.fail("unterminated string")
+				return escaped
+			}
+			switch b[i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				i += 2
+			case 'u':
+				if i+6 > len(b) || !isHex4(b[i+2:i+6]) {
+					s.pos = i
+					s.fail("invalid \\u escape")
+					return escaped
+				}
+				i += 6
+			default:
+				s.pos = i
+				s.fail("invalid escape")
+				return escaped
+			}
+		case c < 0x20:
+			s.pos = i
+			s.fail("control character in string")
+			return escaped
+		case c < utf8.RuneSelf:
+			i++
+		default:
+			r, n := utf8.DecodeRune(b[i:])
+			if r == utf8.RuneError && n <= 1 {
+				s.pos = i
+				if s.err == nil {
+					s.err = bad("request body is not valid UTF-8")
+				}
+				return escaped
+			}
+			i += n
+		}
+	}
+}
+
+const (
+	lo8 = 0x0101010101010101
+	hi8 = 0x8080808080808080
+)
+
+// hasSpecial reports whether any byte of w is '"', '\\', below 0x20 or
+// at least 0x80 (SWAR: Hacker's Delight "has zero byte" and "has less").
+func hasSpecial(w uint64) bool {
+	quote := w ^ (lo8 * '"')
+	back := w ^ (lo8 * '\\')
+	return ((quote-lo8)&^quote|(back-lo8)&^back|(w-lo8*0x20)|w)&hi8 != 0
+}
+
+func isHex4(b []byte) bool {
+	for _, c := range b[:4] {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
+			return false
+		}
+	}
+	return true
+}
+
+func hexVal(b []byte) rune {
+	var r rune
+	for _, c := range b[:4] {
+		r <<= 4
+		switch {
+		case c >= '0' && c <= '9':
+			r |= rune(c - '0')
+		case c >= 'a' && c <= 'f':
+			r |= rune(c - 'a' + 10)
+		default:
+			r |= rune(c - 'A' + 10)
+		}
+	}
+	return r
+}
+
+// appendUnescaped appends the text of the valid JSON string literal lit
+// (with its quotes) to dst. As encoding/json does, an escaped lone
+// surrogate becomes U+FFFD (names and transactionIds with one are refused
+// before they are unescaped: surrogate.go).
+func appendUnescaped(dst, lit []byte) []byte {
+	b := lit[1 : len(lit)-1]
+	for i := 0; i < len(b); {
+		c := b[i]
+		if c != '\\' {
+			j := i + 1
+			for j < len(b) && b[j] != '\\' {
+				j++
+			}
+			dst = append(dst, b[i:j]...)
+			i = j
+			continue
+		}
+		e := b[i+1]
+		i += 2
+		switch e {
+		case 'b':
+			dst = append(dst, '\b')
+		case 'f':
+			dst = append(dst, '\f')
+		case 'n':
+			dst = append(dst, '\n')
+		case 'r':
+			dst = append(dst, '\r')
+		case 't':
+			dst = append(dst, '\t')
+		case 'u':
+			r := hexVal(b[i:])
+			i += 4
+			if r >= 0xD800 && r < 0xDC00 && i+6 <= len(b) && b[i] == '\\' && b[i+1] == 'u' {
+				if r2 := hexVal(b[i+2:]); r2 >= 0xDC00 && r2 < 0xE000 {
+					r = 0x10000 + (r-0xD800)<<10 + (r2 - 0xDC00)
+					i += 6
+				}
+			}
+			if r >= 0xD800 && r < 0xE000 {
+				r = utf8.RuneError
+			}
+			dst = utf8.AppendRune(dst, r)
+		default: // '"', '\\', '/'
+			dst = append(dst, e)
+		}
+	}
+	return dst
+}

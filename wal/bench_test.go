@@ -1,0 +1,94 @@
+package wal
+
+import (
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+)
+
+// BenchmarkAppendGroupCommit: concurrent appenders sharing group commits,
+// as pushes do (8 appenders of 30 KB records: 8 connections × 100 items of
+// 256 bytes; 64 appenders of 400-byte records: 64 connections × 1 item).
+// Sync=false isolates the CPU of encoding and batching from the disk.
+// One op is one Append; bytes/s counts payload bytes.
+func BenchmarkAppendGroupCommit(b *testing.B) {
+	for _, sh := range []struct {
+		appenders, size int
+	}{{8, 30 << 10}, {64, 400}} {
+		for _, sync := range []bool{false, true} {
+			b.Run(fmt.Sprintf("appenders=%d/size=%d/sync=%t", sh.appenders, sh.size, sync), func(b *testing.B) {
+				benchAppend(b, sh.appenders, sh.size, !sync)
+			})
+		}
+	}
+}
+
+func benchAppend(b *testing.B, appenders, size int, noSync bool) {
+	l, _, err := Open(filepath.Join(b.TempDir(), "wal"), Options{NoSync: noSync, Logger: discardLogger()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	per := b.N / appenders
+	for g := 0; g < appenders; g++ {
+		n := per
+		if g == 0 {
+			n += b.N % appenders
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rec := append(make([]byte, HeaderSize), testPayload(g, size)...) // as ingest builds it
+			for i := 0; i < n; i++ {
+				if _, err := appendForBench(l, rec); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// appendForBench is one push's append of its record: rec is HeaderSize
+// free bytes and the payload, as package ingest encodes it.
+func appendForBench(l *Log, rec []byte) (uint64, error) { return l.AppendEnveloped(rec, nil) }
+
+// BenchmarkCursorNext: the projector's read of durable records (batches of
+// up to 1000 records of 30 KB or 400 bytes).
+func BenchmarkCursorNext(b *testing.B) {
+	for _, size := range []int{30 << 10, 400} {
+		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) {
+			l, _, err := Open(filepath.Join(b.TempDir(), "wal"), Options{NoSync: true, Logger: discardLogger()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			payload := testPayload(1, size)
+			const n = 2000
+			for i := 0; i < n; i++ {
+				if _, err := l.Append(payload, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+			c := l.NewCursor(1)
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if c.Position() > n {
+					c.Seek(1)
+				}
+				es, err := c.Next(1, 1<<30)
+				if err != nil || len(es) != 1 {
+					b.Fatalf("Next: %d entries, %v", len(es), err)
+				}
+			}
+		})
+	}
+}

@@ -446,14 +446,20 @@ func resolveCycleAck(ctx context.Context, tx pgx.Tx, req CycleRequest) (*cycleAc
 // transactionId through the dedup sidecar (the latest message with that
 // id, while its entry is kept).
 func offsetOf(ctx context.Context, tx pgx.Tx, pid uuid.UUID, txid string) (int64, bool, error) {
-	var off int64
-	err := tx.QueryRow(ctx, `SELECT d.msg_offset FROM queen.dedup d WHERE d.partition_id = $1 AND d.transaction_id = $2
-		AND NOT EXISTS (SELECT 1 FROM queen.tombstones t WHERE t.partition_id = d.partition_id AND t.msg_offset = d.msg_offset)`,
-		pid, []byte(txid)).Scan(&off)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, false, nil
+	offs, err := sidecarOffsets(ctx, tx, pid, txid)
+	if err != nil {
+		return 0, false, err
 	}
-	return off, err == nil, err
+	for _, off := range offs { // newest first; a hash hit may be another key's
+		msgs, err := fetch(ctx, tx, pid, off, off) // skips deleted offsets
+		if err != nil {
+			return 0, false, err
+		}
+		if len(msgs) == 1 && msgs[0].TransactionID == txid {
+			return off, true, nil
+		}
+	}
+	return 0, false, nil
 }
 
 // apply moves the cursor for a resolved ack (see Cycle).

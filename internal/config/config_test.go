@@ -1,6 +1,7 @@
 package config
 
 import (
+	"github.com/queenmq/queen-go/wal"
 	"log/slog"
 	"strings"
 	"testing"
@@ -28,7 +29,7 @@ func TestDefaults(t *testing.T) {
 		{"pool", c.PoolSize, 10},
 		{"retention interval", c.RetentionInterval, 5 * time.Minute},
 		{"wal dir", c.WALDir, "/var/lib/queen/buffers"},
-		{"segment", c.WALSegmentBytes, 16 << 20},
+		{"segment", c.WALSegmentBytes, wal.DefaultSegmentSize},
 		{"wal retention", c.WALRetention(), 15 * time.Minute},
 		{"verdict", c.VerdictTimeout, 5 * time.Second},
 		{"log level", c.LogLevel, slog.LevelInfo},

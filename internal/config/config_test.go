@@ -1,11 +1,12 @@
 package config
 
 import (
-	"github.com/queenmq/queen-go/wal"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/queenmq/queen-go/wal"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }

@@ -18,6 +18,7 @@ import (
 	"github.com/valyala/fasthttp/pprofhandler"
 
 	"github.com/queenmq/queen-go/auth"
+	"github.com/queenmq/queen-go/console"
 	"github.com/queenmq/queen-go/ingest"
 	"github.com/queenmq/queen-go/pg"
 	"github.com/queenmq/queen-go/projector"
@@ -51,6 +52,9 @@ type Broker interface {
 	SetMaintenance(ctx context.Context, enabled bool) error
 	// MaintenanceStatus reports the mode and the WAL backlog.
 	MaintenanceStatus() MaintenanceStatus
+	// Pipeline reports the WAL, projector and PostgreSQL (pipeline.go);
+	// ctx bounds its PostgreSQL round-trip.
+	Pipeline(ctx context.Context) PipelineStatus
 }
 
 // MaintenanceStatus is the body of GET /api/v1/system/maintenance.
@@ -78,6 +82,9 @@ type Config struct {
 	// Metrics, when set, serves Prometheus text on GET /metrics and
 	// /metrics/prometheus.
 	Metrics fasthttp.RequestHandler
+	// Console, when set, serves the web console's files in front of
+	// authentication (console.Handler.Wrap says which requests it takes).
+	Console *console.Handler
 	Logger  *slog.Logger
 }
 
@@ -125,6 +132,7 @@ func New(cfg Config, b Broker, res Resources) *Server {
 	s.routeTraces(r)
 	s.routeAdmin(r)
 	s.routeMessages(r)
+	s.routePipeline(r)
 	r.POST("/api/v1/lease/{leaseId}/extend", s.extendLease)
 	if cfg.Metrics != nil {
 		r.GET("/metrics", cfg.Metrics)
@@ -151,6 +159,7 @@ func New(cfg Config, b Broker, res Resources) *Server {
 	if cfg.Auth != nil {
 		handler = cfg.Auth.Middleware(handler)
 	}
+	handler = cfg.Console.Wrap(handler)
 	s.srv = &fasthttp.Server{
 		Handler:           handler,
 		Name:              "queen-go",

@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/queenmq/queen-go/console"
 	"github.com/queenmq/queen-go/fastapi"
 	"github.com/queenmq/queen-go/internal/broker"
 	"github.com/queenmq/queen-go/internal/config"
@@ -125,6 +126,7 @@ func serve(cfg *config.Config, logger *slog.Logger, dev bool) error {
 		PoolSize:          int32(cfg.PoolSize),
 		HTTP:              fastapi.Config{MaxConns: cfg.MaxConns, Pprof: cfg.Pprof, ReadTimeout: cfg.ReadTimeout},
 		Auth:              cfg.Auth,
+		Console:           console.Config{Disabled: !cfg.Console, Path: cfg.ConsolePath},
 		EncryptionKey:     cfg.EncryptionKey,
 		Logger:            logger,
 	})

@@ -19,6 +19,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/queenmq/queen-go/auth"
+	"github.com/queenmq/queen-go/console"
 	"github.com/queenmq/queen-go/crypt"
 	"github.com/queenmq/queen-go/fastapi"
 	"github.com/queenmq/queen-go/ingest"
@@ -62,6 +63,9 @@ type Config struct {
 	PoolSize          int32
 	// Auth configures JWT authentication (off unless Auth.Enabled).
 	Auth auth.Config
+	// Console configures the web console (QUEEN_CONSOLE,
+	// QUEEN_CONSOLE_PATH); the zero value serves it at "/".
+	Console console.Config
 	// EncryptionKey encrypts payloads of queues with encryptionEnabled in
 	// PostgreSQL (QUEEN_ENCRYPTION_KEY); nil = such queues are stored in
 	// plaintext with a warning.
@@ -92,6 +96,7 @@ type Broker struct {
 	maintenance atomic.Bool
 	flagDirty   atomic.Bool // set locally but not yet persisted
 	walHealthy  atomic.Bool
+	lag         lagCache // pipeline.go
 
 	stopOnce sync.Once
 	cancel   context.CancelFunc
@@ -225,6 +230,10 @@ func Start(cfg Config) (*Broker, error) {
 		hc.Auth = verifier
 	}
 	hc.Metrics = b.Metrics.Handler()
+	if hc.Console, err = console.New(cfg.Console); err != nil {
+		b.Stop(context.Background())
+		return nil, err
+	}
 	hc.Logger = cfg.Logger
 	b.http = fastapi.New(hc, b, b.Store)
 	ln, err := net.Listen("tcp", cfg.Addr)

@@ -39,7 +39,7 @@ function h(tag, attrs, ...kids) {
 }
 
 function append(el, kids) {
-  for (const k of kids.flat()) {
+  for (const k of kids.flat(Infinity)) {
     if (k === undefined || k === null || k === false) continue;
     el.append(k instanceof Node ? k : document.createTextNode(String(k)));
   }
@@ -318,7 +318,7 @@ function overviewView() {
     async tick() {
       const [ov, qs] = await Promise.all([api('/api/v1/resources/overview'), api('/api/v1/resources/queues')]);
       const m = ov.messages || {};
-      c.queues.set(num(ov.queues), ov.queues, ov.namespaces ? num(ov.namespaces) + ' namespaces' : '');
+      c.queues.set(num(ov.queues), ov.queues, ov.namespaces ? num(ov.namespaces) + (ov.namespaces === 1 ? ' namespace' : ' namespaces') : '');
       c.partitions.set(num(ov.partitions), ov.partitions);
       c.groups.set(num(ov.consumerGroups), ov.consumerGroups);
       c.total.set(num(m.total), m.total, 'stored');
@@ -499,8 +499,8 @@ function seekPanel(onDone) {
   const close = h('button', { type: 'button', 'data-test': 'seek-close' }, 'Close');
   const el = h('section', { class: 'panel', hidden: true, 'data-test': 'seek-panel' }, title,
     h('div', { class: 'filters' },
-      h('label', { class: 'inline' }, h('span', {}, toEnd, ' to the end (skip the backlog)')),
-      h('label', { class: 'inline' }, h('span', {}, toTime, ' to a time: ', ts))),
+      h('label', { class: 'radio' }, toEnd, 'to the end (skip the backlog)'),
+      h('label', { class: 'radio' }, toTime, 'to a time:', ts)),
     h('div', { class: 'actions' }, step.btn, close), step.box, result);
   close.addEventListener('click', () => { el.hidden = true; });
   ts.addEventListener('focus', () => { toTime.checked = true; });
@@ -519,7 +519,7 @@ function seekPanel(onDone) {
 
 function groupRow(g, seek, withQueue) {
   return h('tr', { 'data-test': 'group-row', 'data-group': g.name, 'data-queue': g.queueName },
-    td(h('code', {}, g.name)), withQueue ? td(h('a', { href: '#/queues/' + seg(g.queueName) }, g.queueName)) : null,
+    td(g.name === '__QUEUE_MODE__' ? ['queue mode ', h('code', {}, g.name)] : h('code', {}, g.name)), withQueue ? td(h('a', { href: '#/queues/' + seg(g.queueName) }, g.queueName)) : null,
     tdn(g.totalLag, { 'data-test': 'group-lag' }), tdn(g.partitionsWithLag), td(secs(g.maxTimeLag), { class: 'num' }),
     td(g.subscriptionMode || '—'), td(g.state || '—'),
     td(h('button', { type: 'button', 'data-test': 'group-seek', onclick: () => seek.open(g.name, g.queueName) }, 'Seek…')));
@@ -577,7 +577,7 @@ function queueView(name) {
   };
   const partBody = h('tbody');
   const groupBody = h('tbody');
-  const options = h('dl', { class: 'kv', 'data-test': 'q-options' });
+  const options = h('dl', { class: 'kv wide', 'data-test': 'q-options' });
   const msgBody = h('tbody');
   const seek = seekPanel(() => tick());
   const detail = messageDetail();

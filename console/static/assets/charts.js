@@ -1,6 +1,14 @@
 // Line charts over time with uPlot (vendored: assets/vendor/uplot, MIT),
 // loaded by index.html as the global uPlot.
 
+const axisFmt = new Intl.NumberFormat('en-US', { maximumFractionDigits: 3 });
+
+// axisNum labels a y-axis tick with at most 3 significant digits, so that
+// small steps (0.025 s) do not all print as "0.0".
+function axisNum(v) {
+  return v === null || v === undefined ? '' : axisFmt.format(Number(v.toPrecision(3)));
+}
+
 const COLORS = ['#1f6feb', '#d97706', '#1a7f37', '#8250df', '#cf222e', '#0e7490'];
 
 /**
@@ -29,7 +37,7 @@ export function timeChart(el, spec) {
       { stroke: '#6b7686', grid: { stroke: '#eef1f4' } },
       {
         stroke: '#6b7686', grid: { stroke: '#eef1f4' }, size: 64, label: spec.unit, labelSize: 18,
-        values: (u, vals) => vals.map((v) => fmt(v)),
+        values: (u, vals) => vals.map(axisNum),
       },
     ],
     legend: { live: true },

@@ -29,6 +29,7 @@ import (
 
 	"github.com/queenmq/queen-go/console"
 	"github.com/queenmq/queen-go/internal/broker"
+	"github.com/queenmq/queen-go/internal/testenv"
 )
 
 // chromium returns the path of a Chromium or Chrome binary, or "".
@@ -74,6 +75,9 @@ type page struct {
 func openPage(t *testing.T, base string) *page {
 	t.Helper()
 	bin := chromium()
+	if bin == "" && os.Getenv("CI") == "true" {
+		t.Fatal("no chromium, chromium-browser or google-chrome on PATH: CI must install it (.ci/run does: apt-get install chromium)")
+	}
 	if bin == "" {
 		t.Skip("console browser test skipped: no chromium, chromium-browser or google-chrome on PATH (Debian: apt-get install chromium)")
 	}
@@ -496,7 +500,9 @@ func TestConsoleShowsBrokerState(t *testing.T) {
 		}
 	}
 	p.waitValue(`[data-test="group-row"][data-group="g1"] [data-test="group-lag"]`, fmt.Sprint(lag))
-	var msgs struct{ Messages []struct{ TransactionID string } }
+	var msgs struct {
+		Messages []struct{ TransactionID string }
+	}
 	apiJSON(t, s.base, "", "/api/v1/messages?queue=orders&limit=50&from=2000-01-01T00:00:00Z", &msgs)
 	p.waitJS("the message rows", fmt.Sprintf(`document.querySelectorAll('[data-test="msg-row"]').length === %d`, len(msgs.Messages)))
 	// A message's payload and traces, by clicking its row.
@@ -679,5 +685,105 @@ func TestConsolePathPrefix(t *testing.T) {
 	off := setup(t, func(c *broker.Config) { c.Console = console.Config{Disabled: true} })
 	if code, b := do(t, http.MethodGet, off.base+"/", "", nil); code != 404 || !strings.Contains(string(b), "no_such_route") {
 		t.Errorf("GET / with the console off: %d %s", code, b)
+	}
+}
+
+// pipelineStatus is the part of GET /api/v1/system/pipeline the tests read.
+type pipelineStatus struct {
+	Time     time.Time
+	BrokerID string
+	WAL      struct {
+		Bytes                             int64
+		FirstIndex, DurableIndex, Records uint64
+		Healthy                           bool
+	}
+	Projector struct {
+		Checkpoint, Backlog uint64
+		OldestUnprojectedAt *time.Time
+		LagSeconds          *float64
+		Paused, DBHealthy   bool
+	}
+	Postgres struct {
+		Healthy bool
+		Error   string
+	}
+	Maintenance struct{ Push, Pop bool }
+	Metrics     struct {
+		PushItems       map[string]float64
+		Popped          float64
+		WALFsyncSeconds struct {
+			Count   uint64
+			Buckets []struct {
+				Le    *float64
+				Count uint64
+			}
+		}
+		ProjectorBatchSeconds struct{ Count uint64 }
+		ProjectedItems        float64
+	}
+}
+
+// TestConsolePipelineRoute: GET /api/v1/system/pipeline, the console's
+// source for the durability pipeline, against what was done: WAL records
+// and checkpoint after pushes, counters, the backlog and its lag in push
+// maintenance (the lag is the age of the oldest unprojected push), and a
+// 200 with postgres.healthy false while PostgreSQL is down.
+func TestConsolePipelineRoute(t *testing.T) {
+	t.Parallel()
+	c, url := testenv.OwnCluster(t)
+	b := testenv.StartBroker(t, url, "", nil)
+	base := "http://" + b.Addr()
+	for i := range 3 {
+		wantStatuses(t, push(t, base, body(item{Queue: "pl", Payload: i}, item{Queue: "pl", Payload: i + 10})), Q, Q)
+	}
+	var st pipelineStatus
+	apiJSON(t, base, "", "/api/v1/system/pipeline", &st)
+	if st.WAL.DurableIndex != 3 || st.WAL.Records != 3 || st.Projector.Checkpoint != 3 || st.Projector.Backlog != 0 ||
+		st.Projector.LagSeconds == nil || *st.Projector.LagSeconds != 0 || st.Projector.OldestUnprojectedAt != nil {
+		t.Errorf("after 3 pushes: %+v %+v", st.WAL, st.Projector)
+	}
+	if !st.Postgres.Healthy || !st.WAL.Healthy || st.WAL.Bytes <= 0 || st.BrokerID != b.ID.String() || time.Since(st.Time) > time.Minute {
+		t.Errorf("status: %+v", st)
+	}
+	m := st.Metrics
+	if m.PushItems["queued"] != 6 || m.WALFsyncSeconds.Count < 1 || m.ProjectorBatchSeconds.Count < 1 || m.ProjectedItems != 6 {
+		t.Errorf("metrics: %+v", m)
+	}
+	if n := len(m.WALFsyncSeconds.Buckets); n < 2 || m.WALFsyncSeconds.Buckets[n-1].Le != nil || m.WALFsyncSeconds.Buckets[n-1].Count != m.WALFsyncSeconds.Count {
+		t.Errorf("fsync buckets do not end in +Inf with the count: %+v", m.WALFsyncSeconds)
+	}
+
+	setMaintenance(t, base, true)
+	pushed := time.Now()
+	wantStatuses(t, push(t, base, body(item{Queue: "pl", Payload: "held"})), B)
+	time.Sleep(300 * time.Millisecond)
+	apiJSON(t, base, "", "/api/v1/system/pipeline", &st)
+	p := st.Projector
+	if p.Backlog != 1 || !p.Paused || !st.Maintenance.Push || p.LagSeconds == nil || *p.LagSeconds < 0.25 || *p.LagSeconds > 30 ||
+		p.OldestUnprojectedAt == nil || p.OldestUnprojectedAt.Sub(pushed).Abs() > 5*time.Second {
+		t.Errorf("in maintenance with one push held: %+v (lag %v)", p, p.LagSeconds)
+	}
+	apiPost(t, base, "", "/api/v1/system/maintenance/pop", map[string]any{"enabled": true})
+	apiJSON(t, base, "", "/api/v1/system/pipeline", &st)
+	if !st.Maintenance.Pop {
+		t.Errorf("pop maintenance not reported")
+	}
+	apiPost(t, base, "", "/api/v1/system/maintenance/pop", map[string]any{"enabled": false})
+	setMaintenance(t, base, false)
+	waitUntil(t, "the held push projected", func() bool {
+		apiJSON(t, base, "", "/api/v1/system/pipeline", &st)
+		return st.Projector.Backlog == 0 && st.Projector.Checkpoint == 4 && *st.Projector.LagSeconds == 0
+	})
+
+	if err := c.Stop(context.Background(), "immediate"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	apiJSON(t, base, "", "/api/v1/system/pipeline", &st)
+	if st.Postgres.Healthy || st.Postgres.Error == "" {
+		t.Errorf("PostgreSQL down: %+v", st.Postgres)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("the answer took %v with PostgreSQL down, want about the 1 s ping timeout at most", d)
 	}
 }

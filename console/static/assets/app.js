@@ -531,6 +531,7 @@ function messageDetail() {
     el,
     async show(partitionId, transactionId) {
       el.hidden = false;
+      el.scrollIntoView({ block: 'start' });
       fill(el, h('h2', {}, 'Message ', h('code', {}, transactionId)), h('p', { class: 'muted' }, 'Loading…'));
       let m;
       let tr;

@@ -3,6 +3,10 @@
 // the binary and served by the broker's HTTP server under a path prefix
 // (QUEEN_CONSOLE_PATH, default "/").
 //
+// The charts are drawn by uPlot 1.6.32 (MIT; its licence is
+// static/assets/vendor/uplot/LICENSE.txt, served beside it), copied
+// unchanged from the dist/ folder of its npm package; nothing is built.
+//
 // The page fetches nothing from outside the broker: every file it loads is
 // one of the embedded files below, and every answer carries a
 // Content-Security-Policy that allows only the broker's own origin

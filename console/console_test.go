@@ -26,7 +26,7 @@ func serve(t *testing.T, h *Handler, method, path string, hdr map[string]string)
 	return &r
 }
 
-func TestServesEmbeddedFiles(t *testing.T) {
+func TestConsoleServesEmbeddedFiles(t *testing.T) {
 	t.Parallel()
 	h, err := New(Config{})
 	if err != nil {
@@ -59,7 +59,7 @@ func TestServesEmbeddedFiles(t *testing.T) {
 
 // TestNothingExternal: the page and its scripts and styles name no other
 // origin (the CSP would block it; this catches it before a browser does).
-func TestNothingExternal(t *testing.T) {
+func TestConsoleNothingExternal(t *testing.T) {
 	t.Parallel()
 	url := regexp.MustCompile(`(?i)(src|href)\s*=\s*["']?(https?:)?//|url\(\s*["']?(https?:)?//|@import|fetch\(\s*["']https?:`)
 	err := fs.WalkDir(static, "static", func(p string, d fs.DirEntry, err error) error {
@@ -80,7 +80,7 @@ func TestNothingExternal(t *testing.T) {
 	}
 }
 
-func TestHeadAndRevalidation(t *testing.T) {
+func TestConsoleHeadAndRevalidation(t *testing.T) {
 	t.Parallel()
 	h, err := New(Config{})
 	if err != nil {
@@ -99,7 +99,7 @@ func TestHeadAndRevalidation(t *testing.T) {
 	}
 }
 
-func TestPassesEverythingElseThrough(t *testing.T) {
+func TestConsolePassesEverythingElseThrough(t *testing.T) {
 	t.Parallel()
 	h, err := New(Config{})
 	if err != nil {
@@ -116,7 +116,7 @@ func TestPassesEverythingElseThrough(t *testing.T) {
 	}
 }
 
-func TestPathPrefix(t *testing.T) {
+func TestConsolePathPrefix(t *testing.T) {
 	t.Parallel()
 	h, err := New(Config{Path: "/ops/console"})
 	if err != nil {
@@ -142,7 +142,7 @@ func TestPathPrefix(t *testing.T) {
 	}
 }
 
-func TestDisabled(t *testing.T) {
+func TestConsoleDisabled(t *testing.T) {
 	t.Parallel()
 	h, err := New(Config{Disabled: true})
 	if err != nil || h != nil {
@@ -153,7 +153,7 @@ func TestDisabled(t *testing.T) {
 	}
 }
 
-func TestNormalizePath(t *testing.T) {
+func TestConsoleNormalizePath(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[string]string{"": "/", "/": "/", "/console": "/console/", "/a/b/": "/a/b/", "/ops//": "/ops/", "/a-b_c.d~e": "/a-b_c.d~e/"} {
 		if got, err := NormalizePath(in); err != nil || got != want {

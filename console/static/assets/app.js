@@ -404,7 +404,7 @@ function pipelineView() {
     el,
     mounted() {
       made.push(
-        ['backlog', timeChart(charts.backlog, { title: 'Backlog', unit: 'WAL records', fmt: num, series: [{ key: 'backlog', label: 'records not yet in PostgreSQL' }] })],
+        ['backlog', timeChart(charts.backlog, { title: 'Backlog', unit: 'WAL records', fmt: num, integer: true, series: [{ key: 'backlog', label: 'records not yet in PostgreSQL' }] })],
         ['lag', timeChart(charts.lag, { title: 'Lag', unit: 'seconds', fmt: (v) => dec(v, 1), series: [{ key: 'lag', label: 'age of the oldest unprojected record' }] })],
         ['latency', timeChart(charts.latency, {
           title: 'Latency', unit: 'ms', fmt: (v) => dec(v, 2),

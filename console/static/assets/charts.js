@@ -13,7 +13,8 @@ const COLORS = ['#1f6feb', '#d97706', '#1a7f37', '#8250df', '#cf222e', '#0e7490'
 
 /**
  * timeChart draws a chart into el. spec: {title, unit (shown on the y
- * axis), series: [{key, label}], fmt(v) for values}. It returns
+ * axis), series: [{key, label}], fmt(v) for values, integer (whole-number
+ * axis steps)}. It returns
  * {update(history)}, which redraws from History.columns.
  */
 export function timeChart(el, spec) {
@@ -42,6 +43,7 @@ export function timeChart(el, spec) {
     ],
     legend: { live: true },
   };
+  if (spec.integer) opts.axes[1].incrs = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5, 2e5, 5e5, 1e6, 1e7, 1e8];
   const empty = [[], ...spec.series.map(() => [])];
   const plot = new uPlot(opts, empty, el);
   const ro = new ResizeObserver(() => {

@@ -18,6 +18,7 @@ import (
 	"github.com/valyala/fasthttp/pprofhandler"
 
 	"github.com/queenmq/queen-go/auth"
+	"github.com/queenmq/queen-go/console"
 	"github.com/queenmq/queen-go/ingest"
 	"github.com/queenmq/queen-go/internal/ratelog"
 	"github.com/queenmq/queen-go/pg"
@@ -65,6 +66,9 @@ type Broker interface {
 	SetMaintenance(ctx context.Context, enabled bool) error
 	// MaintenanceStatus reports the mode and the WAL backlog.
 	MaintenanceStatus() MaintenanceStatus
+	// Pipeline reports the WAL, projector and PostgreSQL (pipeline.go);
+	// ctx bounds its PostgreSQL round-trip.
+	Pipeline(ctx context.Context) PipelineStatus
 }
 
 // MaintenanceStatus is the body of GET /api/v1/system/maintenance.
@@ -111,6 +115,9 @@ type Config struct {
 	// Metrics, when set, serves Prometheus text on GET /metrics and
 	// /metrics/prometheus.
 	Metrics fasthttp.RequestHandler
+	// Console, when set, serves the web console's files in front of
+	// authentication (console.Handler.Wrap says which requests it takes).
+	Console *console.Handler
 	Logger  *slog.Logger
 	// Streams serves /streams/v1/* (fastapi/streams.go); nil answers 503.
 	Streams Streams
@@ -178,6 +185,7 @@ func New(cfg Config, b Broker, res Resources, st StatusReader) *Server {
 	s.routeAdmin(r)
 	s.routeMessages(r)
 	s.routeStatus(r)
+	s.routePipeline(r)
 	r.POST("/api/v1/lease/{leaseId}/extend", s.extendLease)
 	s.routeStreams(r) // streams and single-message delete: fastapi/streams.go
 	if cfg.Metrics != nil {
@@ -206,6 +214,7 @@ func New(cfg Config, b Broker, res Resources, st StatusReader) *Server {
 		handler = cfg.Auth.Middleware(handler)
 	}
 	handler = serveHead(handler)
+	handler = cfg.Console.Wrap(handler)
 	s.srv = &fasthttp.Server{
 		Handler:           handler,
 		Name:              "queen-go",

@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/queenmq/queen-go/console"
 	"github.com/queenmq/queen-go/fastapi"
 	"github.com/queenmq/queen-go/internal/broker"
 	"github.com/queenmq/queen-go/internal/config"
@@ -130,6 +131,7 @@ func serve(cfg *config.Config, logger *slog.Logger, dev bool) error {
 		HTTP: fastapi.Config{MaxConns: cfg.MaxConns, Pprof: cfg.Pprof, ReadTimeout: cfg.ReadTimeout, MaxHeaderBytes: cfg.MaxHeaderBytes,
 			DBTimeout: cfg.DBTimeout, AdminDBTimeout: cfg.AdminDBTimeout},
 		Auth:          cfg.Auth,
+		Console:       console.Config{Disabled: !cfg.Console, Path: cfg.ConsolePath},
 		EncryptionKey: cfg.EncryptionKey,
 		Logger:        logger,
 	})

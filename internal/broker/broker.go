@@ -23,6 +23,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/queenmq/queen-go/auth"
+	"github.com/queenmq/queen-go/console"
 	"github.com/queenmq/queen-go/crypt"
 	"github.com/queenmq/queen-go/fastapi"
 	"github.com/queenmq/queen-go/ingest"
@@ -57,6 +58,9 @@ type Config struct {
 	PoolSize          int32
 	// Auth configures JWT authentication (off unless Auth.Enabled).
 	Auth auth.Config
+	// Console configures the web console (QUEEN_CONSOLE,
+	// QUEEN_CONSOLE_PATH); the zero value serves it at "/".
+	Console console.Config
 	// EncryptionKey encrypts payloads of queues with encryptionEnabled in
 	// PostgreSQL (QUEEN_ENCRYPTION_KEY); nil = such queues are stored in
 	// plaintext with a warning.
@@ -94,6 +98,7 @@ type Broker struct {
 	// Metrics are this broker's Prometheus metrics.
 	Metrics    *metrics.Metrics
 	walHealthy atomic.Bool
+	lag        lagCache // pipeline.go
 
 	stopOnce sync.Once
 	cancel   context.CancelFunc
@@ -236,6 +241,10 @@ func Start(cfg Config) (*Broker, error) {
 		hc.Auth = verifier
 	}
 	hc.Metrics = b.Metrics.Handler()
+	if hc.Console, err = console.New(cfg.Console); err != nil {
+		b.Stop(context.Background())
+		return nil, err
+	}
 	hc.Logger = cfg.Logger
 	st := newStreams(b) // internal/broker/streams.go
 	hc.Streams, hc.MessageDeleter = st, st

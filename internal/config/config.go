@@ -43,6 +43,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/queenmq/queen-go/auth"
+	"github.com/queenmq/queen-go/console"
 	"github.com/queenmq/queen-go/crypt"
 	"github.com/queenmq/queen-go/fastapi"
 	"github.com/queenmq/queen-go/wal"
@@ -115,6 +116,10 @@ type Config struct {
 	AdminDBTimeout time.Duration
 	// Pprof serves /debug/pprof/ (QUEEN_PPROF).
 	Pprof bool
+	// Console serves the web console (QUEEN_CONSOLE); ConsolePath is its
+	// path prefix, normalized to end in "/" (QUEEN_CONSOLE_PATH).
+	Console     bool
+	ConsolePath string
 
 	// PGURLRaw is QUEEN_PG_URL ("" = build the URL from the PG_* fields).
 	PGURLRaw                                 string
@@ -220,6 +225,19 @@ var Vars = []Var{
 	durVar("QUEEN_ADMIN_DB_TIMEOUT_MS", SectionHTTP, int(fastapi.DefaultAdminDBTimeout/time.Millisecond), time.Millisecond, 1,
 		"The same deadline for the resource, admin, message and trace routes.",
 		func(c *Config) *time.Duration { return &c.AdminDBTimeout }),
+	boolVar("QUEEN_CONSOLE", SectionHTTP, true,
+		"`true` serves the web console (docs/console.md) at QUEEN_CONSOLE_PATH; its files are public, the API calls it makes are authenticated as any client's.",
+		func(c *Config) *bool { return &c.Console }),
+	{Name: "QUEEN_CONSOLE_PATH", Section: SectionHTTP, Default: console.DefaultPath,
+		Doc: "URL path prefix of the web console, e.g. `/console/`; not under `/api`, `/health`, `/metrics` or `/debug`.",
+		parse: func(c *Config, v string) error {
+			p, err := console.NormalizePath(v)
+			if err != nil {
+				return errors.New(strings.TrimPrefix(err.Error(), console.ErrBadPath.Error()+": "))
+			}
+			c.ConsolePath = p
+			return nil
+		}},
 
 	// PostgreSQL
 	{Name: "QUEEN_PG_URL", Section: SectionPG, Secret: true,

@@ -1,0 +1,47 @@
+package metrics
+
+import "testing"
+
+// TestSnapshot: the snapshot holds what was counted and observed, with the
+// histograms' buckets cumulative and ending in +Inf (nil) at the count.
+func TestSnapshot(t *testing.T) {
+	zero := func() float64 { return 0 }
+	m := New(zero, zero, zero, zero)
+	m.PushItems.WithLabelValues("queued").Add(5)
+	m.PushItems.WithLabelValues("buffered").Add(2)
+	m.Popped.Add(3)
+	m.Acks.WithLabelValues("completed", "ok").Add(2)
+	m.Acks.WithLabelValues("failed", "ok").Inc()
+	m.Acks.WithLabelValues("completed", "rejected").Inc()
+	for _, d := range []float64{0.00015, 0.0003, 0.5} {
+		m.WALFsync.Observe(d)
+	}
+	m.ProjectorBatch.WithLabelValues("ok").Observe(0.002)
+	m.ProjectorBatch.WithLabelValues("error").Observe(0.1)
+	m.ProjectorItems.Observe(7)
+	s := m.Snapshot()
+	if s.PushItems["queued"] != 5 || s.PushItems["buffered"] != 2 || s.Popped != 3 || s.Acks["ok"] != 3 || s.Acks["rejected"] != 1 {
+		t.Errorf("counters: %+v", s)
+	}
+	if s.ProjectorBatch.Count != 1 || s.ProjectorErrors != 1 || s.ProjectedItems != 7 {
+		t.Errorf("projector: %+v errors %d items %v", s.ProjectorBatch, s.ProjectorErrors, s.ProjectedItems)
+	}
+	h := s.WALFsync
+	if h.Count != 3 || h.Sum < 0.5 || h.Sum > 0.501 {
+		t.Fatalf("fsync: count %d sum %v", h.Count, h.Sum)
+	}
+	last := h.Buckets[len(h.Buckets)-1]
+	if last.UpperBound != nil || last.Count != 3 {
+		t.Errorf("last bucket %+v, want +Inf with the count", last)
+	}
+	var prev uint64
+	for _, b := range h.Buckets {
+		if b.Count < prev {
+			t.Fatalf("buckets not cumulative: %+v", h.Buckets)
+		}
+		prev = b.Count
+		if b.UpperBound != nil && *b.UpperBound == 0.0002 && b.Count != 1 {
+			t.Errorf("le=0.0002 holds %d, want 1", b.Count)
+		}
+	}
+}

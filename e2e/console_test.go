@@ -230,9 +230,18 @@ func (p *page) count(sel string) int {
 	return n
 }
 
+// click clicks the first visible element matching sel. The page re-renders
+// its tables on every poll, so a node found by one DevTools call can be gone
+// by the next ("Could not find node with given id"): the element is looked
+// up and clicked in one evaluation in the page, retried until it is there.
 func (p *page) click(sel string) {
 	p.t.Helper()
-	p.run("click "+sel, chromedp.Click(chromedp.CSS(sel), chromedp.NodeVisible))
+	p.waitJS("a visible "+sel, fmt.Sprintf(`(() => {
+		const e = document.querySelector(%q);
+		if (!e || e.offsetParent === null) return false;
+		e.click();
+		return true;
+	})()`, sel))
 }
 
 func (p *page) setValue(sel, v string) {

@@ -33,9 +33,6 @@ type Admin interface {
 	ListPartitions(ctx context.Context, f pg.PartitionFilter) ([]pg.PartitionSummary, int64, error)
 }
 
-// *pg.Store must stay an Admin, or the admin routes would silently vanish.
-var _ Admin = (*pg.Store)(nil)
-
 // Paging of GET /api/v1/resources/partitions.
 const (
 	// DefaultPartitionsLimit is limit when the query has none.
@@ -44,24 +41,19 @@ const (
 	MaxPartitionsLimit = 1000
 )
 
-// adminRoutes serves the admin routes with the Admin found on Server.r.
+// adminRoutes serves the admin routes with Deps.Admin.
 type adminRoutes struct {
 	s *Server
 	a Admin
 }
 
-// routeAdmin registers the admin summary routes (API.md §3.2, §3.4) when
-// the Resources value also implements Admin (*pg.Store does); otherwise
-// none, and those paths answer 404 no_such_route. "overview", "namespaces",
+// routeAdmin registers the admin summary routes (API.md §3.2, §3.4).
+// "overview", "namespaces",
 // "tasks" and "partitions" are static segments beside "queues", and
 // ".../queues/{queue}/depth" is one segment longer than the queue detail
 // route, so no route shadows another.
 func (s *Server) routeAdmin(r *router.Router) {
-	a, ok := s.r.(Admin)
-	if !ok {
-		return
-	}
-	ar := &adminRoutes{s: s, a: a}
+	ar := &adminRoutes{s: s, a: s.deps.Admin}
 	r.GET("/api/v1/resources/queues/{queue}/depth", ar.depth)
 	r.GET("/api/v1/resources/overview", ar.overview)
 	r.GET("/api/v1/resources/namespaces", ar.namespaces)

@@ -2,6 +2,7 @@ package fastapi
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"sort"
@@ -137,6 +138,14 @@ func ParseQueueOptions(raw map[string]json.RawMessage) (o pg.QueueOptions, ignor
 	return o, ignored, nil
 }
 
+// Configurer stores a queue's options for POST /api/v1/configure
+// (Deps.Configurer).
+type Configurer interface {
+	// Configure stores a queue's options (full replace), creating the
+	// queue and its default partition when new.
+	Configure(ctx context.Context, queue, namespace, task string, o pg.QueueOptions) (*pg.ConfigureResult, error)
+}
+
 func (s *Server) configure(ctx *fasthttp.RequestCtx) {
 	var req struct {
 		Queue     *string                    `json:"queue"`
@@ -175,7 +184,7 @@ func (s *Server) configure(ctx *fasthttp.RequestCtx) {
 	}
 	c, cancel := s.dbCtx()
 	defer cancel()
-	res, err := s.b.Configure(c, *req.Queue, ns, task, opts)
+	res, err := s.deps.Configurer.Configure(c, *req.Queue, ns, task, opts)
 	if err != nil {
 		s.dbFail(ctx, "configure of queue "+strconv.Quote(*req.Queue), err)
 		return

@@ -55,8 +55,6 @@ type Consumer interface {
 	// WakeQueue wakes the pops waiting on queue, on every broker (after a
 	// seek or a group delete changed what they may deliver).
 	WakeQueue(ctx context.Context, queue string)
-	PopMaintenance() bool
-	SetPopMaintenance(ctx context.Context, on bool) error
 }
 
 func boolArg(a *fasthttp.Args, name string) bool {
@@ -140,7 +138,7 @@ func (s *Server) popWith(ctx *fasthttp.RequestCtx, f *popFilter) {
 	timeout := time.Duration(intArg(a, "timeout", int(DefaultPopTimeout/time.Millisecond), 0, 3600_000)) * time.Millisecond
 	deadline := time.Now().Add(timeout)
 	for {
-		if s.b.PopMaintenance() {
+		if s.deps.Maintenance.PopMaintenance() {
 			ctx.SetStatusCode(fasthttp.StatusNoContent)
 			return
 		}
@@ -211,7 +209,7 @@ func (s *Server) popWith(ctx *fasthttp.RequestCtx, f *popFilter) {
 				// messages are gone, as autoAck's at-most-once allows.)
 				if res.LeaseID != uuid.Nil {
 					rctx, cancel := s.dbCtx()
-					if err := s.b.ReleaseLease(rctx, res.LeaseID, queue); err != nil {
+					if err := s.deps.Consumer.ReleaseLease(rctx, res.LeaseID, queue); err != nil {
 						s.log.Warn("pop: could not release the lease of a departed client; it lapses by itself",
 							"queue", queue, "err", err)
 					}
@@ -426,7 +424,7 @@ func (s *Server) ackBatch(ctx *fasthttp.RequestCtx) {
 func (s *Server) runAcks(ctx *fasthttp.RequestCtx, reqs []pg.AckRequest) {
 	c, cancel := s.dbCtx()
 	defer cancel()
-	res, err := s.b.Ack(c, reqs)
+	res, err := s.deps.Consumer.Ack(c, reqs)
 	if err != nil {
 		s.dbFail(ctx, "ack", err)
 		return
@@ -466,7 +464,7 @@ func (s *Server) extendLease(ctx *fasthttp.RequestCtx) {
 	}
 	c, cancel := s.dbCtx()
 	defer cancel()
-	exp, msg, err := s.b.ExtendLease(c, id, secs)
+	exp, msg, err := s.deps.Consumer.ExtendLease(c, id, secs)
 	if err != nil {
 		s.dbFail(ctx, "lease extend", err)
 		return
@@ -481,8 +479,8 @@ func (s *Server) extendLease(ctx *fasthttp.RequestCtx) {
 }
 
 func (s *Server) getPopMaintenance(ctx *fasthttp.RequestCtx) {
-	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"popMaintenanceMode": s.b.PopMaintenance(),
-		"message": popMaintenanceMessage(s.b.PopMaintenance())})
+	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"popMaintenanceMode": s.deps.Maintenance.PopMaintenance(),
+		"message": popMaintenanceMessage(s.deps.Maintenance.PopMaintenance())})
 }
 
 func popMaintenanceMessage(on bool) string {
@@ -499,7 +497,7 @@ func (s *Server) postPopMaintenance(ctx *fasthttp.RequestCtx) {
 	}
 	c, cancel := s.dbCtx()
 	defer cancel()
-	if err := s.b.SetPopMaintenance(c, enabled); err != nil {
+	if err := s.deps.Maintenance.SetPopMaintenance(c, enabled); err != nil {
 		s.log.Warn("pop maintenance: could not persist the flag", "err", err)
 	}
 	s.getPopMaintenance(ctx)

@@ -26,10 +26,6 @@ type MessageReader interface {
 	GetMessage(ctx context.Context, partitionID uuid.UUID, transactionID string) (*pg.MessageDetail, error)
 }
 
-// *pg.Store must stay a MessageReader, or the message routes would
-// silently vanish.
-var _ MessageReader = (*pg.Store)(nil)
-
 // Paging and window of GET /api/v1/messages.
 const (
 	// DefaultMessagesLimit is limit when the query has none (Queen's).
@@ -44,26 +40,19 @@ const (
 	DefaultMessagesWindow = time.Hour
 )
 
-// messageRoutes serves the message routes with the MessageReader found on
-// Server.r.
+// messageRoutes serves the message routes with Deps.Messages.
 type messageRoutes struct {
 	s *Server
 	m MessageReader
 }
 
 // routeMessages registers GET /api/v1/messages and GET
-// /api/v1/messages/{partitionId}/{transactionId} (API.md §3.2) when the
-// Resources value also implements MessageReader (*pg.Store does);
-// otherwise none, and those paths answer 404 no_such_route. DELETE of one
+// /api/v1/messages/{partitionId}/{transactionId} (API.md §3.2). DELETE of one
 // message is served by fastapi/streams.go (tombstones, pg/tombstone.go).
 // Both routes need the read role
 // (auth/roles.go: any GET under /api/v1).
 func (s *Server) routeMessages(r *router.Router) {
-	m, ok := s.r.(MessageReader)
-	if !ok {
-		return
-	}
-	mr := &messageRoutes{s: s, m: m}
+	mr := &messageRoutes{s: s, m: s.deps.Messages}
 	r.GET("/api/v1/messages", mr.list)
 	r.GET("/api/v1/messages/{partitionId}/{transactionId}", mr.get)
 }

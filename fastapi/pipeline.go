@@ -10,6 +10,12 @@ import (
 	"github.com/queenmq/queen-go/internal/metrics"
 )
 
+// PipelineReporter is what GET /api/v1/system/pipeline needs: the WAL,
+// projector and PostgreSQL figures; ctx bounds its PostgreSQL round-trip.
+type PipelineReporter interface {
+	Pipeline(ctx context.Context) PipelineStatus
+}
+
 // PipelineStatus is the body of GET /api/v1/system/pipeline: the durability
 // pipeline of this broker (WAL → projector → PostgreSQL) at one moment,
 // with the counters and latency histograms a reader needs to derive rates
@@ -101,5 +107,5 @@ func (s *Server) routePipeline(r *router.Router) {
 func (s *Server) pipeline(ctx *fasthttp.RequestCtx) {
 	c, cancel := context.WithTimeout(context.Background(), PipelinePingTimeout)
 	defer cancel()
-	writeJSON(ctx, fasthttp.StatusOK, s.b.Pipeline(c))
+	writeJSON(ctx, fasthttp.StatusOK, s.deps.Pipeline.Pipeline(c))
 }

@@ -51,7 +51,7 @@ func (s *Server) routeResources(r interface {
 func (s *Server) listQueues(ctx *fasthttp.RequestCtx) {
 	c, cancel := s.adminCtx()
 	defer cancel()
-	qs, err := s.r.ListQueues(c)
+	qs, err := s.deps.Resources.ListQueues(c)
 	if err != nil {
 		s.dbFail(ctx, "list queues", err)
 		return
@@ -79,7 +79,7 @@ func (s *Server) getQueue(ctx *fasthttp.RequestCtx) {
 	}
 	c, cancel := s.adminCtx()
 	defer cancel()
-	d, err := s.r.GetQueue(c, name)
+	d, err := s.deps.Resources.GetQueue(c, name)
 	if errors.Is(err, pg.ErrQueueNotFound) {
 		writeErr(ctx, fasthttp.StatusNotFound, "Queue not found")
 		return
@@ -108,7 +108,7 @@ func (s *Server) deleteQueue(ctx *fasthttp.RequestCtx) {
 	}
 	c, cancel := s.adminCtx()
 	defer cancel()
-	existed, err := s.r.DeleteQueue(c, name)
+	existed, err := s.deps.Resources.DeleteQueue(c, name)
 	if err != nil {
 		s.dbFail(ctx, "delete queue", err)
 		return
@@ -129,7 +129,7 @@ func groupState(g pg.GroupSummary) string {
 func (s *Server) listGroups(ctx *fasthttp.RequestCtx) {
 	c, cancel := s.adminCtx()
 	defer cancel()
-	gs, err := s.r.ListGroups(c)
+	gs, err := s.deps.Resources.ListGroups(c)
 	if err != nil {
 		s.dbFail(ctx, "list groups", err)
 		return
@@ -151,7 +151,7 @@ func (s *Server) getGroup(ctx *fasthttp.RequestCtx) {
 	}
 	c, cancel := s.adminCtx()
 	defer cancel()
-	ps, err := s.r.GetGroup(c, group)
+	ps, err := s.deps.Resources.GetGroup(c, group)
 	if err != nil {
 		s.dbFail(ctx, "get group", err)
 		return
@@ -199,7 +199,7 @@ func (s *Server) deleteGroup(ctx *fasthttp.RequestCtx) {
 	}
 	c, cancel := s.adminCtx()
 	defer cancel()
-	n, meta, touched, err := s.r.DeleteGroup(c, group, queue, deleteMetadata)
+	n, meta, touched, err := s.deps.Resources.DeleteGroup(c, group, queue, deleteMetadata)
 	if err != nil {
 		s.dbFail(ctx, "delete group", err)
 		return
@@ -211,7 +211,7 @@ func (s *Server) deleteGroup(ctx *fasthttp.RequestCtx) {
 	// Pops of this group waiting on any touched queue start over at once
 	// by their subscription mode, not at their next safety recheck.
 	for _, q := range touched {
-		s.b.WakeQueue(c, q)
+		s.deps.Consumer.WakeQueue(c, q)
 	}
 	writeJSON(ctx, fasthttp.StatusOK, res)
 }
@@ -252,13 +252,13 @@ func (s *Server) updateSubscription(ctx *fasthttp.RequestCtx) {
 	}
 	c, cancel := s.adminCtx()
 	defer cancel()
-	n, queues, err := s.r.UpdateSubscription(c, group, at)
+	n, queues, err := s.deps.Resources.UpdateSubscription(c, group, at)
 	if err != nil {
 		s.dbFail(ctx, "update subscription", err)
 		return
 	}
 	for _, q := range queues {
-		s.b.WakeQueue(c, q)
+		s.deps.Consumer.WakeQueue(c, q)
 	}
 	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"success": true, "consumerGroup": group,
 		"newTimestamp": at.UTC().Format(time.RFC3339Nano), "rowsUpdated": n})
@@ -284,7 +284,7 @@ func (s *Server) laggingGroups(ctx *fasthttp.RequestCtx) {
 	minLag := intArg(ctx.QueryArgs(), "minLagSeconds", defaultMinLagSeconds, 0, 1<<31-1)
 	c, cancel := s.adminCtx()
 	defer cancel()
-	ls, err := s.r.LaggingPartitions(c, minLag)
+	ls, err := s.deps.Resources.LaggingPartitions(c, minLag)
 	if err != nil {
 		s.dbFail(ctx, "lagging groups", err)
 		return
@@ -340,12 +340,12 @@ func (s *Server) seek(ctx *fasthttp.RequestCtx) {
 	}
 	c, cancel := s.adminCtx()
 	defer cancel()
-	n, err := s.r.Seek(c, group, queue, partition, req.ToEnd, at)
+	n, err := s.deps.Resources.Seek(c, group, queue, partition, req.ToEnd, at)
 	if err != nil {
 		s.dbFail(ctx, "seek", err)
 		return
 	}
-	s.b.WakeQueue(c, queue)
+	s.deps.Consumer.WakeQueue(c, queue)
 	res := map[string]any{"success": true, "consumerGroup": group, "queueName": queue, "seekToEnd": req.ToEnd,
 		"partitionsUpdated": n}
 	if !req.ToEnd {
@@ -385,7 +385,7 @@ func (s *Server) listDLQ(ctx *fasthttp.RequestCtx) {
 	limit, offset := f.Limit, f.Offset
 	c, cancel := s.adminCtx()
 	defer cancel()
-	dls, total, err := s.r.ListDeadLetters(c, f)
+	dls, total, err := s.deps.Resources.ListDeadLetters(c, f)
 	if err != nil {
 		s.dbFail(ctx, "dlq", err)
 		return

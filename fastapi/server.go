@@ -7,9 +7,12 @@ package fastapi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"reflect"
+	"strings"
 	"time"
 
 	"github.com/fasthttp/router"
@@ -21,7 +24,6 @@ import (
 	"github.com/queenmq/queen-go/console"
 	"github.com/queenmq/queen-go/ingest"
 	"github.com/queenmq/queen-go/internal/ratelog"
-	"github.com/queenmq/queen-go/pg"
 	"github.com/queenmq/queen-go/projector"
 	"github.com/queenmq/queen-go/wal"
 )
@@ -51,24 +53,106 @@ const (
 	drainLimitFactor = 2
 )
 
-// Broker is what the HTTP layer needs from the broker.
-type Broker interface {
-	Consumer
-	Transactor
-	StatusSource
+// Deps are the server's dependencies, one field per capability, each a
+// small interface declared beside the handlers that use it. Every field is
+// required: New refuses a Deps with a nil field (ErrMissingDependency,
+// naming it), so a route never vanishes or fails at request time because
+// a dependency is absent. internal/broker wires them.
+type Deps struct {
+	// Pusher serves POST /api/v1/push (the WAL pipeline).
+	Pusher Pusher
+	// Configurer serves POST /api/v1/configure (fastapi/configure.go).
+	Configurer Configurer
+	// Health serves GET /health.
+	Health HealthChecker
+	// Maintenance serves /api/v1/system/maintenance and
+	// /api/v1/system/maintenance/pop, and the pop routes' check of pop
+	// maintenance mode.
+	Maintenance MaintenanceControl
+	// Consumer serves pop, ack and lease extension (fastapi/consume.go)
+	// and wakes waiting pops after resource changes (seek, group delete).
+	Consumer Consumer
+	// FilteredPop serves GET /api/v1/pop by namespace/task
+	// (fastapi/status.go).
+	FilteredPop FilteredPopper
+	// Transactor serves POST /api/v1/transaction (fastapi/transaction.go).
+	Transactor Transactor
+	// Resources serves the queue, consumer-group and DLQ routes
+	// (fastapi/resources.go).
+	Resources Resources
+	// Admin serves the admin summary routes (fastapi/admin.go).
+	Admin Admin
+	// Messages serves GET /api/v1/messages and one message's detail
+	// (fastapi/messages.go).
+	Messages MessageReader
+	// Traces serves the message-trace routes (fastapi/traces.go).
+	Traces Tracer
+	// Status serves the status and analytics routes (fastapi/status.go).
+	Status StatusReader
+	// Runtime reports the live broker's WAL backlog and process figures to
+	// the status routes (fastapi/status.go).
+	Runtime StatusSource
+	// Streams serves /streams/v1/* (fastapi/streams.go).
+	Streams Streams
+	// MessageDeleter serves DELETE
+	// /api/v1/messages/:partitionId/:transactionId (fastapi/streams.go).
+	MessageDeleter MessageDeleter
+	// Pipeline serves GET /api/v1/system/pipeline (fastapi/pipeline.go).
+	Pipeline PipelineReporter
+}
+
+// ErrMissingDependency is returned by New when a Deps field is nil (or a
+// nil pointer); the error names the fields.
+var ErrMissingDependency = errors.New("fastapi: missing dependency")
+
+// missing names the nil fields of d ("Deps.Admin"), in declaration order.
+// A field holding a nil pointer, map, func or channel counts as nil: its
+// methods would fail at request time.
+func (d Deps) missing() []string {
+	var out []string
+	v := reflect.ValueOf(d)
+	for i := 0; i < v.NumField(); i++ {
+		f := v.Field(i)
+		if f.IsNil() {
+			out = append(out, "Deps."+v.Type().Field(i).Name)
+			continue
+		}
+		switch e := f.Elem(); e.Kind() {
+		case reflect.Pointer, reflect.Map, reflect.Func, reflect.Chan, reflect.Slice, reflect.Interface:
+			if e.IsNil() {
+				out = append(out, "Deps."+v.Type().Field(i).Name)
+			}
+		}
+	}
+	return out
+}
+
+// Pusher runs POST /api/v1/push.
+type Pusher interface {
 	// Push runs a push body through the pipeline (see ingest.Pipeline.Push).
 	Push(ctx context.Context, body []byte, producerSub *string) ([]ingest.Result, error)
-	// Configure stores a queue's options (full replace).
-	Configure(ctx context.Context, queue, namespace, task string, o pg.QueueOptions) (*pg.ConfigureResult, error)
-	// Health does a real database round-trip.
+}
+
+// HealthChecker answers GET /health.
+type HealthChecker interface {
+	// Health returns nil when the broker can serve: the projector runs and
+	// a real database round-trip succeeded; else the projector's stop
+	// error (projector.ErrWALDiverged, wal.ErrCorruptRecord, ...) or the
+	// database's.
 	Health(ctx context.Context) error
+}
+
+// MaintenanceControl holds push and pop maintenance mode for the
+// maintenance routes and the pop routes.
+type MaintenanceControl interface {
 	// SetMaintenance turns push maintenance mode on or off.
 	SetMaintenance(ctx context.Context, enabled bool) error
 	// MaintenanceStatus reports the mode and the WAL backlog.
 	MaintenanceStatus() MaintenanceStatus
-	// Pipeline reports the WAL, projector and PostgreSQL (pipeline.go);
-	// ctx bounds its PostgreSQL round-trip.
-	Pipeline(ctx context.Context) PipelineStatus
+	// PopMaintenance reports pop maintenance mode (pops answer 204).
+	PopMaintenance() bool
+	// SetPopMaintenance turns pop maintenance mode on or off.
+	SetPopMaintenance(ctx context.Context, on bool) error
 }
 
 // MaintenanceStatus is the body of GET /api/v1/system/maintenance.
@@ -119,29 +203,26 @@ type Config struct {
 	// authentication (console.Handler.Wrap says which requests it takes).
 	Console *console.Handler
 	Logger  *slog.Logger
-	// Streams serves /streams/v1/* (fastapi/streams.go); nil answers 503.
-	Streams Streams
-	// MessageDeleter serves DELETE /api/v1/messages/:partitionId/:transactionId
-	// (fastapi/streams.go); nil leaves the route unregistered.
-	MessageDeleter MessageDeleter
 }
 
 // Server is the HTTP server.
 type Server struct {
-	cfg Config
-	b   Broker
-	r   Resources
-	st  StatusReader
-	srv *fasthttp.Server
-	log *slog.Logger
+	cfg  Config
+	deps Deps
+	srv  *fasthttp.Server
+	log  *slog.Logger
 	// failLog logs failures that repeat on every request (a WAL that
 	// cannot be written) once per interval with a count.
 	failLog *ratelog.Logger
 }
 
-// New builds the server and its routes; res serves the queue,
-// consumer-group and DLQ routes, st the status and analytics routes.
-func New(cfg Config, b Broker, res Resources, st StatusReader) *Server {
+// New builds the server and its routes from cfg (zero fields take the
+// defaults) and deps; every Deps field is required, else New returns
+// ErrMissingDependency naming the missing ones.
+func New(cfg Config, deps Deps) (*Server, error) {
+	if m := deps.missing(); len(m) > 0 {
+		return nil, fmt.Errorf("%w: %s", ErrMissingDependency, strings.Join(m, ", "))
+	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
@@ -164,7 +245,7 @@ func New(cfg Config, b Broker, res Resources, st StatusReader) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Server{cfg: cfg, b: b, r: res, st: st, log: cfg.Logger, failLog: ratelog.New(cfg.Logger, ratelog.DefaultInterval)}
+	s := &Server{cfg: cfg, deps: deps, log: cfg.Logger, failLog: ratelog.New(cfg.Logger, ratelog.DefaultInterval)}
 	// The router matches the raw path, so a queue named "a/b" arrives as
 	// one segment a%2Fb and is decoded by the handler (pathName).
 	r := router.New()
@@ -235,7 +316,7 @@ func New(cfg Config, b Broker, res Resources, st StatusReader) *Server {
 		SecureErrorLogMessage: true,
 		Logger:                fasthttpLogger{ratelog.New(cfg.Logger, ratelog.DefaultInterval)},
 	}
-	return s
+	return s, nil
 }
 
 // Serve serves on ln until Shutdown.
@@ -347,7 +428,7 @@ func (s *Server) push(ctx *fasthttp.RequestCtx) {
 	if !ok {
 		return
 	}
-	res, err := s.b.Push(ctx, body, producerSub(ctx))
+	res, err := s.deps.Pusher.Push(ctx, body, producerSub(ctx))
 	var verr *ingest.ValidationError
 	switch {
 	case errors.As(err, &verr):
@@ -377,7 +458,7 @@ func producerSub(ctx *fasthttp.RequestCtx) *string {
 func (s *Server) health(ctx *fasthttp.RequestCtx) {
 	c, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if err := s.b.Health(c); err != nil {
+	if err := s.deps.Health.Health(c); err != nil {
 		if errors.Is(err, projector.ErrWALDiverged) {
 			writeJSON(ctx, fasthttp.StatusServiceUnavailable, map[string]any{
 				"status": "unhealthy", "database": "connected", "projector": "stopped: WAL and database disagree", "server": "queen-go"})
@@ -396,7 +477,7 @@ func (s *Server) health(ctx *fasthttp.RequestCtx) {
 }
 
 func (s *Server) getMaintenance(ctx *fasthttp.RequestCtx) {
-	writeJSON(ctx, fasthttp.StatusOK, s.b.MaintenanceStatus())
+	writeJSON(ctx, fasthttp.StatusOK, s.deps.Maintenance.MaintenanceStatus())
 }
 
 func (s *Server) postMaintenance(ctx *fasthttp.RequestCtx) {
@@ -406,11 +487,11 @@ func (s *Server) postMaintenance(ctx *fasthttp.RequestCtx) {
 	}
 	c, cancel := s.dbCtx()
 	defer cancel()
-	if err := s.b.SetMaintenance(c, enabled); err != nil {
+	if err := s.deps.Maintenance.SetMaintenance(c, enabled); err != nil {
 		// The mode is in effect on this broker; only persisting it failed.
 		s.log.Warn("maintenance: could not persist the flag", "err", err)
 	}
-	st := s.b.MaintenanceStatus()
+	st := s.deps.Maintenance.MaintenanceStatus()
 	msg := "maintenance mode disabled: the projector resumes and drains the WAL"
 	if st.MaintenanceMode {
 		msg = "maintenance mode enabled: pushes are written to the WAL and answered buffered"

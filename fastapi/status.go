@@ -29,15 +29,18 @@ type StatusReader interface {
 	PostgresStats(ctx context.Context) (json.RawMessage, error)
 }
 
-var _ StatusReader = (*pg.Status)(nil)
-
-// StatusSource is what the status routes and the filtered pop need from
-// the running broker (part of Broker).
+// StatusSource is what the status routes need from the running broker
+// (Deps.Runtime).
 type StatusSource interface {
 	// BufferStatus reports the WAL backlog now.
 	BufferStatus() BufferStatus
 	// ProcessSample reports this broker's process and pool figures now.
 	ProcessSample() ProcessSample
+}
+
+// FilteredPopper serves GET /api/v1/pop, a pop by namespace and/or task
+// (Deps.FilteredPop).
+type FilteredPopper interface {
 	// PopFiltered pops from one queue matching a namespace and/or task
 	// (pg.FilteredPop.Pop).
 	PopFiltered(ctx context.Context, req pg.FilteredPopRequest) (*pg.PopResult, error)
@@ -232,22 +235,22 @@ func (s *Server) status(ctx *fasthttp.RequestCtx) {
 	defer cancel()
 	bm := bucketMinutes(to.Sub(from))
 	width := time.Duration(bm) * time.Minute
-	counts, err := s.st.StoredPerBucket(c, f, from, to, width)
+	counts, err := s.deps.Status.StoredPerBucket(c, f, from, to, width)
 	if err != nil {
 		s.dbFail(ctx, "status throughput", err)
 		return
 	}
-	qs, err := s.st.Queues(c, f, maxStatusQueues, 0)
+	qs, err := s.deps.Status.Queues(c, f, maxStatusQueues, 0)
 	if err != nil {
 		s.dbFail(ctx, "status queues", err)
 		return
 	}
-	leases, err := s.st.Leases(c)
+	leases, err := s.deps.Status.Leases(c)
 	if err != nil {
 		s.dbFail(ctx, "status leases", err)
 		return
 	}
-	dl, err := s.st.DeadLetters(c, f)
+	dl, err := s.deps.Status.DeadLetters(c, f)
 	if err != nil {
 		s.dbFail(ctx, "status dead letters", err)
 		return
@@ -313,7 +316,7 @@ func (s *Server) statusQueues(ctx *fasthttp.RequestCtx) {
 	limit, offset := intArg(a, "limit", 100, 1, 1000), intArg(a, "offset", 0, 0, 1<<31-1)
 	c, cancel := statusCtx()
 	defer cancel()
-	qs, err := s.st.Queues(c, f, limit, offset)
+	qs, err := s.deps.Status.Queues(c, f, limit, offset)
 	if err != nil {
 		s.dbFail(ctx, "status queues", err)
 		return
@@ -338,7 +341,7 @@ func (s *Server) statusQueue(ctx *fasthttp.RequestCtx) {
 	}
 	c, cancel := statusCtx()
 	defer cancel()
-	d, err := s.st.QueueDetail(c, name)
+	d, err := s.deps.Status.QueueDetail(c, name)
 	if errors.Is(err, pg.ErrQueueNotFound) {
 		writeErr(ctx, fasthttp.StatusNotFound, "Queue not found")
 		return
@@ -390,7 +393,7 @@ func (s *Server) statusQueueMessages(ctx *fasthttp.RequestCtx) {
 	limit, offset := intArg(a, "limit", 50, 1, 1000), intArg(a, "offset", 0, 0, 1<<31-1)
 	c, cancel := statusCtx()
 	defer cancel()
-	l, err := s.st.QueueMessages(c, name, limit, offset)
+	l, err := s.deps.Status.QueueMessages(c, name, limit, offset)
 	if errors.Is(err, pg.ErrQueueNotFound) {
 		writeErr(ctx, fasthttp.StatusNotFound, "Queue not found")
 		return
@@ -412,7 +415,7 @@ func (s *Server) statusQueueMessages(ctx *fasthttp.RequestCtx) {
 // Queen's file-buffer shape ({pending, failed, dbHealthy, worker}) plus
 // this broker's own fields.
 func (s *Server) statusBuffers(ctx *fasthttp.RequestCtx) {
-	b := s.b.BufferStatus()
+	b := s.deps.Runtime.BufferStatus()
 	var oldestAge any
 	if b.OldestAcceptedAt != nil {
 		oldestAge = max(time.Since(*b.OldestAcceptedAt).Seconds(), 0)
@@ -460,7 +463,7 @@ func (s *Server) statusAnalytics(ctx *fasthttp.RequestCtx) {
 	}
 	c, cancel := statusCtx()
 	defer cancel()
-	counts, err := s.st.StoredPerBucket(c, f, from, to, width)
+	counts, err := s.deps.Status.StoredPerBucket(c, f, from, to, width)
 	if err != nil {
 		s.dbFail(ctx, "status analytics", err)
 		return
@@ -492,7 +495,7 @@ func (s *Server) systemMetrics(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	now := time.Now().UTC()
-	p := s.b.ProcessSample()
+	p := s.deps.Runtime.ProcessSample()
 	series := []map[string]any{}
 	if !now.Before(from) && !now.After(to.Add(time.Minute)) {
 		metrics := map[string]any{
@@ -519,7 +522,7 @@ func (s *Server) systemMetrics(ctx *fasthttp.RequestCtx) {
 func (s *Server) postgresStats(ctx *fasthttp.RequestCtx) {
 	c, cancel := statusCtx()
 	defer cancel()
-	b, err := s.st.PostgresStats(c)
+	b, err := s.deps.Status.PostgresStats(c)
 	if err != nil {
 		s.dbFail(ctx, "postgres stats", err)
 		return
@@ -608,9 +611,9 @@ func (f *popFilter) label() string {
 // popOnce is one pop attempt: of req.Queue, or filtered by f.
 func (s *Server) popOnce(ctx context.Context, f *popFilter, req pg.PopRequest) (*pg.PopResult, error) {
 	if f == nil {
-		return s.b.Pop(ctx, req)
+		return s.deps.Consumer.Pop(ctx, req)
 	}
-	return s.b.PopFiltered(ctx, pg.FilteredPopRequest{Namespace: f.namespace, Task: f.task, PopRequest: req})
+	return s.deps.FilteredPop.PopFiltered(ctx, pg.FilteredPopRequest{Namespace: f.namespace, Task: f.task, PopRequest: req})
 }
 
 // popWaitChan is the channel a waiting pop sleeps on: the queue's, or for a
@@ -618,11 +621,11 @@ func (s *Server) popOnce(ctx context.Context, f *popFilter, req pg.PopRequest) (
 // maxFilteredWaitQueues) is woken, or after filteredRecheck.
 func (s *Server) popWaitChan(f *popFilter, queue string) <-chan struct{} {
 	if f == nil {
-		return s.b.WaitChan(queue)
+		return s.deps.Consumer.WaitChan(queue)
 	}
 	out := make(chan struct{})
 	c, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	names, err := s.b.MatchingQueues(c, f.namespace, f.task)
+	names, err := s.deps.FilteredPop.MatchingQueues(c, f.namespace, f.task)
 	cancel()
 	if err != nil || len(names) > maxFilteredWaitQueues {
 		names = nil
@@ -630,7 +633,7 @@ func (s *Server) popWaitChan(f *popFilter, queue string) <-chan struct{} {
 	cases := make([]reflect.SelectCase, 0, len(names)+1)
 	cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(time.After(filteredRecheck))})
 	for _, n := range names {
-		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(s.b.WaitChan(n))})
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(s.deps.Consumer.WaitChan(n))})
 	}
 	// Ends within filteredRecheck, woken or not: no goroutine outlives it.
 	go func() {

@@ -17,7 +17,7 @@ import (
 	"github.com/queenmq/queen-go/pg"
 )
 
-// Streams is what the /streams/v1 routes need (Config.Streams);
+// Streams is what the /streams/v1 routes need (Deps.Streams);
 // internal/broker wires *pg.Streams behind it and wakes long-polls after a
 // cycle commits.
 type Streams interface {
@@ -34,8 +34,8 @@ type Streams interface {
 // fit a page; the SDKs' keys are a tag, a window and a user key).
 const MaxStateKeyBytes = 2048
 
-// routeStreams registers Queen's stream routes (no /api prefix). Without
-// Config.Streams they answer 503: the routes always exist, as in Queen.
+// routeStreams registers Queen's stream routes (no /api prefix) and the
+// single-message delete.
 func (s *Server) routeStreams(r interface {
 	POST(string, fasthttp.RequestHandler)
 	DELETE(string, fasthttp.RequestHandler)
@@ -43,18 +43,12 @@ func (s *Server) routeStreams(r interface {
 	r.POST("/streams/v1/queries", s.streamRegister)
 	r.POST("/streams/v1/cycle", s.streamCycle)
 	r.POST("/streams/v1/state/get", s.streamStateGet)
-	if s.cfg.MessageDeleter != nil {
-		r.DELETE("/api/v1/messages/{partitionId}/{transactionId}", s.deleteMessage)
-	}
+	r.DELETE("/api/v1/messages/{partitionId}/{transactionId}", s.deleteMessage)
 }
 
 // streamsBody reads a streams request body as a JSON object of raw fields,
 // answering 400 with Queen's texts when it is not one.
 func (s *Server) streamsBody(ctx *fasthttp.RequestCtx) (map[string]json.RawMessage, bool) {
-	if s.cfg.Streams == nil {
-		writeErr(ctx, fasthttp.StatusServiceUnavailable, "streams are not available on this broker")
-		return nil, false
-	}
 	body, ok := s.readBodyOrAnswer(ctx)
 	if !ok {
 		return nil, false
@@ -189,7 +183,7 @@ func (s *Server) streamRegister(ctx *fasthttp.RequestCtx) {
 	}
 	c, cancel := s.dbCtx()
 	defer cancel()
-	res, err := s.cfg.Streams.Register(c, req)
+	res, err := s.deps.Streams.Register(c, req)
 	if err != nil {
 		s.dbFail(ctx, "streams register", err)
 		return
@@ -410,7 +404,7 @@ func (s *Server) streamCycle(ctx *fasthttp.RequestCtx) {
 	}
 	c, cancel := s.dbCtx()
 	defer cancel()
-	res, err := s.cfg.Streams.Cycle(c, req)
+	res, err := s.deps.Streams.Cycle(c, req)
 	out := map[string]any{"success": true, "query_id": req.QueryID.String(), "partition_id": req.PartitionID.String(),
 		"queueName": nil, "state_ops_applied": 0, "push_results": []any{}, "ack_result": nil}
 	var abort *pg.CycleAbort
@@ -504,7 +498,7 @@ func (s *Server) streamStateGet(ctx *fasthttp.RequestCtx) {
 	}
 	c, cancel := s.dbCtx()
 	defer cancel()
-	rows, err := s.cfg.Streams.GetState(c, q)
+	rows, err := s.deps.Streams.GetState(c, q)
 	if err != nil {
 		s.dbFail(ctx, "streams state/get", err)
 		return
@@ -516,7 +510,7 @@ func (s *Server) streamStateGet(ctx *fasthttp.RequestCtx) {
 	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"success": true, "rows": out})
 }
 
-// MessageDeleter deletes one message (Config.MessageDeleter;
+// MessageDeleter deletes one message (Deps.MessageDeleter;
 // pg.Tombstones implements it).
 type MessageDeleter interface {
 	// DeleteMessage marks the message deleted with its dead letters and
@@ -538,7 +532,7 @@ func (s *Server) deleteMessage(ctx *fasthttp.RequestCtx) {
 	}
 	c, cancel := s.adminCtx()
 	defer cancel()
-	deleted, err := s.cfg.MessageDeleter.DeleteMessage(c, pid, txid)
+	deleted, err := s.deps.MessageDeleter.DeleteMessage(c, pid, txid)
 	if err != nil {
 		s.dbFail(ctx, "delete message", err)
 		return

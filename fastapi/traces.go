@@ -30,7 +30,7 @@ const (
 	DefaultTraceEventType = "info"
 )
 
-// Tracer is what the trace routes need; *pg.Store implements it.
+// Tracer is what the trace routes need (Deps.Traces).
 type Tracer interface {
 	// RecordTrace returns the new trace's id, or pg.ErrTraceMessageNotFound.
 	RecordTrace(ctx context.Context, in pg.TraceInput) (uuid.UUID, error)
@@ -42,26 +42,18 @@ type Tracer interface {
 	TraceNames(ctx context.Context, limit, offset int) ([]pg.TraceNameSummary, int64, error)
 }
 
-// *pg.Store must stay a Tracer, or the trace routes would silently vanish.
-var _ Tracer = (*pg.Store)(nil)
-
-// traceRoutes serves the trace routes with the Tracer found on Server.r.
+// traceRoutes serves the trace routes with Deps.Traces.
 type traceRoutes struct {
 	s *Server
 	t Tracer
 }
 
-// routeTraces registers Queen's message-trace routes (API.md §3.3) when
-// the Resources value also implements Tracer (*pg.Store does); otherwise
-// none, and those paths answer 404. The static segments "by-name" and
+// routeTraces registers Queen's message-trace routes (API.md §3.3). The
+// static segments "by-name" and
 // "names" take priority over {partitionId} in fasthttp/router, so they
 // never reach the per-message route (e2e TestTraceRoutesStaticSegmentsWin).
 func (s *Server) routeTraces(r *router.Router) {
-	t, ok := s.r.(Tracer)
-	if !ok {
-		return
-	}
-	tr := &traceRoutes{s: s, t: t}
+	tr := &traceRoutes{s: s, t: s.deps.Traces}
 	r.POST("/api/v1/traces", tr.record)
 	r.GET("/api/v1/traces/names", tr.names)
 	r.GET("/api/v1/traces/by-name/{name}", tr.byName)

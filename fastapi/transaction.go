@@ -140,7 +140,7 @@ func (s *Server) transaction(ctx *fasthttp.RequestCtx) {
 	txID, _ := uuid.NewV7()
 	c, cancel := s.dbCtx()
 	defer cancel()
-	res, err := s.b.Transaction(c, pushes, acks)
+	res, err := s.deps.Transactor.Transaction(c, pushes, acks)
 	var abort *pg.TxAbort
 	switch {
 	case errors.As(err, &abort):

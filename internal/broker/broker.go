@@ -3,7 +3,8 @@
 // the long-running services in order (maintenance modes, projector,
 // retention, LISTEN) and stops them in reverse. The logic lives in those
 // parts; what is here is wiring, the metrics hooks and the thin methods
-// through which fastapi reaches them. cmd/queen runs one from the
+// through which fastapi reaches them where the broker itself combines
+// parts (fastapi.Deps names each capability). cmd/queen runs one from the
 // environment; tests run them in-process.
 package broker
 
@@ -247,8 +248,28 @@ func Start(cfg Config) (*Broker, error) {
 	}
 	hc.Logger = cfg.Logger
 	st := newStreams(b) // internal/broker/streams.go
-	hc.Streams, hc.MessageDeleter = st, st
-	b.http = fastapi.New(hc, b, b.Store, b.status)
+	b.http, err = fastapi.New(hc, fastapi.Deps{
+		Pusher:         b,
+		Configurer:     b,
+		Health:         b,
+		Maintenance:    b,
+		Consumer:       b,
+		FilteredPop:    b,
+		Transactor:     b,
+		Resources:      b.Store,
+		Admin:          b.Store,
+		Messages:       b.Store,
+		Traces:         b.Store,
+		Status:         b.status,
+		Runtime:        b,
+		Streams:        st,
+		MessageDeleter: st,
+		Pipeline:       b,
+	})
+	if err != nil {
+		b.Stop(context.Background())
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		b.Stop(context.Background())
@@ -264,7 +285,8 @@ func Start(cfg Config) (*Broker, error) {
 // Addr is the address the HTTP server listens on.
 func (b *Broker) Addr() string { return b.ln.Addr().String() }
 
-// Push implements fastapi.Broker.
+// Push implements fastapi.Pusher: the push pipeline, with the push
+// metrics and the WAL health it reports.
 func (b *Broker) Push(ctx context.Context, body []byte, producerSub *string) ([]ingest.Result, error) {
 	res, err := b.pipeline.Push(ctx, body, producerSub)
 	// One counter update per run of equal verdicts (a push's items mostly
@@ -285,7 +307,8 @@ func (b *Broker) Push(ctx context.Context, body []byte, producerSub *string) ([]
 	return res, err
 }
 
-// Configure implements fastapi.Broker.
+// Configure implements fastapi.Configurer (the schema first: PostgreSQL
+// may have been away at start).
 func (b *Broker) Configure(ctx context.Context, queue, namespace, task string, o pg.QueueOptions) (*pg.ConfigureResult, error) {
 	if err := b.Store.EnsureSchema(ctx); err != nil {
 		return nil, err
@@ -293,7 +316,7 @@ func (b *Broker) Configure(ctx context.Context, queue, namespace, task string, o
 	return b.Store.Configure(ctx, queue, namespace, task, ingest.DefaultPartition, o)
 }
 
-// Health implements fastapi.Broker: the error that stopped the projector
+// Health implements fastapi.HealthChecker: the error that stopped the projector
 // (projector.Stopped), else a real round-trip to PostgreSQL.
 func (b *Broker) Health(ctx context.Context) error {
 	if err := b.Projector.Stopped(); err != nil {
@@ -302,7 +325,7 @@ func (b *Broker) Health(ctx context.Context) error {
 	return b.Store.Ping(ctx)
 }
 
-// SetMaintenance implements fastapi.Broker (maintenance.Service.Set): the
+// SetMaintenance implements fastapi.MaintenanceControl (maintenance.Service.Set): the
 // mode takes effect on this broker at once; persisting it (for other
 // brokers and restarts) is retried in the background when PostgreSQL is
 // away, and that error is returned.
@@ -310,7 +333,7 @@ func (b *Broker) SetMaintenance(ctx context.Context, on bool) error {
 	return b.Maintenance.SetPush(ctx, on)
 }
 
-// MaintenanceStatus implements fastapi.Broker.
+// MaintenanceStatus implements fastapi.MaintenanceControl.
 func (b *Broker) MaintenanceStatus() fastapi.MaintenanceStatus {
 	return fastapi.MaintenanceStatus{
 		MaintenanceMode: b.Maintenance.PushEnabled(),
@@ -404,10 +427,10 @@ func (b *Broker) WakeQueue(ctx context.Context, queue string) {
 // WaitChan implements fastapi.Consumer.
 func (b *Broker) WaitChan(queue string) <-chan struct{} { return b.waker.Chan(queue) }
 
-// PopMaintenance implements fastapi.Consumer.
+// PopMaintenance implements fastapi.MaintenanceControl.
 func (b *Broker) PopMaintenance() bool { return b.Maintenance.PopEnabled() }
 
-// SetPopMaintenance implements fastapi.Consumer (maintenance.Service.Set):
+// SetPopMaintenance implements fastapi.MaintenanceControl (maintenance.Service.Set):
 // effective at once here, persisted for other brokers and restarts (the
 // error says persisting failed; it is retried in the background).
 func (b *Broker) SetPopMaintenance(ctx context.Context, on bool) error {

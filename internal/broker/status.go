@@ -100,7 +100,7 @@ func procMemory() (rss, virtual int64) {
 	return res * page, size * page
 }
 
-// PopFiltered implements fastapi.StatusSource (pg.FilteredPop.Pop).
+// PopFiltered implements fastapi.FilteredPopper (pg.FilteredPop.Pop).
 func (b *Broker) PopFiltered(ctx context.Context, req pg.FilteredPopRequest) (*pg.PopResult, error) {
 	if err := b.Store.EnsureSchema(ctx); err != nil {
 		return nil, err
@@ -112,7 +112,7 @@ func (b *Broker) PopFiltered(ctx context.Context, req pg.FilteredPopRequest) (*p
 	return res, err
 }
 
-// MatchingQueues implements fastapi.StatusSource.
+// MatchingQueues implements fastapi.FilteredPopper.
 func (b *Broker) MatchingQueues(ctx context.Context, namespace, task string) ([]string, error) {
 	return b.filtered.MatchingQueues(ctx, namespace, task)
 }

@@ -68,9 +68,10 @@ type partState struct {
 	encrypt bool // the queue has encryptionEnabled
 }
 
-// Project stores one projector batch in one transaction and records
-// walIndex (with recordCRC, the CRC-32C of that WAL record's payload) as
-// brokerID's checkpoint in the same transaction, so projection is
+// Project stores one projector batch in one transaction and records cp as
+// brokerID's checkpoint in the same transaction (cp.Index with cp.RecordCRC,
+// the CRC-32C of that WAL record's payload, and cp.PartialItems of the next
+// record when the batch ends inside it: see Checkpoint), so projection is
 // exactly-once. It returns one Outcome per item.
 //
 // Per batch: the touched partition rows are locked in id order (no
@@ -80,12 +81,53 @@ type partState struct {
 // rules (spec/producing.md): per partition; an entry counts while its
 // acceptance time is within the queue's dedup_window_seconds of the item's
 // acceptance time (0 = off); first wins inside a batch; a repeat does not
-// extend the window.
+// extend the window. The caller bounds the batch (the projector's
+// MaxBatchItems and MaxBatchBytes): Project holds it in memory and sends it
+// in one piece.
+//
+// A partition row that vanished under the batch (its queue was deleted
+// between the lookup and the lock) is looked up again, which recreates it
+// as a push to a missing queue does, and the batch is retried at once, up to
+// goneRetries times; only then does Project return ErrPartitionGone.
 //
 // An error means nothing of the batch may be assumed stored: the caller
 // re-reads the checkpoint before it retries (a failed COMMIT has an unknown
 // outcome).
-func (s *Store) Project(ctx context.Context, brokerID uuid.UUID, walIndex uint64, recordCRC uint32, items []ProjectItem) ([]Outcome, error) {
+func (s *Store) Project(ctx context.Context, brokerID uuid.UUID, cp Checkpoint, items []ProjectItem) ([]Outcome, error) {
+	var crc, partIdx, partItems, partCRC *int64
+	if cp.HasCRC {
+		crc = ptr(int64(cp.RecordCRC))
+	}
+	if cp.PartialItems > 0 {
+		partIdx, partItems, partCRC = ptr(int64(cp.Index)+1), ptr(int64(cp.PartialItems)), ptr(int64(cp.PartialCRC))
+	}
+	finish := func(b *pgx.Batch) {
+		b.Queue(`INSERT INTO queen.projector_checkpoints (broker_id, wal_index, record_crc32c, partial_index, partial_items, partial_crc32c, updated_at)
+		VALUES ($1, $2, $3, $4, $5, $6, now())
+		ON CONFLICT (broker_id) DO UPDATE SET wal_index = excluded.wal_index, record_crc32c = excluded.record_crc32c,
+			partial_index = excluded.partial_index, partial_items = excluded.partial_items, partial_crc32c = excluded.partial_crc32c,
+			updated_at = now()`,
+			pgtype.UUID{Bytes: brokerID, Valid: true}, int64(cp.Index), crc, partIdx, partItems, partCRC)
+		b.Queue("COMMIT")
+	}
+	for attempt := 1; ; attempt++ {
+		out, err := s.projectOnce(ctx, items, finish)
+		if err == nil || !errors.Is(err, ErrPartitionGone) || attempt == goneRetries || ctx.Err() != nil {
+			return out, err
+		}
+		s.log.Debug("pg: a partition of the batch vanished (queue deleted); looking it up again", "attempt", attempt, "err", err)
+	}
+}
+
+// goneRetries bounds Project's immediate retries of a batch whose partition
+// rows vanish under it (see Project).
+const goneRetries = 10
+
+func ptr[T any](v T) *T { return &v }
+
+// projectOnce is one attempt of Project: look up the partitions, then lock,
+// probe and write on one connection, in one transaction.
+func (s *Store) projectOnce(ctx context.Context, items []ProjectItem, finish func(*pgx.Batch)) ([]Outcome, error) {
 	ids, err := s.partitionIDs(ctx, items)
 	if err != nil {
 		return nil, err
@@ -97,12 +139,15 @@ func (s *Store) Project(ctx context.Context, brokerID uuid.UUID, walIndex uint64
 	// A connection released inside a transaction (any error below) is
 	// closed by the pool, which rolls the transaction back.
 	defer conn.Release()
-	out, err := s.project(ctx, conn.Conn(), true, items, ids, func(b *pgx.Batch) {
-		b.Queue(`INSERT INTO queen.projector_checkpoints (broker_id, wal_index, record_crc32c, updated_at) VALUES ($1, $2, $3, now())
-		ON CONFLICT (broker_id) DO UPDATE SET wal_index = excluded.wal_index, record_crc32c = excluded.record_crc32c, updated_at = now()`,
-			pgtype.UUID{Bytes: brokerID, Valid: true}, int64(walIndex), int64(recordCRC))
-		b.Queue("COMMIT")
-	})
+	out, err := s.project(ctx, conn.Conn(), true, items, ids, finish)
+	if errors.Is(err, ErrPartitionGone) {
+		// Nothing was written: end the transaction here so the connection
+		// goes back to the pool instead of being closed.
+		if _, rerr := conn.Exec(ctx, "ROLLBACK"); rerr != nil {
+			return nil, errors.Join(err, rerr)
+		}
+		return nil, err
+	}
 	if err != nil {
 		return nil, err
 	}

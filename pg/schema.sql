@@ -92,6 +92,13 @@ CREATE TABLE IF NOT EXISTS queen.projector_checkpoints (
 -- CRC-32C of the WAL record at wal_index: tells a WAL directory that is not
 -- the one this checkpoint was written from (see pg.Checkpoint).
 ALTER TABLE queen.projector_checkpoints ADD COLUMN IF NOT EXISTS record_crc32c bigint;
+-- A WAL record with more items than one projection transaction takes (a push
+-- of a million tiny items) is projected in pieces, each its own transaction:
+-- then the first partial_items items of record partial_index (always
+-- wal_index + 1; any other value is stale and means nothing) are committed
+-- too, and partial_crc32c is that record's CRC-32C (see pg.Checkpoint).
+ALTER TABLE queen.projector_checkpoints ADD COLUMN IF NOT EXISTS partial_index bigint,
+    ADD COLUMN IF NOT EXISTS partial_items bigint, ADD COLUMN IF NOT EXISTS partial_crc32c bigint;
 
 -- System flags such as maintenance_mode ({"enabled": bool}).
 CREATE TABLE IF NOT EXISTS queen.system_state (

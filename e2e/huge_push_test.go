@@ -1,0 +1,313 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/queenmq/queen-go/ingest"
+	"github.com/queenmq/queen-go/internal/broker"
+	"github.com/queenmq/queen-go/internal/testenv"
+	"github.com/queenmq/queen-go/pg"
+)
+
+// tinyItem is the smallest item a push body can hold: a one-byte queue
+// name, no partition (Default), no transactionId (the broker mints one) and
+// a one-byte payload.
+const tinyItem = `{"queue":"h","payload":0}`
+
+// tinyBody returns a push body of n tiny items.
+func tinyBody(n int) []byte {
+	var b bytes.Buffer
+	b.Grow(len(`{"items":[]}`) + n*(len(tinyItem)+1))
+	b.WriteString(`{"items":[`)
+	for i := 0; i < n; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(tinyItem)
+	}
+	b.WriteString(`]}`)
+	return b.Bytes()
+}
+
+// tinyItemsFor is how many tiny items fit a body of limit bytes.
+func tinyItemsFor(limit int) int { return (limit - len(`{"items":[]}`) + 1) / (len(tinyItem) + 1) }
+
+// partitionState reads a partition's next offset and how many offsets its
+// segments hold; ok is false while the partition does not exist. It also
+// checks that the segments tile 0..next-1 without gap or overlap.
+func partitionState(t testing.TB, s *pg.Store, queue, partition string) (next, stored, segments int64, ok bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := s.Pool().QueryRow(ctx, `SELECT p.next_offset,
+			coalesce((SELECT sum(last_offset - base_offset + 1) FROM queen.segments WHERE partition_id = p.id), 0),
+			(SELECT count(*) FROM queen.segments WHERE partition_id = p.id)
+		FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1 AND p.name = $2`,
+		queue, partition).Scan(&next, &stored, &segments)
+	if err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return 0, 0, 0, false
+		}
+		t.Fatalf("partition state %s/%s: %v", queue, partition, err)
+	}
+	var gaps int64
+	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM (SELECT s.base_offset, lag(s.last_offset) OVER (ORDER BY s.base_offset) AS prev
+			FROM queen.segments s JOIN queen.partitions p ON p.id = s.partition_id JOIN queen.queues q ON q.id = p.queue_id
+			WHERE q.name = $1 AND p.name = $2) g WHERE base_offset <> coalesce(prev + 1, 0)`, queue, partition).Scan(&gaps); err != nil {
+		t.Fatalf("partition gaps %s/%s: %v", queue, partition, err)
+	}
+	if gaps != 0 {
+		t.Fatalf("%s/%s: %d segments do not follow the one before (gap or overlap)", queue, partition, gaps)
+	}
+	return next, stored, segments, true
+}
+
+// TestProjectRecordInPieces: with MaxBatchItems 5, a push of 23 items is
+// projected in pieces, one transaction each, and still gets its verdicts
+// (queued, and duplicate for a transactionId repeated in a later piece,
+// naming the original stored by an earlier piece); pushes before and after
+// it are projected around it, every partition holds body order at dense
+// offsets, and the checkpoint ends with no record in pieces.
+func TestProjectRecordInPieces(t *testing.T) {
+	t.Parallel()
+	s := setup(t, func(c *broker.Config) { c.Projector.MaxBatchItems = 5 })
+	wantStatuses(t, push(t, s.base, body(item{"pc", "A", 0, "before"})), Q)
+	var items []item
+	var want []ingest.Status
+	for i := 0; i < 23; i++ {
+		part := "A"
+		if i%3 == 2 {
+			part = "B"
+		}
+		tx := fmt.Sprintf("t%d", i)
+		st := Q
+		switch i {
+		case 13: // repeats item 1 (partition A, first piece): a duplicate
+			tx, st = "t1", D
+		case 14: // t1 again, but in partition B: its own key
+			part, tx = "B", "t1"
+		case 21: // repeats item 14 (B, the same piece's neighbourhood, later piece than 13)
+			part, tx, st = "B", "t1", D
+		}
+		items = append(items, item{"pc", part, i, tx})
+		want = append(want, st)
+	}
+	res := push(t, s.base, body(items...))
+	wantStatuses(t, res, want...)
+	if res[13].MessageID != res[1].MessageID || res[21].MessageID != res[14].MessageID {
+		t.Fatalf("duplicates name %s and %s, want the originals %s and %s", res[13].MessageID, res[21].MessageID, res[1].MessageID, res[14].MessageID)
+	}
+	wantStatuses(t, push(t, s.base, body(item{"pc", "A", 100, "after1"}, item{"pc", "B", 101, "after2"})), Q, Q)
+
+	var wantA, wantB []string
+	wantA = append(wantA, "before")
+	for i, it := range items {
+		if want[i] == D {
+			continue
+		}
+		if it.Partition == "A" {
+			wantA = append(wantA, it.TransactionID)
+		} else {
+			wantB = append(wantB, it.TransactionID)
+		}
+	}
+	wantA, wantB = append(wantA, "after1"), append(wantB, "after2")
+	segs := int64(0)
+	for _, c := range []struct {
+		part string
+		want []string
+	}{{"A", wantA}, {"B", wantB}} {
+		msgs := readPartition(t, s.store, "pc", c.part)
+		if got := fmt.Sprint(txids(msgs)); got != fmt.Sprint(c.want) {
+			t.Errorf("partition %s holds %s, want %s", c.part, got, c.want)
+		}
+		for i, m := range msgs {
+			if m.Offset != int64(i) {
+				t.Fatalf("partition %s: offset %d at position %d", c.part, m.Offset, i)
+			}
+		}
+		_, _, n, _ := partitionState(t, s.store, "pc", c.part)
+		segs += n
+	}
+	// 23 items in pieces of at most 5 make at least 5 transactions; each
+	// writes a segment per partition it touches.
+	if segs < 5+2 {
+		t.Errorf("%d segments: the 23-item record was not projected in pieces", segs)
+	}
+	var partial *int64
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.store.Pool().QueryRow(ctx, `SELECT CASE WHEN partial_index = wal_index + 1 THEN partial_items END
+		FROM queen.projector_checkpoints WHERE broker_id = $1`, s.b.ID).Scan(&partial); err != nil {
+		t.Fatal(err)
+	}
+	if partial != nil {
+		t.Errorf("checkpoint still names %d items of a record in pieces", *partial)
+	}
+}
+
+// steady pushes one item to queue every interval until ctx ends and
+// records each verdict with its time.
+type steady struct {
+	queue    string
+	interval time.Duration
+	mu       sync.Mutex
+	got      []steadyVerdict
+}
+
+type steadyVerdict struct {
+	at     time.Time
+	took   time.Duration
+	status ingest.Status
+}
+
+func (s *steady) run(ctx context.Context, t *testing.T, base string) {
+	for i := 0; ctx.Err() == nil; i++ {
+		start := time.Now()
+		code, rb := post(t, base, "/api/v1/push", body(item{s.queue, "P", i, fmt.Sprintf("s%d", i)}))
+		st := ingest.Status(fmt.Sprintf("http %d", code))
+		if code == http.StatusCreated {
+			switch {
+			case bytes.Contains(rb, []byte(`"status":"queued"`)):
+				st = Q
+			case bytes.Contains(rb, []byte(`"status":"buffered"`)):
+				st = B
+			default:
+				st = ingest.Status(rb)
+			}
+		}
+		s.mu.Lock()
+		s.got = append(s.got, steadyVerdict{at: start, took: time.Since(start), status: st})
+		s.mu.Unlock()
+		select {
+		case <-ctx.Done():
+		case <-time.After(s.interval):
+		}
+	}
+}
+
+// between summarises the verdicts of pushes started in [from, to).
+func (s *steady) between(from, to time.Time) (counts map[ingest.Status]int, slowest time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	counts = map[ingest.Status]int{}
+	for _, v := range s.got {
+		if !v.at.Before(from) && v.at.Before(to) {
+			counts[v.status]++
+			slowest = max(slowest, v.took)
+		}
+	}
+	return counts, slowest
+}
+
+// TestCaseHugePushOfTinyItems (issue: one push of a million tiny items
+// stopped delivery for every queue): a push at the body limit made of the
+// smallest items the format allows is stored, every item exactly once, in
+// pieces; the projector is never wedged: a steady producer on another
+// queue keeps getting answers throughout and queued ones again as soon as
+// the big record is through. The body limit is 64 MiB, the default, unless
+// -short, where 16 MiB keeps the same density of items per byte.
+func TestCaseHugePushOfTinyItems(t *testing.T) {
+	limit := 64 << 20
+	if testing.Short() {
+		limit = 16 << 20
+	}
+	s := setup(t, func(c *broker.Config) { c.MaxBodyBytes = limit })
+	configure(t, s.base, "h", map[string]any{"dedupWindowSeconds": 0}) // a repeat would be stored twice, not hidden
+	wantStatuses(t, push(t, s.base, body(item{"other", "P", 0, "warm-up"})), Q)
+
+	n := tinyItemsFor(limit)
+	b := tinyBody(n)
+	if len(b) > limit {
+		t.Fatalf("body %d bytes over the %d limit", len(b), limit)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st := &steady{queue: "other", interval: 100 * time.Millisecond}
+	done := make(chan struct{})
+	go func() { st.run(ctx, t, s.base); close(done) }()
+
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	started := time.Now()
+	code, rb := post(t, s.base, "/api/v1/push", b)
+	answered := time.Now()
+	if code != http.StatusCreated {
+		t.Fatalf("push of %d tiny items (%d bytes): status %d %.200s", n, len(b), code, rb)
+	}
+	verdicts := bytes.Count(rb, []byte(`"status":`))
+	queued, buffered := bytes.Count(rb, []byte(`"status":"queued"`)), bytes.Count(rb, []byte(`"status":"buffered"`))
+	if verdicts != n || queued+buffered != n {
+		t.Fatalf("%d verdicts (%d queued, %d buffered) for %d items", verdicts, queued, buffered, n)
+	}
+	rb = nil
+	b = nil
+
+	// Wait for every item, sampling the heap meanwhile (the test process is
+	// the broker's too).
+	var peak uint64
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		peak = max(peak, m.HeapInuse)
+		next, _, _, ok := partitionState(t, s.store, "h", ingest.DefaultPartition)
+		if ok && next >= int64(n) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 5 minutes %d of %d items are projected (projector error: %v)", next, n, s.b.Projector.LastError())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	projected := time.Now()
+	// The steady producer must get queued verdicts again right away.
+	time.Sleep(time.Second)
+	afterStart := time.Now()
+	testenv.WaitFor(t, 30*time.Second, "queued verdicts after the big record", func() bool {
+		c, _ := st.between(afterStart, time.Now())
+		return c[Q] >= 5
+	})
+	cancel()
+	<-done
+
+	next, stored, segments, _ := partitionState(t, s.store, "h", ingest.DefaultPartition)
+	if next != int64(n) || stored != int64(n) {
+		t.Fatalf("partition h/Default: next offset %d, %d offsets stored, want %d", next, stored, n)
+	}
+	during, slowest := st.between(started, projected)
+	after, _ := st.between(projected, time.Now())
+	t.Logf("%d tiny items, %d MiB body: answered in %v (%d queued, %d buffered), all projected %v after the push began, in %d segments; heap in use peaked at %d MiB (%d MiB before)",
+		n, limit>>20, answered.Sub(started).Round(time.Millisecond), queued, buffered, projected.Sub(started).Round(time.Millisecond),
+		segments, peak>>20, before.HeapInuse>>20)
+	t.Logf("steady producer meanwhile: %v (slowest answer %v); afterwards: %v", during, slowest.Round(time.Millisecond), after)
+	for k := range during {
+		if k != Q && k != B {
+			t.Errorf("steady producer got %q while the big record projected", k)
+		}
+	}
+	if during[Q]+during[B] == 0 {
+		t.Errorf("steady producer got no answer while the big record projected")
+	}
+	if slowest > ingest.DefaultVerdictTimeout+5*time.Second {
+		t.Errorf("a steady push took %v", slowest)
+	}
+	// Every item of the steady producer is stored once.
+	seen := map[string]bool{}
+	for _, m := range readPartition(t, s.store, "other", "P") {
+		if seen[m.TransactionID] {
+			t.Fatalf("other/P holds %s twice", m.TransactionID)
+		}
+		seen[m.TransactionID] = true
+	}
+}

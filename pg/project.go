@@ -198,9 +198,7 @@ func (s *Store) project(ctx context.Context, conn batcher, begin bool, items []P
 	if begin {
 		b1.Queue("BEGIN")
 	}
-	b1.Queue(`SELECT p.id, p.next_offset, q.dedup_window_seconds, q.encryption_enabled
-		FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
-		WHERE p.id = ANY($1) ORDER BY p.id FOR NO KEY UPDATE OF p`, pgUUIDs(lockIDs))
+	b1.Queue(`SELECT id, next_offset, dedup_window_seconds, encryption_enabled FROM queen.lock_partitions($1::uuid[])`, pgUUIDs(lockIDs))
 	b1.Queue(`SELECT partition_id, transaction_id, msg_offset, message_id, accepted_at
 		FROM queen.dedup_probe($1::uuid[], $2::bytea[])`, pgUUIDs(probePIDs), probeTx)
 	br := conn.SendBatch(ctx, &b1)
@@ -268,6 +266,8 @@ func (s *Store) project(ctx context.Context, conn batcher, begin bool, items []P
 	// 3. Decide each item in WAL order and allocate offsets.
 	out := make([]Outcome, len(items))
 	var checkSeg []int // indexes of duplicates whose original is outside this batch
+	var notify []string // queues that get messages
+	notifySeen := make(map[string]bool)
 	for i := range items {
 		it := &items[i]
 		ps := parts[ids[i]]
@@ -286,6 +286,10 @@ func (s *Store) project(ctx context.Context, conn batcher, begin bool, items []P
 		out[i] = Outcome{MessageID: it.Message.ID, Offset: ps.next}
 		ps.msgs = append(ps.msgs, it.Message)
 		ps.next++
+		if !ps.touched && !notifySeen[it.Queue] {
+			notifySeen[it.Queue] = true
+			notify = append(notify, it.Queue)
+		}
 		ps.touched = true
 	}
 
@@ -343,8 +347,7 @@ func (s *Store) project(ctx context.Context, conn batcher, begin bool, items []P
 	}
 	segIDs := pgUUIDs(segPID)
 	if len(segPID) > 0 {
-		b.Queue(`UPDATE queen.partitions p SET next_offset = v.next, last_message_at = now()
-			FROM unnest($1::uuid[], $2::bigint[]) AS v(id, next) WHERE p.id = v.id`, segIDs, segNext)
+		b.Queue(`SELECT queen.advance_partitions($1::uuid[], $2::bigint[])`, segIDs, segNext)
 		b.Queue(`INSERT INTO queen.segments (partition_id, base_offset, last_offset, body)
 			SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bytea[])`, segIDs, segBase, segLast, segBody)
 	}
@@ -379,10 +382,9 @@ func (s *Store) project(ctx context.Context, conn batcher, begin bool, items []P
 			SET msg_offset = excluded.msg_offset, message_id = excluded.message_id, accepted_at = excluded.accepted_at`,
 			pgUUIDs(dPID), dTx, dOff, pgUUIDs(dMID), dAt)
 	}
-	if len(segPID) > 0 {
+	if len(notify) > 0 {
 		// Wake long-polling pops on every broker (pg/listen.go).
-		b.Queue(`SELECT pg_notify($1, q.name) FROM queen.queues q
-			WHERE q.id IN (SELECT p.queue_id FROM queen.partitions p WHERE p.id = ANY($2))`, NotifyChannel, segIDs)
+		b.Queue(`SELECT pg_notify($1, q) FROM unnest($2::text[]) AS q`, NotifyChannel, notify)
 	}
 	if finish != nil {
 		finish(&b)
@@ -438,6 +440,10 @@ func (s *Store) partitionIDs(ctx context.Context, items []ProjectItem) ([]uuid.U
 	return ids, nil
 }
 
+// partitionLookupSQL resolves (queue, partition) name pairs ($1[i], $2[i])
+// to partition ids.
+const partitionLookupSQL = `SELECT queue, partition, id FROM queen.partition_ids($1::text[], $2::text[])`
+
 // EnsurePartitions creates (if missing) and returns the ids of the given
 // (queue, partition) pairs; queues[i] goes with partitions[i].
 func (s *Store) ensurePartitions(ctx context.Context, queues, partitions []string) (map[partKey]uuid.UUID, error) {
@@ -450,11 +456,8 @@ func (s *Store) ensurePartitions(ctx context.Context, queues, partitions []strin
 		SELECT q, split_part(q, '.', 1), CASE WHEN strpos(q, '.') > 0 THEN substr(q, strpos(q, '.') + 1) ELSE '' END
 		FROM (SELECT DISTINCT q FROM unnest($1::text[]) AS q) d ORDER BY q
 		ON CONFLICT (name) DO NOTHING`, queues)
-	b.Queue(`INSERT INTO queen.partitions (queue_id, name)
-		SELECT q.id, k.p FROM unnest($1::text[], $2::text[]) AS k(q, p) JOIN queen.queues q ON q.name = k.q
-		ORDER BY q.id, k.p ON CONFLICT (queue_id, name) DO NOTHING`, queues, partitions)
-	b.Queue(`SELECT k.q, k.p, p.id FROM unnest($1::text[], $2::text[]) AS k(q, p)
-		JOIN queen.queues q ON q.name = k.q JOIN queen.partitions p ON p.queue_id = q.id AND p.name = k.p`, queues, partitions)
+	b.Queue(`SELECT queen.create_partitions($1::text[], $2::text[])`, queues, partitions)
+	b.Queue(partitionLookupSQL, queues, partitions)
 	out := make(map[partKey]uuid.UUID, len(queues))
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		br := tx.SendBatch(ctx, &b)

@@ -265,7 +265,7 @@ func (s *Store) project(ctx context.Context, conn batcher, begin bool, items []P
 
 	// 3. Decide each item in WAL order and allocate offsets.
 	out := make([]Outcome, len(items))
-	var checkSeg []int // indexes of duplicates whose original is outside this batch
+	var checkSeg []int  // indexes of duplicates whose original is outside this batch
 	var notify []string // queues that get messages
 	notifySeen := make(map[string]bool)
 	for i := range items {

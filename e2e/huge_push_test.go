@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -309,5 +310,81 @@ func TestCaseHugePushOfTinyItems(t *testing.T) {
 			t.Fatalf("other/P holds %s twice", m.TransactionID)
 		}
 		seen[m.TransactionID] = true
+	}
+}
+
+// TestCaseQueueDeleteChurnKeepsOtherQueuesQueued (issue: during queue-delete
+// churn the projector's "partition row missing" retries answered unrelated
+// pushes buffered with PostgreSQL up): one client pushes to a queue and
+// another deletes that queue over and over, while a steady producer pushes
+// to another queue; every steady push is answered queued, the churning
+// pushes never get a 5xx, and the projector never goes unhealthy.
+func TestCaseQueueDeleteChurnKeepsOtherQueuesQueued(t *testing.T) {
+	t.Parallel()
+	s := setup(t, nil)
+	wantStatuses(t, push(t, s.base, body(item{"steady", "P", 0, "warm-up"})), Q)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Second)
+	defer cancel()
+	st := &steady{queue: "steady", interval: 20 * time.Millisecond}
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() { defer wg.Done(); st.run(ctx, t, s.base) }()
+	var mu sync.Mutex
+	churn := map[string]int{}
+	count := func(k string) { mu.Lock(); churn[k]++; mu.Unlock() }
+	go func() { // pushes to the churning queue: several partitions, repeated transactionIds
+		defer wg.Done()
+		for i := 0; ctx.Err() == nil; i++ {
+			var items []item
+			for p := 0; p < 5; p++ {
+				items = append(items, item{"churn", fmt.Sprintf("p%d", p), i, fmt.Sprintf("c%d", i%3)})
+			}
+			code, rb := post(t, s.base, "/api/v1/push", body(items...))
+			switch {
+			case code != http.StatusCreated:
+				count(fmt.Sprintf("push http %d: %.100s", code, rb))
+			case bytes.Contains(rb, []byte(`"buffered"`)):
+				count("push buffered")
+			default:
+				count("push answered")
+			}
+		}
+	}()
+	go func() { // deletes it
+		defer wg.Done()
+		for ctx.Err() == nil {
+			req, _ := http.NewRequest(http.MethodDelete, s.base+"/api/v1/resources/queues/churn", nil)
+			resp, err := testenv.Client.Do(req)
+			if err != nil {
+				count("delete: " + err.Error())
+				continue
+			}
+			resp.Body.Close()
+			count(fmt.Sprintf("delete http %d", resp.StatusCode))
+		}
+	}()
+	unhealthy := 0
+	for ctx.Err() == nil {
+		if !s.b.Projector.Healthy() {
+			unhealthy++
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	wg.Wait()
+	counts, slowest := st.between(time.Time{}, time.Now())
+	t.Logf("steady producer: %v (slowest %v); churn: %v", counts, slowest.Round(time.Millisecond), churn)
+	if counts[Q] == 0 || len(counts) != 1 {
+		t.Errorf("steady producer on another queue got %v, want only queued", counts)
+	}
+	for k := range churn {
+		if strings.HasPrefix(k, "push http") {
+			t.Errorf("churn: %d × %s", churn[k], k)
+		}
+	}
+	if churn["delete http 200"] < 20 || churn["push answered"] < 20 {
+		t.Errorf("too little churn to mean anything: %v", churn)
+	}
+	if unhealthy > 0 {
+		t.Errorf("the projector was unhealthy in %d samples (last error %v)", unhealthy, s.b.Projector.LastError())
 	}
 }

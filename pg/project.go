@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
@@ -86,9 +87,13 @@ type partState struct {
 // in one piece.
 //
 // A partition row that vanished under the batch (its queue was deleted
-// between the lookup and the lock) is looked up again, which recreates it
-// as a push to a missing queue does, and the batch is retried at once, up to
-// goneRetries times; only then does Project return ErrPartitionGone.
+// between the lookup and the lock, or while its partitions were created) is
+// looked up again, which recreates it as a push to a missing queue does, and
+// the batch is retried at once; so is a batch that PostgreSQL rolled back as
+// a deadlock or serialization failure (a queue delete racing the batch's
+// sidecar writes): such an error comes from a statement before COMMIT, so
+// nothing of the batch committed. Up to goneRetries attempts; a deleted
+// queue never holds up other queues' batches behind the projector's backoff.
 //
 // An error means nothing of the batch may be assumed stored: the caller
 // re-reads the checkpoint before it retries (a failed COMMIT has an unknown
@@ -111,26 +116,33 @@ func (s *Store) Project(ctx context.Context, brokerID uuid.UUID, cp Checkpoint, 
 		b.Queue("COMMIT")
 	}
 	for attempt := 1; ; attempt++ {
-		out, err := s.projectOnce(ctx, items, finish)
-		if err == nil || !errors.Is(err, ErrPartitionGone) || attempt == goneRetries || ctx.Err() != nil {
+		out, err := s.projectOnce(ctx, items, attempt > 1, finish)
+		if err == nil || !(errors.Is(err, ErrPartitionGone) || retryable(err)) || attempt == goneRetries || ctx.Err() != nil {
 			return out, err
 		}
-		s.log.Debug("pg: a partition of the batch vanished (queue deleted); looking it up again", "attempt", attempt, "err", err)
+		s.log.Debug("pg: projection batch rolled back by a concurrent change (queue deleted, deadlock); retrying at once",
+			"attempt", attempt, "err", err)
 	}
 }
 
-// goneRetries bounds Project's immediate retries of a batch whose partition
-// rows vanish under it (see Project).
+// goneRetries bounds Project's immediate retries of a batch that a
+// concurrent queue delete rolled back (see Project).
 const goneRetries = 10
 
 func ptr[T any](v T) *T { return &v }
 
-// projectOnce is one attempt of Project: look up the partitions, then lock,
-// probe and write on one connection, in one transaction.
-func (s *Store) projectOnce(ctx context.Context, items []ProjectItem, finish func(*pgx.Batch)) ([]Outcome, error) {
-	ids, err := s.partitionIDs(ctx, items)
-	if err != nil {
-		return nil, err
+// projectOnce is one attempt of Project: look up the partitions (from the
+// cache, creating missing ones in their own transaction), then lock, probe
+// and write on one connection, in one transaction. A retry (see Project)
+// looks every partition up inside the projection transaction instead, its
+// queues locked against deletion until it commits.
+func (s *Store) projectOnce(ctx context.Context, items []ProjectItem, retry bool, finish func(*pgx.Batch)) ([]Outcome, error) {
+	var ids []uuid.UUID
+	var err error
+	if !retry {
+		if ids, err = s.partitionIDs(ctx, nil, items); err != nil {
+			return nil, err
+		}
 	}
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -139,7 +151,20 @@ func (s *Store) projectOnce(ctx context.Context, items []ProjectItem, finish fun
 	// A connection released inside a transaction (any error below) is
 	// closed by the pool, which rolls the transaction back.
 	defer conn.Release()
-	out, err := s.project(ctx, conn.Conn(), true, items, ids, finish)
+	if retry {
+		if _, err := conn.Exec(ctx, "BEGIN"); err != nil {
+			return nil, err
+		}
+		if ids, err = s.partitionIDs(ctx, conn.Conn(), items); err != nil {
+			if errors.Is(err, ErrPartitionGone) && conn.Conn().PgConn().TxStatus() == 'T' {
+				if _, rerr := conn.Exec(ctx, "ROLLBACK"); rerr != nil {
+					return nil, errors.Join(err, rerr)
+				}
+			}
+			return nil, err
+		}
+	}
+	out, err := s.project(ctx, conn.Conn(), !retry, items, ids, finish)
 	if errors.Is(err, ErrPartitionGone) {
 		// Nothing was written: end the transaction here so the connection
 		// goes back to the pool instead of being closed.
@@ -400,15 +425,16 @@ func (s *Store) project(ctx context.Context, conn batcher, begin bool, items []P
 
 // partitionIDs resolves (queue, partition) of every item to a partition id,
 // creating missing queues and partitions (with default options) in their
-// own short transaction, in name order.
-func (s *Store) partitionIDs(ctx context.Context, items []ProjectItem) ([]uuid.UUID, error) {
+// own short transaction, in name order; with conn set, on conn inside the
+// caller's transaction, every pair looked up afresh (see ensurePartitions).
+func (s *Store) partitionIDs(ctx context.Context, conn batcher, items []ProjectItem) ([]uuid.UUID, error) {
 	ids := make([]uuid.UUID, len(items))
 	var missQ, missP []string
 	seen := make(map[partKey]bool)
 	s.mu.Lock()
 	for i := range items {
 		k := partKey{items[i].Queue, items[i].Partition}
-		if id, ok := s.partIDs[k]; ok {
+		if id, ok := s.partIDs[k]; ok && conn == nil {
 			ids[i] = id
 		} else if !seen[k] {
 			seen[k] = true
@@ -418,7 +444,7 @@ func (s *Store) partitionIDs(ctx context.Context, items []ProjectItem) ([]uuid.U
 	}
 	s.mu.Unlock()
 	if len(missQ) > 0 {
-		found, err := s.ensurePartitions(ctx, missQ, missP)
+		found, err := s.ensurePartitions(ctx, conn, missQ, missP)
 		if err != nil {
 			return nil, err
 		}
@@ -444,10 +470,23 @@ func (s *Store) partitionIDs(ctx context.Context, items []ProjectItem) ([]uuid.U
 // to partition ids.
 const partitionLookupSQL = `SELECT queue, partition, id FROM queen.partition_ids($1::text[], $2::text[])`
 
-// EnsurePartitions creates (if missing) and returns the ids of the given
-// (queue, partition) pairs; queues[i] goes with partitions[i].
-func (s *Store) ensurePartitions(ctx context.Context, queues, partitions []string) (map[partKey]uuid.UUID, error) {
+// ensurePartitions creates (if missing) and returns the ids of the given
+// (queue, partition) pairs; queues[i] goes with partitions[i]. With conn nil
+// it runs in its own short transaction; otherwise on conn, inside the
+// caller's transaction, and it first locks the batch's existing queue rows
+// FOR KEY SHARE, so that no queue delete can remove them (or, through them,
+// their partitions) before that transaction ends: the retry of a batch
+// that lost a race with a queue delete (Project).
+//
+// A foreign-key violation (a queue deleted between its insert and its
+// partitions' insert) is returned as ErrPartitionGone.
+func (s *Store) ensurePartitions(ctx context.Context, conn batcher, queues, partitions []string) (map[partKey]uuid.UUID, error) {
 	var b pgx.Batch
+	if conn != nil {
+		// Locks before the insert: a queue created by the insert is this
+		// transaction's own until it commits.
+		b.Queue(`SELECT 1 FROM queen.queues WHERE name = ANY($1::text[]) ORDER BY id FOR KEY SHARE`, queues)
+	}
 	// A queue created by a push takes its namespace and task from its name
 	// split on the first "." (API.md, push side effects): "billing.invoices"
 	// is namespace "billing", task "invoices"; a name without "." is its own
@@ -459,14 +498,13 @@ func (s *Store) ensurePartitions(ctx context.Context, queues, partitions []strin
 	b.Queue(`SELECT queen.create_partitions($1::text[], $2::text[])`, queues, partitions)
 	b.Queue(partitionLookupSQL, queues, partitions)
 	out := make(map[partKey]uuid.UUID, len(queues))
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		br := tx.SendBatch(ctx, &b)
+	run := func(conn batcher) error {
+		br := conn.SendBatch(ctx, &b)
 		defer br.Close()
-		if _, err := br.Exec(); err != nil {
-			return err
-		}
-		if _, err := br.Exec(); err != nil {
-			return err
+		for i := 0; i < b.Len()-1; i++ {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
 		}
 		rows, err := br.Query()
 		if err != nil {
@@ -486,7 +524,17 @@ func (s *Store) ensurePartitions(ctx context.Context, queues, partitions []strin
 			return err
 		}
 		return br.Close()
-	})
+	}
+	var err error
+	if conn != nil {
+		err = run(conn)
+	} else {
+		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return run(tx) })
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "23503" { // foreign_key_violation: a queue deleted under the insert
+		return nil, fmt.Errorf("%w: ensure partitions: %v", ErrPartitionGone, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("pg: ensure partitions: %w", err)
 	}

@@ -223,7 +223,7 @@ func TestCaseHugePushOfTinyItems(t *testing.T) {
 	if testing.Short() {
 		limit = 16 << 20
 	}
-	s := setup(t, func(c *broker.Config) { c.MaxBodyBytes = limit })
+	s := setup(t, func(c *broker.Config) { c.MaxBodyBytes, c.MaxPushItems = limit, -1 })
 	configure(t, s.base, "h", map[string]any{"dedupWindowSeconds": 0}) // a repeat would be stored twice, not hidden
 	wantStatuses(t, push(t, s.base, body(item{"other", "P", 0, "warm-up"})), Q)
 
@@ -463,14 +463,14 @@ func TestFaultKill9MidRecord(t *testing.T) {
 	url := testenv.NewDatabase(t)
 	walDir := t.TempDir()
 	port := freePort(t)
-	p := startProc(t, url, walDir, port)
+	p := startProc(t, url, walDir, port, "QUEEN_MAX_PUSH_ITEMS=0")
 	s := openStore(t, url)
 	const n = 400_000
 	ids := pushTiny(t, p.base, n)
 	done := waitPartial(t, s, n)
 	p.kill9(t)
 	t.Logf("killed with %d of %d items committed", done, n)
-	p2 := startProc(t, url, walDir, port)
+	p2 := startProc(t, url, walDir, port, "QUEEN_MAX_PUSH_ITEMS=0")
 	verifyTiny(t, s, ids)
 	p2.term(t)
 }
@@ -482,7 +482,7 @@ func TestFaultKill9MidRecord(t *testing.T) {
 func TestFaultDatabaseCrashMidRecord(t *testing.T) {
 	t.Parallel()
 	c, url := testenv.OwnCluster(t)
-	b := testenv.StartBroker(t, url, "", nil)
+	b := testenv.StartBroker(t, url, "", func(c *broker.Config) { c.MaxPushItems = -1 })
 	s := openStore(t, url)
 	const n = 400_000
 	ids := pushTiny(t, "http://"+b.Addr(), n)
@@ -496,4 +496,29 @@ func TestFaultDatabaseCrashMidRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	verifyTiny(t, s, ids)
+}
+
+// TestPushItemLimit: a push of more than QUEEN_MAX_PUSH_ITEMS items is
+// refused with 400 and a JSON error naming the limit, and nothing is
+// stored; a push of exactly the limit is accepted.
+func TestPushItemLimit(t *testing.T) {
+	t.Parallel()
+	s := setup(t, func(c *broker.Config) { c.MaxPushItems = 1000 })
+	code, rb := post(t, s.base, "/api/v1/push", tinyBody(1001))
+	if code != http.StatusBadRequest || !bytes.Contains(rb, []byte(`"error":"the push has 1001 items; at most 1000 are accepted per request (QUEEN_MAX_PUSH_ITEMS)"`)) {
+		t.Fatalf("push of 1001 items over a limit of 1000: %d %s", code, rb)
+	}
+	if _, _, _, ok := partitionState(t, s.store, "h", ingest.DefaultPartition); ok {
+		t.Fatalf("the refused push created its partition")
+	}
+	res := push(t, s.base, tinyBody(1000))
+	if len(res) != 1000 || res[0].Status != Q {
+		t.Fatalf("push of 1000 items: %d verdicts, first %s", len(res), res[0].Status)
+	}
+	// The default applies when unset.
+	d := setup(t, nil)
+	n := ingest.DefaultMaxPushItems + 1
+	if code, rb := post(t, d.base, "/api/v1/push", tinyBody(n)); code != http.StatusBadRequest {
+		t.Fatalf("push of %d items with the default limit: %d %.200s", n, code, rb)
+	}
 }

@@ -20,6 +20,9 @@ const (
 	// (arrays and objects). Deeper bodies are refused with 400 so that no
 	// decoder ever recurses without bound.
 	MaxDepth = 512
+	// DefaultMaxPushItems is the default most items one push may carry
+	// (QUEEN_MAX_PUSH_ITEMS; README.md, "Push limits").
+	DefaultMaxPushItems = 100_000
 	// DefaultPartition is the partition of an item that names none
 	// (spec/producing.md).
 	DefaultPartition = "Default"
@@ -57,7 +60,12 @@ type ParsedItem struct {
 // encoding/json). Names are 1..255 bytes of UTF-8 without control
 // characters. Any violation returns a *ValidationError and no items: the
 // request is all-or-nothing.
-func ParseBody(body []byte) (items []ParsedItem, err error) {
+func ParseBody(body []byte) (items []ParsedItem, err error) { return ParseBodyLimit(body, 0) }
+
+// ParseBodyLimit is ParseBody refusing, with a *ValidationError and before
+// any item is decoded, a body of more than maxItems items (0 = no limit;
+// QUEEN_MAX_PUSH_ITEMS).
+func ParseBodyLimit(body []byte, maxItems int) (items []ParsedItem, err error) {
 	defer func() {
 		if r := recover(); r != nil { // a decoder bug must not take the broker down
 			items, err = nil, bad("malformed JSON")
@@ -89,18 +97,21 @@ func ParseBody(body []byte) (items []ParsedItem, err error) {
 	if !ok {
 		return nil, bad("\"items\" is required")
 	}
-	return parseItems(rawItems, false)
+	return parseItems(rawItems, false, maxItems)
 }
 
 // parseItems validates an "items" array (allowTrace: a transaction's, whose
 // items may carry traceId). An empty array gives an empty, non-nil slice.
-func parseItems(raw json.RawMessage, allowTrace bool) ([]ParsedItem, error) {
+func parseItems(raw json.RawMessage, allowTrace bool, maxItems int) ([]ParsedItem, error) {
 	if kind(raw) != '[' {
 		return nil, bad("\"items\" must be an array")
 	}
 	var elems []json.RawMessage
 	if err := json.Unmarshal(raw, &elems); err != nil {
 		return nil, bad("malformed JSON: %s", jsonErr(err))
+	}
+	if maxItems > 0 && len(elems) > maxItems {
+		return nil, bad("the push has %d items; at most %d are accepted per request (QUEEN_MAX_PUSH_ITEMS)", len(elems), maxItems)
 	}
 	items := make([]ParsedItem, 0, len(elems))
 	for i, e := range elems {
@@ -123,7 +134,7 @@ func ParseTransactionItems(raw []byte) (items []ParsedItem, err error) {
 			items, err = nil, bad("malformed JSON")
 		}
 	}()
-	return parseItems(raw, true)
+	return parseItems(raw, true, 0)
 }
 
 func parseItem(i int, raw json.RawMessage, allowTrace bool) (ParsedItem, error) {

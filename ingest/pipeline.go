@@ -114,7 +114,7 @@ type Gate interface {
 }
 
 // Pipeline is the push path. All fields are required except VerdictTimeout
-// (default DefaultVerdictTimeout) and Now (default time.Now).
+// (default DefaultVerdictTimeout), Now (default time.Now) and MaxItems.
 type Pipeline struct {
 	WAL      *wal.Log
 	Registry *Registry
@@ -123,6 +123,9 @@ type Pipeline struct {
 	Maintenance    func() bool
 	VerdictTimeout time.Duration
 	Now            func() time.Time
+	// MaxItems is the most items one push may carry (0 = no limit); a
+	// longer push is a *ValidationError.
+	MaxItems int
 }
 
 // Push validates body and runs it through the WAL and the projector.
@@ -133,7 +136,7 @@ type Pipeline struct {
 // failed in maintenance mode (nothing written). A WAL failure outside
 // maintenance mode is not an error: every item is answered "failed".
 func (p *Pipeline) Push(ctx context.Context, body []byte, producerSub *string) ([]Result, error) {
-	parsed, err := ParseBody(body)
+	parsed, err := ParseBodyLimit(body, p.MaxItems)
 	if err != nil {
 		return nil, err
 	}

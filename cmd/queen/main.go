@@ -26,6 +26,8 @@
 //	                       PG_USER (postgres), PG_PASSWORD (""), PG_DB (postgres)
 //	FILE_BUFFER_DIR        WAL directory (/var/lib/queen/buffers)
 //	QUEEN_MAX_BODY_BYTES   push body limit in bytes (67108864 = 64 MiB)
+//	QUEEN_MAX_PUSH_ITEMS   most items per push (100000; 0 = no limit): a longer
+//	                       push is refused with 400
 //	QUEEN_WAL_RETENTION_SECONDS   keep projected WAL segments this long (900)
 //	QUEEN_WAL_SEGMENT_BYTES       WAL segment size in bytes (16777216)
 //	QUEEN_WAL_MAX_BYTES    cap on the WAL's segment files in bytes (0 = none):
@@ -69,6 +71,7 @@ import (
 	"github.com/queenmq/queen-go/auth"
 	"github.com/queenmq/queen-go/crypt"
 	"github.com/queenmq/queen-go/fastapi"
+	"github.com/queenmq/queen-go/ingest"
 	"github.com/queenmq/queen-go/internal/broker"
 	"github.com/queenmq/queen-go/internal/pgcluster"
 	"github.com/queenmq/queen-go/projector"
@@ -145,6 +148,13 @@ func run(args []string) error {
 	port, err := envInt("PORT", 6632)
 	if err != nil {
 		return err
+	}
+	maxItems, err := envInt("QUEEN_MAX_PUSH_ITEMS", ingest.DefaultMaxPushItems)
+	if err != nil {
+		return err
+	}
+	if maxItems <= 0 {
+		maxItems = -1 // broker.Config: negative is no limit
 	}
 	maxBody, err := envInt("QUEEN_MAX_BODY_BYTES", fastapi.DefaultMaxBodyBytes)
 	if err != nil {
@@ -225,6 +235,7 @@ func run(args []string) error {
 		PGURL:             pgURL,
 		WALDir:            walDir,
 		MaxBodyBytes:      maxBody,
+		MaxPushItems:      maxItems,
 		WAL:               wal.Options{SegmentSize: segBytes, MaxBytes: int64(walMax)},
 		Projector:         projector.Config{WALRetention: walRetention(retention)},
 		VerdictTimeout:    time.Duration(verdictMS) * time.Millisecond,

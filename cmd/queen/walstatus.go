@@ -108,6 +108,9 @@ func walStatus(w io.Writer, dir, pgURL string) error {
 		pending = last - cp.Index
 	}
 	fmt.Fprintf(w, "checkpoint  %d (%d records not yet in PostgreSQL)\n", cp.Index, pending)
+	if cp.PartialItems > 0 {
+		fmt.Fprintf(w, "            record %d is being projected in pieces: %d of its items are in PostgreSQL\n", cp.Index+1, cp.PartialItems)
+	}
 	switch {
 	case cp.Index > last:
 		problems = append(problems, fmt.Sprintf("WAL and database disagree: the checkpoint is at %d but this WAL ends at %d", cp.Index, last))

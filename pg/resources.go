@@ -189,6 +189,12 @@ func (s *Store) DeleteQueue(ctx context.Context, name string) (bool, error) {
 			return err
 		}
 		existed = true
+		// The partitions are locked in id order, the order a projection
+		// batch locks them in: deleted in scan order, they deadlocked with
+		// batches of the same queue (each holding rows the other wanted).
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM queen.partitions WHERE queue_id = $1 ORDER BY id FOR UPDATE`, qid); err != nil {
+			return err
+		}
 		rows, err := tx.Query(ctx, `DELETE FROM queen.partitions WHERE queue_id = $1 RETURNING id`, qid)
 		if err != nil {
 			return err

@@ -94,6 +94,16 @@ func (r *Registry) Deliver(index uint64, v []Verdict) {
 	}
 }
 
+// Waiting reports whether a push still waits for the verdicts of the WAL
+// record at index (the projector keeps a large record's verdicts piece by
+// piece only while someone will read them).
+func (r *Registry) Waiting(index uint64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.waiters[index]
+	return ok
+}
+
 // FailAll answers every waiting push "buffered" (the projector calls it
 // when PostgreSQL fails or it pauses).
 func (r *Registry) FailAll() {

@@ -5,6 +5,13 @@
 // away, pauses for maintenance mode, and truncates projected WAL segments
 // after a retention.
 //
+// A batch is bounded in records, items and bytes (Config). A record too
+// large for one batch (a push of a million items) is projected in pieces,
+// each its own transaction whose checkpoint also counts the record's items
+// committed so far (pg.Checkpoint.PartialItems), so no record can make a
+// transaction that never finishes, and a crash between pieces resumes
+// inside the record without repeating or losing an item.
+//
 // Replay is resuming the cursor: after any failure the cursor is re-read
 // from the checkpoint in PostgreSQL, so a COMMIT whose answer never came is
 // neither lost nor applied twice (DESIGN.md §1).
@@ -419,9 +426,10 @@ type openRecord struct {
 	index uint64
 	crc   uint32
 	rr    *ingest.RecordReader // positioned after the committed items
-	// verdicts of the committed items, or nil when some were committed
-	// before this projector read the record (after a restart or a failed
-	// attempt: its push has been answered buffered already).
+	// verdicts of the committed items, or nil when nobody will read them:
+	// some were committed before this projector read the record (after a
+	// restart or a failed attempt, its push has been answered buffered
+	// already), or its push stopped waiting (its verdict timeout passed).
 	verdicts []ingest.Verdict
 }
 
@@ -512,7 +520,7 @@ func (p *Projector) projectOnce(ctx context.Context, cursor uint64) error {
 			br := batchRecord{index: e.Index, crc: wal.PayloadCRC(e.Payload), from: from, n: len(items) - from, complete: rr.Done() == rr.Len()}
 			if !br.complete || skip > 0 {
 				br.open = &openRecord{index: e.Index, crc: br.crc, rr: rr}
-				if skip == 0 {
+				if skip == 0 && p.reg.Waiting(e.Index) {
 					br.open.verdicts = make([]ingest.Verdict, 0, rr.Len())
 				}
 			}
@@ -581,6 +589,9 @@ func (p *Projector) projectOnce(ctx context.Context, cursor uint64) error {
 			}
 		}
 		if !r.complete {
+			if v != nil && !p.reg.Waiting(r.index) {
+				v = nil // its push answered buffered meanwhile
+			}
 			r.open.verdicts = v
 			p.open = r.open
 			p.piecesLeft.Store(int64(r.open.rr.Len() - r.open.rr.Done()))

@@ -18,6 +18,9 @@ const (
 	// (arrays and objects). Deeper bodies are refused with 400 so that no
 	// decoder ever recurses without bound.
 	MaxDepth = 512
+	// DefaultMaxPushItems is the default most items one push may carry
+	// (QUEEN_MAX_PUSH_ITEMS; README.md, "Push limits").
+	DefaultMaxPushItems = 100_000
 	// DefaultPartition is the partition of an item that names none
 	// (spec/producing.md).
 	DefaultPartition = "Default"
@@ -59,8 +62,17 @@ type ParsedItem struct {
 //
 // The body is read in one pass (see scanner): payloads alias body, and a
 // queue or partition name that repeats in the body is one string.
-func ParseBody(body []byte) ([]ParsedItem, error) {
-	p := itemParser{s: scanner{b: body}}
+func ParseBody(body []byte) ([]ParsedItem, error) { return ParseBodyLimit(body, 0) }
+
+// ParseBodyLimit is ParseBody refusing a body whose "items" array holds
+// more than maxItems items (0 = no limit; QUEEN_MAX_PUSH_ITEMS) with a
+// *ValidationError naming the count and the limit. The limit comes before
+// the item rules: a longer push is refused whatever its items hold (only a
+// syntax error of the body comes first), and the items past the limit are
+// only checked for syntax, never decoded, so the work and memory a refused
+// push costs are bounded by the limit.
+func ParseBodyLimit(body []byte, maxItems int) ([]ParsedItem, error) {
+	p := itemParser{s: scanner{b: body}, maxItems: maxItems}
 	s := &p.s
 	switch s.peek() {
 	case 0:
@@ -148,6 +160,8 @@ type itemParser struct {
 	names []string
 	// scratch is the unescaped text of the last escaped key or string.
 	scratch []byte
+	// maxItems is the most items the array may hold (0 = no limit).
+	maxItems int
 }
 
 const maxInterned = 16
@@ -217,9 +231,11 @@ func (p *itemParser) items(allowTrace bool) (items []ParsedItem, verr error) {
 		s.depth--
 		return items, nil
 	}
+	n := 0 // items in the array
 	for i := 0; s.err == nil; i++ {
+		n++
 		switch {
-		case verr != nil: // only syntax matters from here
+		case verr != nil || (p.maxItems > 0 && n > p.maxItems): // only syntax matters from here
 			s.value()
 		case s.peek() != '{':
 			s.value()
@@ -240,6 +256,9 @@ func (p *itemParser) items(allowTrace bool) (items []ParsedItem, verr error) {
 		break
 	}
 	s.depth--
+	if p.maxItems > 0 && n > p.maxItems {
+		return nil, bad("the push has %d items; at most %d are accepted per request (QUEEN_MAX_PUSH_ITEMS)", n, p.maxItems)
+	}
 	if verr != nil {
 		return nil, verr
 	}

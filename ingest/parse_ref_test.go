@@ -3,6 +3,7 @@ package ingest
 import (
 	"bytes"
 	"errors"
+	"strings"
 	"testing"
 	"unicode/utf8"
 
@@ -13,8 +14,10 @@ import (
 // refParseBody is the push body parser this package used before the
 // single-pass scanner (goccy/go-json decoding into maps of raw values),
 // kept as the oracle that FuzzParseBodyMatchesReference compares ParseBody
-// with: same items for every body both accept.
-func refParseBody(body []byte) (items []ParsedItem, err error) {
+// (and ParseBodyLimit) with: same items for every body both accept. The
+// item limit (maxItems > 0) is checked on the decoded array's length before
+// any item rule, as ParseBodyLimit documents.
+func refParseBody(body []byte, maxItems int) (items []ParsedItem, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			items, err = nil, bad("malformed JSON")
@@ -43,16 +46,19 @@ func refParseBody(body []byte) (items []ParsedItem, err error) {
 	if !ok {
 		return nil, bad("\"items\" is required")
 	}
-	return refParseItems(rawItems, false)
+	return refParseItems(rawItems, false, maxItems)
 }
 
-func refParseItems(raw json.RawMessage, allowTrace bool) ([]ParsedItem, error) {
+func refParseItems(raw json.RawMessage, allowTrace bool, maxItems int) ([]ParsedItem, error) {
 	if refKind(raw) != '[' {
 		return nil, bad("\"items\" must be an array")
 	}
 	var elems []json.RawMessage
 	if err := json.Unmarshal(raw, &elems); err != nil {
 		return nil, bad("malformed JSON")
+	}
+	if maxItems > 0 && len(elems) > maxItems {
+		return nil, bad("the push has %d items; at most %d are accepted per request (QUEEN_MAX_PUSH_ITEMS)", len(elems), maxItems)
 	}
 	items := make([]ParsedItem, 0, len(elems))
 	for i, e := range elems {
@@ -159,21 +165,28 @@ func refKind(raw []byte) byte {
 
 // FuzzParseBodyMatchesReference: the single-pass parser accepts exactly
 // the bodies the decoder-based one accepted, with the same items, and
-// refuses the others with a *ValidationError.
+// refuses the others with a *ValidationError; with an item limit (maxItems
+// 1..3) too, a body over the limit refused by both with the same message.
 func FuzzParseBodyMatchesReference(f *testing.F) {
-	for _, s := range fuzzBodies {
-		f.Add([]byte(s))
+	for i, s := range fuzzBodies {
+		f.Add([]byte(s), uint8(i))
 	}
-	f.Fuzz(func(t *testing.T, body []byte) {
-		got, err := ParseBody(body)
-		want, werr := refParseBody(body)
+	f.Add([]byte(`{"items":[{"queue":"q","payload":1},{"queue":"","payload":2},3]}`), uint8(1))
+	f.Fuzz(func(t *testing.T, body []byte, limit uint8) {
+		maxItems := int(limit % 4) // 0 = no limit
+		got, err := ParseBodyLimit(body, maxItems)
+		want, werr := refParseBody(body, maxItems)
 		if (err == nil) != (werr == nil) {
-			t.Fatalf("body %q: ParseBody error %v, reference error %v", body, err, werr)
+			t.Fatalf("body %q, limit %d: ParseBodyLimit error %v, reference error %v", body, maxItems, err, werr)
 		}
 		if err != nil {
 			var ve *ValidationError
 			if !errors.As(err, &ve) {
 				t.Fatalf("ParseBody: error %v (%T) is not a *ValidationError", err, err)
+			}
+			overErr := strings.Contains(err.Error(), "QUEEN_MAX_PUSH_ITEMS")
+			if overRef := strings.Contains(werr.Error(), "QUEEN_MAX_PUSH_ITEMS"); (overErr || overRef) && err.Error() != werr.Error() {
+				t.Fatalf("body %q, limit %d: ParseBodyLimit error %q, reference %q", body, maxItems, err, werr)
 			}
 			return
 		}

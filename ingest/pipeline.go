@@ -94,6 +94,16 @@ func (r *Registry) Deliver(index uint64, v []Verdict) {
 	}
 }
 
+// Waiting reports whether a push still waits for the verdicts of the WAL
+// record at index (the projector keeps a large record's verdicts piece by
+// piece only while someone will read them).
+func (r *Registry) Waiting(index uint64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.waiters[index]
+	return ok
+}
+
 // FailAll answers every waiting push "buffered" (the projector calls it
 // when PostgreSQL fails or it pauses).
 func (r *Registry) FailAll() {
@@ -117,7 +127,7 @@ type Gate interface {
 }
 
 // Pipeline is the push path. All fields are required except VerdictTimeout
-// (default DefaultVerdictTimeout) and Now (default time.Now).
+// (default DefaultVerdictTimeout), Now (default time.Now) and MaxItems.
 type Pipeline struct {
 	WAL      *wal.Log
 	Registry *Registry
@@ -126,6 +136,9 @@ type Pipeline struct {
 	Maintenance    func() bool
 	VerdictTimeout time.Duration
 	Now            func() time.Time
+	// MaxItems is the most items one push may carry (0 = no limit); a
+	// longer push is a *ValidationError.
+	MaxItems int
 }
 
 // Push validates body and runs it through the WAL and the projector.
@@ -136,7 +149,7 @@ type Pipeline struct {
 // failed in maintenance mode (nothing written). A WAL failure outside
 // maintenance mode is not an error: every item is answered "failed".
 func (p *Pipeline) Push(ctx context.Context, body []byte, producerSub *string) ([]Result, error) {
-	parsed, err := ParseBody(body)
+	parsed, err := ParseBodyLimit(body, p.MaxItems)
 	if err != nil {
 		return nil, err
 	}

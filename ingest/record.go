@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 
 	"github.com/google/uuid"
 
@@ -11,7 +12,25 @@ import (
 	"github.com/queenmq/queen-go/pg"
 )
 
-const recordKindPush = 1
+// Record kinds (the first byte of a push record, see doc.go).
+const (
+	// recordKindPush is the first layout: every item spells out its
+	// partition and transaction id. Still read; no longer written.
+	recordKindPush = 1
+	// recordKindPushCompact is written since: flags say when the partition
+	// is DefaultPartition and when the transaction id is the message id's
+	// text (the id the broker minted), which are then left out, so that a
+	// record is never much larger than the push body it came from.
+	recordKindPushCompact = 2
+)
+
+// Item flags.
+const (
+	flagProducerSub   = 1 << 0 // producer_sub follows
+	flagDefaultPart   = 1 << 1 // kind 2: partition is DefaultPartition, not written
+	flagMintedTxID    = 1 << 2 // kind 2: transaction_id is message_id's text, not written
+	knownCompactFlags = flagProducerSub | flagDefaultPart | flagMintedTxID
+)
 
 // ErrBadRecord is returned by DecodeRecord for a payload that is not a push
 // record this build can read (unknown kind, truncated, trailing bytes).
@@ -58,30 +77,68 @@ func NewItems(parsed []ParsedItem, producerSub *string) ([]Item, error) {
 }
 
 // AppendProjectItems appends the items of r as pg.Store stores them (the
-// projector's batches and the transaction route both go through here):
-// the acceptance time is each message's createdAt and the start of its
-// dedup window. Strings and payloads alias r's.
+// projector's batches and the transaction route both go through here, by
+// way of Item.ProjectItem): the acceptance time is each message's
+// createdAt and the start of its dedup window. Strings and payloads alias
+// r's.
 func (r *Record) AppendProjectItems(dst []pg.ProjectItem) []pg.ProjectItem {
 	for i := range r.Items {
-		it := &r.Items[i]
-		dst = append(dst, pg.ProjectItem{Queue: it.Queue, Partition: it.Partition, AcceptedAtMicros: r.AcceptedAt,
-			Message: pg.Message{ID: it.MessageID, TransactionID: it.TransactionID, CreatedAtMicros: r.AcceptedAt,
-				ProducerSub: it.ProducerSub, TraceID: it.TraceID, Payload: it.Payload}})
+		dst = append(dst, r.Items[i].ProjectItem(r.AcceptedAt))
 	}
 	return dst
 }
 
-// EncodedLen is the length of r's push record, what EncodeRecord appends.
+// ProjectItem is it as pg.Store stores it, accepted at acceptedAt (Unix
+// microseconds, the record's AcceptedAt): the one mapping from a push item
+// to a stored message (AppendProjectItems for whole records, the projector
+// item by item for a record projected in pieces). Strings and the payload
+// alias it's.
+func (it *Item) ProjectItem(acceptedAt int64) pg.ProjectItem {
+	return pg.ProjectItem{Queue: it.Queue, Partition: it.Partition, AcceptedAtMicros: acceptedAt,
+		Message: pg.Message{ID: it.MessageID, TransactionID: it.TransactionID, CreatedAtMicros: acceptedAt,
+			ProducerSub: it.ProducerSub, TraceID: it.TraceID, Payload: it.Payload}}
+}
+
+// EncodedLen is the length of r's push record, what EncodeRecord appends
+// (kind 2: the fields compactFlags leaves out are not counted).
 func (r *Record) EncodedLen() int {
 	n := 1 + varintLen(r.AcceptedAt) + uvarintLen(uint64(len(r.Items)))
 	for i := range r.Items {
 		it := &r.Items[i]
-		n += 1 + 16 + strLen(len(it.Queue)) + strLen(len(it.Partition)) + strLen(len(it.TransactionID)) + strLen(len(it.Payload))
+		flags := compactFlags(it)
+		n += 1 + 16 + strLen(len(it.Queue)) + strLen(len(it.Payload))
+		if flags&flagDefaultPart == 0 {
+			n += strLen(len(it.Partition))
+		}
+		if flags&flagMintedTxID == 0 {
+			n += strLen(len(it.TransactionID))
+		}
 		if it.ProducerSub != nil {
 			n += strLen(len(*it.ProducerSub))
 		}
 	}
 	return n
+}
+
+// compactFlags is the flags byte of it in a kind 2 record: producer_sub
+// present, partition DefaultPartition (left out), transaction id the
+// message id's text, as NewItems mints it (left out).
+func compactFlags(it *Item) byte {
+	var flags byte
+	if it.ProducerSub != nil {
+		flags |= flagProducerSub
+	}
+	if it.Partition == DefaultPartition {
+		flags |= flagDefaultPart
+	}
+	if len(it.TransactionID) == 36 {
+		var idText [36]byte
+		encodeUUID(idText[:], it.MessageID)
+		if string(idText[:]) == it.TransactionID {
+			flags |= flagMintedTxID
+		}
+	}
+	return flags
 }
 
 func strLen(n int) int { return uvarintLen(uint64(n)) + n }
@@ -103,22 +160,24 @@ type Record struct {
 	Items      []Item
 }
 
-// EncodeRecord appends the binary push record for r to dst.
+// EncodeRecord appends the binary push record for r to dst (kind 2, see
+// doc.go).
 func EncodeRecord(dst []byte, r *Record) []byte {
-	dst = append(dst, recordKindPush)
+	dst = append(dst, recordKindPushCompact)
 	dst = binenc.AppendVarint(dst, r.AcceptedAt)
 	dst = binenc.AppendUvarint(dst, uint64(len(r.Items)))
 	for i := range r.Items {
 		it := &r.Items[i]
-		var flags byte
-		if it.ProducerSub != nil {
-			flags |= 1
-		}
+		flags := compactFlags(it)
 		dst = append(dst, flags)
 		dst = append(dst, it.MessageID[:]...)
 		dst = binenc.AppendString(dst, it.Queue)
-		dst = binenc.AppendString(dst, it.Partition)
-		dst = binenc.AppendString(dst, it.TransactionID)
+		if flags&flagDefaultPart == 0 {
+			dst = binenc.AppendString(dst, it.Partition)
+		}
+		if flags&flagMintedTxID == 0 {
+			dst = binenc.AppendString(dst, it.TransactionID)
+		}
 		if it.ProducerSub != nil {
 			dst = binenc.AppendString(dst, *it.ProducerSub)
 		}
@@ -127,25 +186,73 @@ func EncodeRecord(dst []byte, r *Record) []byte {
 	return dst
 }
 
-// ItemCount reads the item count from the header of the push record b
-// without decoding the items (0 when the header does not decode: the
-// decode itself then reports the error). The projector sizes its batch
-// with it.
-func ItemCount(b []byte) int {
-	rd := binenc.NewReader(b)
-	if rd.Byte() != recordKindPush {
-		return 0
+// encodeUUID writes id's canonical text (what uuid.UUID.String returns)
+// into dst[:36] without allocating.
+func encodeUUID(dst []byte, id uuid.UUID) {
+	const hex = "0123456789abcdef"
+	j := 0
+	for i, b := range id {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			dst[j] = '-'
+			j++
+		}
+		dst[j], dst[j+1] = hex[b>>4], hex[b&0xf]
+		j += 2
 	}
-	rd.Varint()
-	n := rd.Uvarint()
-	if rd.Err() != nil || n > uint64(rd.Len()/21+1) {
-		return 0
-	}
-	return int(n)
 }
 
-// DecodeRecord decodes a push record. Payload slices alias b. Errors wrap
-// ErrBadRecord.
+// readHeader reads the header of push record b (kind 1 or 2): its kind,
+// acceptance time and item count, refusing a count the input cannot hold
+// (every item takes at least 21 bytes in kind 1, 19 in kind 2). Errors
+// wrap ErrBadRecord.
+func readHeader(b []byte) (rd *binenc.Reader, kind byte, acceptedAt int64, n int, err error) {
+	rd = binenc.NewReader(b)
+	kind = rd.Byte()
+	if rd.Err() == nil && kind != recordKindPush && kind != recordKindPushCompact {
+		return nil, 0, 0, 0, fmt.Errorf("%w: kind %d", ErrBadRecord, kind)
+	}
+	acceptedAt = rd.Varint()
+	count := rd.Uvarint()
+	if rd.Err() != nil {
+		return nil, 0, 0, 0, fmt.Errorf("%w: header: %v", ErrBadRecord, rd.Err())
+	}
+	least := 21
+	if kind == recordKindPushCompact {
+		least = 19
+	}
+	if count > uint64(rd.Len()/least+1) {
+		return nil, 0, 0, 0, fmt.Errorf("%w: count %d too large", ErrBadRecord, count)
+	}
+	return rd, kind, acceptedAt, int(count), nil
+}
+
+// itemFlags reads an item's flags byte: kind 1 knows only bit0 (its other
+// bits are ignored, as the first readers did), kind 2 refuses unknown bits.
+func itemFlags(rd *binenc.Reader, kind byte, i int) (byte, error) {
+	flags := rd.Byte()
+	if kind == recordKindPush {
+		return flags & flagProducerSub, nil
+	}
+	if flags&^knownCompactFlags != 0 {
+		return 0, fmt.Errorf("%w: item %d: unknown flags %#x", ErrBadRecord, i, flags)
+	}
+	return flags, nil
+}
+
+// ItemCount reads the item count from the header of the push record b
+// (kind 1 or 2) without decoding the items (0 when the header does not
+// decode: the decode itself then reports the error). The projector sizes
+// its batch with it.
+func ItemCount(b []byte) int {
+	_, _, _, n, err := readHeader(b)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// DecodeRecord decodes a push record (kind 1 or 2). Payload slices alias
+// b. Errors wrap ErrBadRecord.
 func DecodeRecord(b []byte) (*Record, error) {
 	r := &Record{}
 	if err := DecodeRecordInto(r, b); err != nil {
@@ -154,27 +261,20 @@ func DecodeRecord(b []byte) (*Record, error) {
 	return r, nil
 }
 
-// DecodeRecordInto decodes a push record into r, reusing the capacity of
-// r.Items (the projector decodes every record of a batch into one
-// Record). Payload slices alias b. The allocations are per record, not per
-// item: a queue, partition or producerSub repeated across items is one
-// string, and the transactionIds of all items are substrings of one.
-// Errors wrap ErrBadRecord; r is then unspecified.
+// DecodeRecordInto decodes a push record (kind 1 or 2) into r, reusing the
+// capacity of r.Items (the projector decodes every whole record of a batch
+// into one Record). Payload slices alias b. The allocations are per record,
+// not per item: a queue, partition or producerSub repeated across items is
+// one string, and the transactionIds of all items (a minted one spelled out
+// from the message id) are substrings of one. Errors wrap ErrBadRecord; r
+// is then unspecified.
 func DecodeRecordInto(r *Record, b []byte) error {
-	rd := binenc.NewReader(b)
-	if k := rd.Byte(); rd.Err() == nil && k != recordKindPush {
-		return fmt.Errorf("%w: kind %d", ErrBadRecord, k)
+	rd, kind, acceptedAt, n, err := readHeader(b)
+	if err != nil {
+		return err
 	}
-	r.AcceptedAt = rd.Varint()
-	n := rd.Uvarint()
-	if rd.Err() != nil {
-		return fmt.Errorf("%w: header: %v", ErrBadRecord, rd.Err())
-	}
-	// Every item takes at least 21 bytes; refuse counts the input cannot hold.
-	if n > uint64(rd.Len()/21+1) {
-		return fmt.Errorf("%w: count %d too large", ErrBadRecord, n)
-	}
-	if uint64(cap(r.Items)) >= n {
+	r.AcceptedAt = acceptedAt
+	if cap(r.Items) >= n {
 		r.Items = r.Items[:n]
 		clear(r.Items)
 	} else {
@@ -186,13 +286,26 @@ func DecodeRecordInto(r *Record, b []byte) error {
 	txEnd := make([]int, n) // end of items[i]'s transactionId in txids
 	for i := range r.Items {
 		it := &r.Items[i]
-		flags := rd.Byte()
+		flags, err := itemFlags(rd, kind, i)
+		if err != nil {
+			return err
+		}
 		copy(it.MessageID[:], rd.Fixed(16))
 		it.Queue, names = intern(names, rd.Bytes())
-		it.Partition, names = intern(names, rd.Bytes())
-		txids = append(txids, rd.Bytes()...)
+		if flags&flagDefaultPart != 0 {
+			it.Partition = DefaultPartition
+		} else {
+			it.Partition, names = intern(names, rd.Bytes())
+		}
+		if flags&flagMintedTxID != 0 {
+			var text [36]byte
+			encodeUUID(text[:], it.MessageID)
+			txids = append(txids, text[:]...)
+		} else {
+			txids = append(txids, rd.Bytes()...)
+		}
 		txEnd[i] = len(txids)
-		if flags&1 != 0 {
+		if flags&flagProducerSub != 0 {
 			sub := rd.Bytes()
 			if subs == nil || *subs != string(sub) {
 				s := string(sub)
@@ -232,21 +345,120 @@ func intern(names []string, b []byte) (string, []string) {
 	return s, names
 }
 
-// RecordHeader reads only the header of a push record: its acceptance time
-// (Unix microseconds) and how many items it holds, without decoding the
-// items. Errors wrap ErrBadRecord.
+// RecordHeader reads only the header of a push record (kind 1 or 2): its
+// acceptance time (Unix microseconds) and how many items it holds, without
+// decoding the items. Errors wrap ErrBadRecord.
 func RecordHeader(b []byte) (acceptedAt int64, items int, err error) {
-	rd := binenc.NewReader(b)
-	if k := rd.Byte(); rd.Err() == nil && k != recordKindPush {
-		return 0, 0, fmt.Errorf("%w: kind %d", ErrBadRecord, k)
+	_, _, acceptedAt, items, err = readHeader(b)
+	return acceptedAt, items, err
+}
+
+// RecordReader decodes the items of a push record one at a time, so that a
+// record of millions of items is never decoded all at once: the projector
+// reads a bounded piece, projects it, and reads on. An item's queue and
+// partition share the previous item's strings when they are equal.
+type RecordReader struct {
+	rd   *binenc.Reader
+	kind byte
+	// AcceptedAt is the record's acceptance time, Unix microseconds.
+	AcceptedAt int64
+	n, read    int
+	queue      string
+	partition  string
+	sub        *string
+}
+
+// NewRecordReader reads the header of push record b (kind 1 or 2). Errors
+// wrap ErrBadRecord.
+func NewRecordReader(b []byte) (*RecordReader, error) {
+	rd, kind, acceptedAt, n, err := readHeader(b)
+	if err != nil {
+		return nil, err
 	}
-	acceptedAt = rd.Varint()
-	n := rd.Uvarint()
+	return &RecordReader{rd: rd, kind: kind, AcceptedAt: acceptedAt, n: n}, nil
+}
+
+// Len is the number of items in the record.
+func (r *RecordReader) Len() int { return r.n }
+
+// Done is the number of items read (or skipped) so far.
+func (r *RecordReader) Done() int { return r.read }
+
+// Next decodes the next item into it (Payload aliases the record). After
+// the last item it returns io.EOF, or an ErrBadRecord error when bytes
+// follow it.
+func (r *RecordReader) Next(it *Item) error { return r.next(it, true) }
+
+// Skip passes over the next n items without decoding their strings (a
+// projector resuming inside a record). Errors as for Next.
+func (r *RecordReader) Skip(n int) error {
+	var it Item
+	for i := 0; i < n; i++ {
+		if err := r.next(&it, false); err != nil {
+			if err == io.EOF {
+				return fmt.Errorf("%w: skip %d items of %d", ErrBadRecord, n, r.n)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *RecordReader) next(it *Item, keep bool) error {
+	rd := r.rd
+	if r.read == r.n {
+		if rd.Len() != 0 {
+			return fmt.Errorf("%w: %d trailing bytes", ErrBadRecord, rd.Len())
+		}
+		return io.EOF
+	}
+	i := r.read
+	flags, err := itemFlags(rd, r.kind, i)
+	if err != nil {
+		return err
+	}
+	it.TraceID = nil
+	copy(it.MessageID[:], rd.Fixed(16))
+	it.Queue = r.name(rd.Bytes(), &r.queue)
+	if flags&flagDefaultPart != 0 {
+		it.Partition = DefaultPartition
+	} else {
+		it.Partition = r.name(rd.Bytes(), &r.partition)
+	}
+	switch {
+	case flags&flagMintedTxID != 0:
+		it.TransactionID = ""
+		if keep {
+			it.TransactionID = it.MessageID.String()
+		}
+	case keep:
+		it.TransactionID = rd.String()
+	default:
+		rd.Bytes()
+	}
+	it.ProducerSub = nil
+	if flags&flagProducerSub != 0 {
+		sub := rd.Bytes()
+		if keep {
+			if r.sub == nil || *r.sub != string(sub) {
+				s := string(sub)
+				r.sub = &s
+			}
+			it.ProducerSub = r.sub
+		}
+	}
+	it.Payload = rd.Bytes()
 	if rd.Err() != nil {
-		return 0, 0, fmt.Errorf("%w: header: %v", ErrBadRecord, rd.Err())
+		return fmt.Errorf("%w: item %d: %v", ErrBadRecord, i, rd.Err())
 	}
-	if n > uint64(rd.Len()/21+1) {
-		return 0, 0, fmt.Errorf("%w: count %d too large", ErrBadRecord, n)
+	r.read++
+	return nil
+}
+
+// name returns b as a string, reusing *last when it is equal.
+func (r *RecordReader) name(b []byte, last *string) string {
+	if string(b) != *last {
+		*last = string(b)
 	}
-	return acceptedAt, int(n), nil
+	return *last
 }

@@ -2,7 +2,13 @@ package ingest
 
 import (
 	"errors"
+	"fmt"
+	"io"
 	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/queenmq/queen-go/internal/binenc"
 )
 
 // TestRecordHeader: the header reads what EncodeRecord wrote, and a
@@ -22,5 +28,122 @@ func TestRecordHeader(t *testing.T) {
 		if _, _, err := RecordHeader(bad); !errors.Is(err, ErrBadRecord) {
 			t.Errorf("RecordHeader(%x) error %v, want ErrBadRecord", bad, err)
 		}
+	}
+	// Both kinds' headers read the same.
+	if at, n, err := RecordHeader(encodeKind1(r)); err != nil || at != r.AcceptedAt || n != 2 {
+		t.Fatalf("RecordHeader(kind 1) = %d, %d, %v", at, n, err)
+	}
+}
+
+// encodeKind1 writes the first push record layout (every partition and
+// transaction id spelled out), as brokers before the compact layout did.
+func encodeKind1(r *Record) []byte {
+	dst := []byte{recordKindPush}
+	dst = binenc.AppendVarint(dst, r.AcceptedAt)
+	dst = binenc.AppendUvarint(dst, uint64(len(r.Items)))
+	for _, it := range r.Items {
+		var flags byte
+		if it.ProducerSub != nil {
+			flags = 1
+		}
+		dst = append(dst, flags)
+		dst = append(dst, it.MessageID[:]...)
+		dst = binenc.AppendString(dst, it.Queue)
+		dst = binenc.AppendString(dst, it.Partition)
+		dst = binenc.AppendString(dst, it.TransactionID)
+		if it.ProducerSub != nil {
+			dst = binenc.AppendString(dst, *it.ProducerSub)
+		}
+		dst = binenc.AppendBytes(dst, it.Payload)
+	}
+	return dst
+}
+
+func sampleRecord(n int) *Record {
+	sub := "svc"
+	r := &Record{AcceptedAt: 1_700_000_000_000_000}
+	for i := 0; i < n; i++ {
+		id := uuid.Must(uuid.NewV7())
+		it := Item{Queue: "q", Partition: DefaultPartition, TransactionID: id.String(), MessageID: id, Payload: []byte("0")}
+		switch i % 4 {
+		case 1:
+			it.Partition = fmt.Sprintf("p%d", i)
+		case 2:
+			it.TransactionID = fmt.Sprintf("tx-%d", i)
+		case 3:
+			it.ProducerSub = &sub
+			it.TransactionID = uuid.Must(uuid.NewV7()).String() // looks minted, is not this id
+		}
+		r.Items = append(r.Items, it)
+	}
+	return r
+}
+
+// TestRecordKinds: both layouts decode to the same record; the compact one
+// keeps the smallest item under the 26 bytes it takes in a push body.
+func TestRecordKinds(t *testing.T) {
+	r := sampleRecord(9)
+	for _, c := range []struct {
+		name string
+		enc  []byte
+	}{{"kind 1", encodeKind1(r)}, {"kind 2", EncodeRecord(nil, r)}} {
+		got, err := DecodeRecord(c.enc)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if !sameRecord(r, got) {
+			t.Fatalf("%s: decoded %+v, want %+v", c.name, got, r)
+		}
+		reused := &Record{Items: make([]Item, 20)}
+		if err := DecodeRecordInto(reused, c.enc); err != nil || !sameRecord(r, reused) {
+			t.Fatalf("%s: DecodeRecordInto: %v, got %+v", c.name, err, reused)
+		}
+		if n := ItemCount(c.enc); n != len(r.Items) {
+			t.Fatalf("%s: ItemCount = %d", c.name, n)
+		}
+	}
+	if got, want := len(EncodeRecord(nil, r)), r.EncodedLen(); got != want {
+		t.Fatalf("EncodeRecord wrote %d bytes, EncodedLen says %d", got, want)
+	}
+	tiny := sampleRecord(1)
+	if n := len(EncodeRecord(nil, tiny)) - len(EncodeRecord(nil, &Record{AcceptedAt: tiny.AcceptedAt})); n > 22 {
+		t.Errorf("the smallest item takes %d bytes in a record, want at most 22", n)
+	}
+	bad := EncodeRecord(nil, tiny)
+	bad[len(bad)-2-2-16-1] |= 0x80 // an unknown flag bit of the one item (flags, id, queue, payload)
+	if _, err := DecodeRecord(bad); !errors.Is(err, ErrBadRecord) {
+		t.Errorf("unknown flag bit: %v, want ErrBadRecord", err)
+	}
+}
+
+// TestRecordReaderSkip: skipping k items and reading on gives the items a
+// full decode gives from k; the end is io.EOF, and skipping past it fails.
+func TestRecordReaderSkip(t *testing.T) {
+	r := sampleRecord(13)
+	enc := EncodeRecord(nil, r)
+	for k := 0; k <= len(r.Items); k++ {
+		rr, err := NewRecordReader(enc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rr.Skip(k); err != nil {
+			t.Fatalf("skip %d: %v", k, err)
+		}
+		for i := k; i < len(r.Items); i++ {
+			var it Item
+			if err := rr.Next(&it); err != nil {
+				t.Fatalf("skip %d, item %d: %v", k, i, err)
+			}
+			if !sameRecord(&Record{Items: []Item{r.Items[i]}}, &Record{Items: []Item{it}}) {
+				t.Fatalf("skip %d, item %d: %+v, want %+v", k, i, it, r.Items[i])
+			}
+		}
+		if err := rr.Next(&Item{}); err != io.EOF {
+			t.Fatalf("skip %d: after the last item %v, want io.EOF", k, err)
+		}
+	}
+	rr, _ := NewRecordReader(enc)
+	if err := rr.Skip(len(r.Items) + 1); !errors.Is(err, ErrBadRecord) {
+		t.Fatalf("skip past the end: %v", err)
 	}
 }

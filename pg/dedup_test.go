@@ -35,7 +35,7 @@ func item(q, txid string, at int64) pg.ProjectItem {
 func (b *bundle) project(t *testing.T, items ...pg.ProjectItem) []pg.Outcome {
 	t.Helper()
 	b.wal++
-	out, err := b.store.Project(context.Background(), b.broker, b.wal, 0, items)
+	out, err := b.store.Project(context.Background(), b.broker, pg.Checkpoint{Index: b.wal, HasCRC: true}, items)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
@@ -69,9 +71,10 @@ type partState struct {
 	encrypt bool // the queue has encryptionEnabled
 }
 
-// Project stores one projector batch in one transaction and records
-// walIndex (with recordCRC, the CRC-32C of that WAL record's payload) as
-// brokerID's checkpoint in the same transaction, so projection is
+// Project stores one projector batch in one transaction and records cp as
+// brokerID's checkpoint in the same transaction (cp.Index with cp.RecordCRC,
+// the CRC-32C of that WAL record's payload, and cp.PartialItems of the next
+// record when the batch ends inside it: see Checkpoint), so projection is
 // exactly-once. It returns one Outcome per item.
 //
 // Per batch: the touched partition rows are locked in id order (no
@@ -81,15 +84,67 @@ type partState struct {
 // rules (spec/producing.md): per partition; an entry counts while its
 // acceptance time is within the queue's dedup_window_seconds of the item's
 // acceptance time (0 = off); first wins inside a batch; a repeat does not
-// extend the window.
+// extend the window. The caller bounds the batch (the projector's
+// MaxBatchItems and MaxBatchBytes): Project holds it in memory and sends it
+// in one piece.
+//
+// A partition row that vanished under the batch (its queue was deleted
+// between the lookup and the lock, or while its partitions were created) is
+// looked up again, which recreates it as a push to a missing queue does, and
+// the batch is retried at once; so is a batch that PostgreSQL rolled back as
+// a deadlock or serialization failure (a queue delete racing the batch's
+// sidecar writes): such an error comes from a statement before COMMIT, so
+// nothing of the batch committed. Up to goneRetries attempts; a deleted
+// queue never holds up other queues' batches behind the projector's backoff.
 //
 // An error means nothing of the batch may be assumed stored: the caller
 // re-reads the checkpoint before it retries (a failed COMMIT has an unknown
 // outcome).
-func (s *Store) Project(ctx context.Context, brokerID uuid.UUID, walIndex uint64, recordCRC uint32, items []ProjectItem) ([]Outcome, error) {
-	ids, err := s.partitionIDs(ctx, items)
-	if err != nil {
-		return nil, err
+func (s *Store) Project(ctx context.Context, brokerID uuid.UUID, cp Checkpoint, items []ProjectItem) ([]Outcome, error) {
+	var crc, partIdx, partItems, partCRC *int64
+	if cp.HasCRC {
+		crc = ptr(int64(cp.RecordCRC))
+	}
+	if cp.PartialItems > 0 {
+		partIdx, partItems, partCRC = ptr(int64(cp.Index)+1), ptr(int64(cp.PartialItems)), ptr(int64(cp.PartialCRC))
+	}
+	finish := func(b *pgx.Batch) {
+		b.Queue(`INSERT INTO queen.projector_checkpoints (broker_id, wal_index, record_crc32c, partial_index, partial_items, partial_crc32c, updated_at)
+		VALUES ($1, $2, $3, $4, $5, $6, now())
+		ON CONFLICT (broker_id) DO UPDATE SET wal_index = excluded.wal_index, record_crc32c = excluded.record_crc32c,
+			partial_index = excluded.partial_index, partial_items = excluded.partial_items, partial_crc32c = excluded.partial_crc32c,
+			updated_at = now()`,
+			pgtype.UUID{Bytes: brokerID, Valid: true}, int64(cp.Index), crc, partIdx, partItems, partCRC)
+		b.Queue("COMMIT")
+	}
+	for attempt := 1; ; attempt++ {
+		out, err := s.projectOnce(ctx, items, attempt > 1, finish)
+		if err == nil || !(errors.Is(err, ErrPartitionGone) || retryable(err, true)) || attempt == goneRetries || ctx.Err() != nil {
+			return out, err
+		}
+		s.log.Debug("pg: projection batch rolled back by a concurrent change (queue deleted, deadlock); retrying at once",
+			"attempt", attempt, "err", err)
+	}
+}
+
+// goneRetries bounds Project's immediate retries of a batch that a
+// concurrent queue delete rolled back (see Project).
+const goneRetries = 10
+
+func ptr[T any](v T) *T { return &v }
+
+// projectOnce is one attempt of Project: look up the partitions (from the
+// cache, creating missing ones in their own transaction), then lock, probe
+// and write on one connection, in one transaction. A retry (see Project)
+// looks every partition up inside the projection transaction instead, its
+// queues locked against deletion until it commits.
+func (s *Store) projectOnce(ctx context.Context, items []ProjectItem, retry bool, finish func(*pgx.Batch)) ([]Outcome, error) {
+	var ids []uuid.UUID
+	var err error
+	if !retry {
+		if ids, err = s.partitionIDs(ctx, nil, items); err != nil {
+			return nil, err
+		}
 	}
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -98,12 +153,28 @@ func (s *Store) Project(ctx context.Context, brokerID uuid.UUID, walIndex uint64
 	// A connection released inside a transaction (any error below) is
 	// closed by the pool, which rolls the transaction back.
 	defer conn.Release()
-	out, err := s.project(ctx, conn.Conn(), true, items, ids, func(b *pgx.Batch) {
-		b.Queue(`INSERT INTO queen.projector_checkpoints (broker_id, wal_index, record_crc32c, updated_at) VALUES ($1, $2, $3, now())
-		ON CONFLICT (broker_id) DO UPDATE SET wal_index = excluded.wal_index, record_crc32c = excluded.record_crc32c, updated_at = now()`,
-			pgtype.UUID{Bytes: brokerID, Valid: true}, int64(walIndex), int64(recordCRC))
-		b.Queue("COMMIT")
-	})
+	if retry {
+		if _, err := conn.Exec(ctx, "BEGIN"); err != nil {
+			return nil, err
+		}
+		if ids, err = s.partitionIDs(ctx, conn.Conn(), items); err != nil {
+			if errors.Is(err, ErrPartitionGone) && conn.Conn().PgConn().TxStatus() == 'T' {
+				if _, rerr := conn.Exec(ctx, "ROLLBACK"); rerr != nil {
+					return nil, errors.Join(err, rerr)
+				}
+			}
+			return nil, err
+		}
+	}
+	out, err := s.project(ctx, conn.Conn(), !retry, items, ids, finish)
+	if errors.Is(err, ErrPartitionGone) {
+		// Nothing was written: end the transaction here so the connection
+		// goes back to the pool instead of being closed.
+		if _, rerr := conn.Exec(ctx, "ROLLBACK"); rerr != nil {
+			return nil, errors.Join(err, rerr)
+		}
+		return nil, err
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -158,9 +229,7 @@ func (s *Store) project(ctx context.Context, conn batcher, begin bool, items []P
 	if begin {
 		b1.Queue("BEGIN")
 	}
-	b1.Queue(`SELECT p.id, p.next_offset, q.dedup_window_seconds, q.encryption_enabled
-		FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
-		WHERE p.id = ANY($1) ORDER BY p.id FOR NO KEY UPDATE OF p`, pgUUIDs(lockIDs))
+	b1.Queue(`SELECT id, next_offset, dedup_window_seconds, encryption_enabled FROM queen.lock_partitions($1::uuid[])`, pgUUIDs(lockIDs))
 	probe.queue(&b1)
 	br := conn.SendBatch(ctx, &b1)
 	if begin {
@@ -254,16 +323,14 @@ func (s *Store) project(ctx context.Context, conn batcher, begin bool, items []P
 	var b pgx.Batch
 	segIDs := pgUUIDs(w.segPID)
 	if len(w.segPID) > 0 {
-		b.Queue(`UPDATE queen.partitions p SET next_offset = v.next, last_message_at = now()
-			FROM unnest($1::uuid[], $2::bigint[]) AS v(id, next) WHERE p.id = v.id`, segIDs, w.segNext)
+		b.Queue(`SELECT queen.advance_partitions($1::uuid[], $2::bigint[])`, segIDs, w.segNext)
 		b.Queue(`INSERT INTO queen.segments (partition_id, base_offset, last_offset, body)
 			SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bytea[])`, segIDs, w.segBase, w.segLast, w.segBody)
 	}
 	w.runs.queue(&b)
-	if len(w.segPID) > 0 {
+	if notify := storedQueues(items, out); len(notify) > 0 {
 		// Wake long-polling pops on every broker (pg/listen.go).
-		b.Queue(`SELECT pg_notify($1, q.name) FROM queen.queues q
-			WHERE q.id IN (SELECT p.queue_id FROM queen.partitions p WHERE p.id = ANY($2))`, NotifyChannel, segIDs)
+		b.Queue(`SELECT pg_notify($1, q) FROM unnest($2::text[]) AS q`, NotifyChannel, notify)
 	}
 	if finish != nil {
 		finish(&b)
@@ -301,6 +368,23 @@ func decide(items []ProjectItem, ids []uuid.UUID, parts map[uuid.UUID]*partState
 		ps.touched = true
 	}
 	return out, checkSeg
+}
+
+// storedQueues lists, in first-stored order and without repeats, the
+// queues of the items that out does not mark as duplicates: the queues the
+// batch stores messages in, which its pg_notify names (taken from the
+// batch, not read back from queen.partitions).
+func storedQueues(items []ProjectItem, out []Outcome) []string {
+	var qs []string
+	for i := range items {
+		if out[i].Duplicate || (len(qs) > 0 && qs[len(qs)-1] == items[i].Queue) {
+			continue
+		}
+		if !slices.Contains(qs, items[i].Queue) {
+			qs = append(qs, items[i].Queue)
+		}
+	}
+	return qs
 }
 
 // batchWrites is the Go side of a projection batch's writes: one segment
@@ -345,15 +429,16 @@ func (s *Store) buildWrites(lockIDs []uuid.UUID, parts map[uuid.UUID]*partState)
 
 // partitionIDs resolves (queue, partition) of every item to a partition id,
 // creating missing queues and partitions (with default options) in their
-// own short transaction, in name order.
-func (s *Store) partitionIDs(ctx context.Context, items []ProjectItem) ([]uuid.UUID, error) {
+// own short transaction, in name order; with conn set, on conn inside the
+// caller's transaction, every pair looked up afresh (see ensurePartitions).
+func (s *Store) partitionIDs(ctx context.Context, conn batcher, items []ProjectItem) ([]uuid.UUID, error) {
 	ids := make([]uuid.UUID, len(items))
 	var missQ, missP []string
 	seen := make(map[partKey]bool)
 	s.mu.Lock()
 	for i := range items {
 		k := partKey{items[i].Queue, items[i].Partition}
-		if id, ok := s.partIDs[k]; ok {
+		if id, ok := s.partIDs[k]; ok && conn == nil {
 			ids[i] = id
 		} else if !seen[k] {
 			seen[k] = true
@@ -363,7 +448,7 @@ func (s *Store) partitionIDs(ctx context.Context, items []ProjectItem) ([]uuid.U
 	}
 	s.mu.Unlock()
 	if len(missQ) > 0 {
-		found, err := s.ensurePartitions(ctx, missQ, missP)
+		found, err := s.ensurePartitions(ctx, conn, missQ, missP)
 		if err != nil {
 			return nil, err
 		}
@@ -385,10 +470,27 @@ func (s *Store) partitionIDs(ctx context.Context, items []ProjectItem) ([]uuid.U
 	return ids, nil
 }
 
-// EnsurePartitions creates (if missing) and returns the ids of the given
-// (queue, partition) pairs; queues[i] goes with partitions[i].
-func (s *Store) ensurePartitions(ctx context.Context, queues, partitions []string) (map[partKey]uuid.UUID, error) {
+// partitionLookupSQL resolves (queue, partition) name pairs ($1[i], $2[i])
+// to partition ids.
+const partitionLookupSQL = `SELECT queue, partition, id FROM queen.partition_ids($1::text[], $2::text[])`
+
+// ensurePartitions creates (if missing) and returns the ids of the given
+// (queue, partition) pairs; queues[i] goes with partitions[i]. With conn nil
+// it runs in its own short transaction; otherwise on conn, inside the
+// caller's transaction, and it first locks the batch's existing queue rows
+// FOR KEY SHARE, so that no queue delete can remove them (or, through them,
+// their partitions) before that transaction ends: the retry of a batch
+// that lost a race with a queue delete (Project).
+//
+// A foreign-key violation (a queue deleted between its insert and its
+// partitions' insert) is returned as ErrPartitionGone.
+func (s *Store) ensurePartitions(ctx context.Context, conn batcher, queues, partitions []string) (map[partKey]uuid.UUID, error) {
 	var b pgx.Batch
+	if conn != nil {
+		// Locks before the insert: a queue created by the insert is this
+		// transaction's own until it commits.
+		b.Queue(`SELECT 1 FROM queen.queues WHERE name = ANY($1::text[]) ORDER BY id FOR KEY SHARE`, queues)
+	}
 	// A queue created by a push takes its namespace and task from its name
 	// split on the first "." (API.md, push side effects): "billing.invoices"
 	// is namespace "billing", task "invoices"; a name without "." is its own
@@ -397,20 +499,16 @@ func (s *Store) ensurePartitions(ctx context.Context, queues, partitions []strin
 		SELECT q, split_part(q, '.', 1), CASE WHEN strpos(q, '.') > 0 THEN substr(q, strpos(q, '.') + 1) ELSE '' END
 		FROM (SELECT DISTINCT q FROM unnest($1::text[]) AS q) d ORDER BY q
 		ON CONFLICT (name) DO NOTHING`, queues)
-	b.Queue(`INSERT INTO queen.partitions (queue_id, name)
-		SELECT q.id, k.p FROM unnest($1::text[], $2::text[]) AS k(q, p) JOIN queen.queues q ON q.name = k.q
-		ORDER BY q.id, k.p ON CONFLICT (queue_id, name) DO NOTHING`, queues, partitions)
-	b.Queue(`SELECT k.q, k.p, p.id FROM unnest($1::text[], $2::text[]) AS k(q, p)
-		JOIN queen.queues q ON q.name = k.q JOIN queen.partitions p ON p.queue_id = q.id AND p.name = k.p`, queues, partitions)
+	b.Queue(`SELECT queen.create_partitions($1::text[], $2::text[])`, queues, partitions)
+	b.Queue(partitionLookupSQL, queues, partitions)
 	out := make(map[partKey]uuid.UUID, len(queues))
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		br := tx.SendBatch(ctx, &b)
+	run := func(conn batcher) error {
+		br := conn.SendBatch(ctx, &b)
 		defer br.Close()
-		if _, err := br.Exec(); err != nil {
-			return err
-		}
-		if _, err := br.Exec(); err != nil {
-			return err
+		for i := 0; i < b.Len()-1; i++ {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
 		}
 		rows, err := br.Query()
 		if err != nil {
@@ -430,7 +528,17 @@ func (s *Store) ensurePartitions(ctx context.Context, queues, partitions []strin
 			return err
 		}
 		return br.Close()
-	})
+	}
+	var err error
+	if conn != nil {
+		err = run(conn)
+	} else {
+		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return run(tx) })
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "23503" { // foreign_key_violation: a queue deleted under the insert
+		return nil, fmt.Errorf("%w: ensure partitions: %v", ErrPartitionGone, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("pg: ensure partitions: %w", err)
 	}

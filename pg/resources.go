@@ -185,7 +185,9 @@ func (s *Store) DeleteQueue(ctx context.Context, name string) (bool, error) {
 	// pop or ack locks a cursor and may then insert a dead letter, whose
 	// foreign-key check waits on the partition row. Deleting the partitions
 	// first would wait on that cursor while the ack waits on the partition:
-	// a deadlock. One that still happens is retried (withRetry).
+	// a deadlock. The partitions are then locked in id order before their
+	// delete (the order projection batches lock them in). A deadlock that
+	// still happens is retried (withRetry).
 	var existed bool
 	deleteTx := func(tx pgx.Tx) error {
 		existed = false
@@ -200,6 +202,12 @@ func (s *Store) DeleteQueue(ctx context.Context, name string) (bool, error) {
 		existed = true
 		if _, err := tx.Exec(ctx, `SELECT 1 FROM queen.consumer_cursors c JOIN queen.partitions p ON p.id = c.partition_id
 			WHERE p.queue_id = $1 FOR UPDATE OF c`, qid); err != nil {
+			return err
+		}
+		// The partitions are locked in id order, the order a projection
+		// batch locks them in: deleted in scan order, they deadlocked with
+		// batches of the same queue (each holding rows the other wanted).
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM queen.partitions WHERE queue_id = $1 ORDER BY id FOR UPDATE`, qid); err != nil {
 			return err
 		}
 		rows, err := tx.Query(ctx, `DELETE FROM queen.partitions WHERE queue_id = $1 RETURNING id`, qid)

@@ -142,10 +142,20 @@ func (s *Store) EnsureSchema(ctx context.Context) error {
 // tell that its WAL directory is not the one the checkpoint came from
 // (restored from an older snapshot, or copied from elsewhere with the
 // broker id file): the same index then holds another record, or none.
+//
+// A record with more items than one projection transaction takes is
+// projected in pieces: PartialItems > 0 says that the first PartialItems
+// items of record Index+1 are committed as well, and PartialCRC is that
+// record's CRC-32C. Every piece's transaction writes the checkpoint with
+// its items, so a crash between pieces neither loses nor repeats one.
 type Checkpoint struct {
 	Index     uint64
 	RecordCRC uint32
 	HasCRC    bool
+	// PartialItems counts the committed items of record Index+1 (0: none).
+	PartialItems int
+	// PartialCRC is the CRC-32C of record Index+1 (with PartialItems > 0).
+	PartialCRC uint32
 }
 
 // Checkpoint returns the broker's checkpoint, and false when the broker has
@@ -153,8 +163,10 @@ type Checkpoint struct {
 // older than its first commit).
 func (s *Store) Checkpoint(ctx context.Context, brokerID uuid.UUID) (Checkpoint, bool, error) {
 	var idx int64
-	var crc *int64
-	err := s.pool.QueryRow(ctx, "SELECT wal_index, record_crc32c FROM queen.projector_checkpoints WHERE broker_id = $1", brokerID).Scan(&idx, &crc)
+	var crc, partItems, partCRC *int64
+	err := s.pool.QueryRow(ctx, `SELECT wal_index, record_crc32c, CASE WHEN partial_index = wal_index + 1 THEN partial_items END, partial_crc32c
+		FROM queen.projector_checkpoints
+		WHERE broker_id = $1`, brokerID).Scan(&idx, &crc, &partItems, &partCRC)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Checkpoint{}, false, nil
 	}
@@ -164,6 +176,9 @@ func (s *Store) Checkpoint(ctx context.Context, brokerID uuid.UUID) (Checkpoint,
 	cp := Checkpoint{Index: uint64(idx)}
 	if crc != nil {
 		cp.RecordCRC, cp.HasCRC = uint32(*crc), true
+	}
+	if partItems != nil && *partItems > 0 && partCRC != nil {
+		cp.PartialItems, cp.PartialCRC = int(*partItems), uint32(*partCRC)
 	}
 	return cp, true, nil
 }

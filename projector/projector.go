@@ -5,6 +5,13 @@
 // away, pauses for maintenance mode, and truncates projected WAL segments
 // after a retention.
 //
+// A batch is bounded in records, items and bytes (Config). A record too
+// large for one batch (a push of a million items) is projected in pieces,
+// each its own transaction whose checkpoint also counts the record's items
+// committed so far (pg.Checkpoint.PartialItems), so no record can make a
+// transaction that never finishes, and a crash between pieces resumes
+// inside the record without repeating or losing an item.
+//
 // Replay is resuming the cursor: after any failure the cursor is re-read
 // from the checkpoint in PostgreSQL, so a COMMIT whose answer never came is
 // neither lost nor applied twice (DESIGN.md §1).
@@ -29,6 +36,7 @@ import (
 // Defaults applied where a Config field is zero.
 const (
 	DefaultMaxBatchEntries = 1000
+	DefaultMaxBatchItems   = 10000
 	// DefaultMaxBatchBytes caps the WAL payload bytes of one transaction:
 	// 4 MiB. A batch is held about three times over while it is sent (the
 	// decoded items, the segment bodies, pgx's encoded parameters), so
@@ -40,6 +48,11 @@ const (
 	DefaultWALRetention     = 15 * time.Minute
 	DefaultMaintainInterval = 30 * time.Second
 	DefaultDedupGrace       = 15 * time.Minute
+	// DefaultMaxWaitPieceItems: while a record is projected in pieces
+	// (MaxBatchItems) and more than this many of its items are still to
+	// go, every push behind it would wait its whole verdict timeout, so
+	// pushes are answered "buffered" at once instead.
+	DefaultMaxWaitPieceItems = 4 * DefaultMaxBatchItems
 )
 
 // Config of a Projector. BrokerID is required; zero durations and sizes
@@ -49,8 +62,17 @@ type Config struct {
 	BrokerID uuid.UUID
 	// MaxBatchEntries caps WAL records per transaction.
 	MaxBatchEntries int
-	// MaxBatchBytes caps WAL payload bytes per transaction (one larger
-	// record is projected alone).
+	// MaxBatchItems caps push items per transaction (default
+	// DefaultMaxBatchItems). A record with more items is projected in
+	// pieces of at most this many, one transaction each, the checkpoint
+	// recording how many of its items are committed (pg.Checkpoint), so
+	// that no push, however many items it holds, makes a transaction that
+	// cannot finish in TxTimeout.
+	MaxBatchItems int
+	// MaxBatchBytes caps WAL payload bytes per transaction: records are
+	// taken while they fit, and a record larger than this on its own is
+	// cut into pieces of about this many payload bytes (one item is never
+	// cut: a single item as large as the body limit is projected alone).
 	MaxBatchBytes int
 	// TxTimeout bounds one projection transaction.
 	TxTimeout time.Duration
@@ -64,6 +86,8 @@ type Config struct {
 	MaintainInterval time.Duration
 	// DedupGrace keeps dedup entries this long past their window.
 	DedupGrace time.Duration
+	// MaxWaitPieceItems: see DefaultMaxWaitPieceItems.
+	MaxWaitPieceItems int
 	// OnCommit, when set, is called after each committed batch with the
 	// names of the queues it stored messages in (long-poll wake-ups).
 	OnCommit func(queues []string)
@@ -89,8 +113,15 @@ type Projector struct {
 	// successful one; a projector that has not tried yet is not unhealthy.
 	unhealthy  atomic.Bool
 	checkpoint atomic.Uint64 // last committed WAL index
+	piecesLeft atomic.Int64  // items still to project of the record in pieces (0: none)
 	wake       chan struct{}
 	cur        *wal.Cursor // owned by the loop
+	// cp is the checkpoint as last read or committed, and open the record
+	// after it while it is projected in pieces (nil otherwise); both are
+	// owned by the loop.
+	cp    pg.Checkpoint
+	open  *openRecord
+	items []pg.ProjectItem // the batch being built, reused
 
 	mu        sync.Mutex
 	cancel    context.CancelFunc
@@ -105,6 +136,9 @@ type Projector struct {
 func New(cfg Config, w *wal.Log, store *pg.Store, reg *ingest.Registry) *Projector {
 	if cfg.MaxBatchEntries <= 0 {
 		cfg.MaxBatchEntries = DefaultMaxBatchEntries
+	}
+	if cfg.MaxBatchItems <= 0 {
+		cfg.MaxBatchItems = DefaultMaxBatchItems
 	}
 	if cfg.MaxBatchBytes <= 0 {
 		cfg.MaxBatchBytes = DefaultMaxBatchBytes
@@ -126,6 +160,9 @@ func New(cfg Config, w *wal.Log, store *pg.Store, reg *ingest.Registry) *Project
 	}
 	if cfg.DedupGrace <= 0 {
 		cfg.DedupGrace = DefaultDedupGrace
+	}
+	if cfg.MaxWaitPieceItems <= 0 {
+		cfg.MaxWaitPieceItems = DefaultMaxWaitPieceItems
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -181,9 +218,13 @@ func (p *Projector) Healthy() bool { return !p.unhealthy.Load() }
 
 // Accepting implements ingest.Gate: pushes wait for their verdict while
 // the projector runs and PostgreSQL answers, however long the backlog (the
-// wait is the producers' backpressure: README.md, "Backpressure").
+// wait is the producers' backpressure: docs/decisions.md, "Verdict wait
+// and backpressure"), except while a large record projected in pieces
+// stands in front of them with more than MaxWaitPieceItems items to go:
+// their verdicts would come only after their verdict timeout, so they are
+// answered buffered.
 func (p *Projector) Accepting() bool {
-	return !p.Paused() && !p.unhealthy.Load()
+	return !p.Paused() && !p.unhealthy.Load() && p.piecesLeft.Load() <= int64(p.cfg.MaxWaitPieceItems)
 }
 
 // Backlog is the number of durable WAL records not yet committed to
@@ -369,6 +410,10 @@ func (p *Projector) loadCursor(ctx context.Context) error {
 		next = first
 	}
 	p.warnBehind(cp.Index, next)
+	if next != cp.Index+1 {
+		cp = pg.Checkpoint{Index: next - 1} // nothing to compare, no partial record to resume
+	}
+	p.cp, p.open = cp, nil
 	p.cur.Seek(next)
 	p.checkpoint.Store(next - 1) // next >= 1
 	p.unhealthy.Store(false)
@@ -392,49 +437,153 @@ func (p *Projector) warnBehind(dbIndex, next uint64) {
 		"database_checkpoint", dbIndex, "wal_checkpoint", committed, "records", k)
 }
 
-type entry struct {
+// openRecord is a WAL record being projected in pieces: it has more items
+// (or payload bytes) than one batch takes.
+type openRecord struct {
 	index uint64
-	n     int // items
+	crc   uint32
+	rr    *ingest.RecordReader // positioned after the committed items
+	// verdicts of the committed items, or nil when nobody will read them:
+	// some were committed before this projector read the record (after a
+	// restart or a failed attempt, its push has been answered buffered
+	// already), or its push stopped waiting (its verdict timeout passed).
+	verdicts []ingest.Verdict
 }
 
-// projectOnce projects one batch starting at cursor.
+// batchRecord is the part of one WAL record in a batch: items[from:from+n].
+type batchRecord struct {
+	index    uint64
+	crc      uint32
+	from, n  int
+	complete bool        // the batch holds the record's last item
+	open     *openRecord // the record is projected in pieces (nil: whole in this batch)
+}
+
+// projectOnce projects one batch starting at cursor: whole records while
+// they fit MaxBatchEntries, MaxBatchItems and MaxBatchBytes, or, when the
+// first record does not fit alone, the next piece of it.
 func (p *Projector) projectOnce(ctx context.Context, cursor uint64) error {
-	if p.cur.Position() != cursor {
-		p.cur.Seek(cursor)
-	}
-	batch, err := p.cur.Next(p.cfg.MaxBatchEntries, p.cfg.MaxBatchBytes)
-	if len(batch) == 0 {
-		return err // a corrupt record stalls projection loudly; it is never skipped
-	}
-	// Records read before a failing one are projected; the failure comes
-	// back on the next call, with the cursor at the failing record.
-	n := 0
-	for _, e := range batch {
-		n += ingest.ItemCount(e.Payload)
-	}
-	items := make([]pg.ProjectItem, 0, n)
-	entries := make([]entry, 0, len(batch))
-	var rec ingest.Record // one decode buffer for the batch's records
-	for _, e := range batch {
-		if err := ingest.DecodeRecordInto(&rec, e.Payload); err != nil {
-			return fmt.Errorf("WAL record %d: %w", e.Index, err)
+	items := p.items[:0]
+	var recs []batchRecord
+	var rec ingest.Record // one decode buffer for the batch's whole records
+	size := 0             // bytes of items: WAL payload of whole records, or an estimate per item of a piece
+	full := func() bool { return len(items) >= p.cfg.MaxBatchItems || size >= p.cfg.MaxBatchBytes }
+	// take appends rr's remaining items, or with cut only up to the
+	// batch's budget (at least one).
+	take := func(rr *ingest.RecordReader, cut bool) error {
+		var it ingest.Item
+		for rr.Done() < rr.Len() && (!cut || len(items) == 0 || !full()) {
+			if err := rr.Next(&it); err != nil {
+				return err
+			}
+			items = append(items, it.ProjectItem(rr.AcceptedAt))
+			if cut {
+				size += len(it.Payload) + len(it.TransactionID) + len(it.Queue) + len(it.Partition) + 32
+			}
 		}
-		items = rec.AppendProjectItems(items)
-		entries = append(entries, entry{index: e.Index, n: len(rec.Items)})
+		return nil
 	}
-	last := batch[len(batch)-1].Index
-	lastCRC := wal.PayloadCRC(batch[len(batch)-1].Payload)
+	defer func() { clear(p.items[:cap(p.items)]) }() // drop references to WAL payloads
+
+	if p.open != nil && p.open.index != cursor {
+		p.open = nil
+	}
+	if o := p.open; o != nil {
+		from := len(items)
+		if err := take(o.rr, true); err != nil {
+			return fmt.Errorf("WAL record %d: %w", o.index, err)
+		}
+		recs = append(recs, batchRecord{index: o.index, crc: o.crc, from: from, n: len(items) - from, complete: o.rr.Done() == o.rr.Len(), open: o})
+		cursor++
+	}
+	var readErr error
+	if len(recs) == 0 || (recs[0].complete && !full()) {
+		if p.cur.Position() != cursor {
+			p.cur.Seek(cursor)
+		}
+		batch, err := p.cur.Next(p.cfg.MaxBatchEntries-len(recs), p.cfg.MaxBatchBytes-size)
+		// Records read before a failing one are projected; the failure
+		// comes back on the next call, with the cursor at the failing record.
+		readErr = err
+		for _, e := range batch {
+			rr, err := ingest.NewRecordReader(e.Payload)
+			if err != nil {
+				return fmt.Errorf("WAL record %d: %w", e.Index, err)
+			}
+			skip := 0
+			if len(items) == 0 && e.Index == p.cp.Index+1 && p.cp.PartialItems > 0 {
+				// Resuming inside a record that was being projected in pieces.
+				if crc := wal.PayloadCRC(e.Payload); crc != p.cp.PartialCRC {
+					return fmt.Errorf("%w: WAL record %d has CRC-32C %08x, the checkpoint's partly projected record %08x",
+						ErrWALDiverged, e.Index, crc, p.cp.PartialCRC)
+				}
+				if err := rr.Skip(p.cp.PartialItems); err != nil {
+					return fmt.Errorf("WAL record %d: resume after %d items: %w", e.Index, p.cp.PartialItems, err)
+				}
+				skip = p.cp.PartialItems
+			}
+			first := len(items) == 0
+			whole := len(items)+rr.Len()-skip <= p.cfg.MaxBatchItems && size+len(e.Payload) <= p.cfg.MaxBatchBytes
+			if !first && !whole {
+				break // the next batch takes it (in pieces if it needs to)
+			}
+			from := len(items)
+			if whole && skip == 0 {
+				// The common case: the record is decoded at once, with
+				// per-record allocations (DecodeRecordInto).
+				if err := ingest.DecodeRecordInto(&rec, e.Payload); err != nil {
+					return fmt.Errorf("WAL record %d: %w", e.Index, err)
+				}
+				items = rec.AppendProjectItems(items)
+				size += len(e.Payload)
+			} else if err := take(rr, first); err != nil {
+				return fmt.Errorf("WAL record %d: %w", e.Index, err)
+			} else if !first {
+				size += len(e.Payload)
+			}
+			br := batchRecord{index: e.Index, crc: wal.PayloadCRC(e.Payload), from: from, n: len(items) - from,
+				complete: (whole && skip == 0) || rr.Done() == rr.Len()}
+			if !br.complete || skip > 0 {
+				br.open = &openRecord{index: e.Index, crc: br.crc, rr: rr}
+				if skip == 0 && p.reg.Waiting(e.Index) {
+					br.open.verdicts = make([]ingest.Verdict, 0, rr.Len())
+				}
+			}
+			recs = append(recs, br)
+			if !br.complete {
+				break
+			}
+		}
+	}
+	if len(recs) == 0 {
+		return readErr // a corrupt record stalls projection loudly; it is never skipped
+	}
+	p.items = items
+	// The checkpoint this batch commits: its last complete record, and the
+	// items of the record after it when the batch ends inside it.
+	cp := p.cp
+	for _, r := range recs {
+		if r.complete {
+			cp = pg.Checkpoint{Index: r.index, RecordCRC: r.crc, HasCRC: true}
+		} else {
+			cp.PartialItems, cp.PartialCRC = r.open.rr.Done(), r.crc
+		}
+	}
 	tctx, cancel := context.WithTimeout(ctx, p.cfg.TxTimeout)
 	defer cancel()
 	started := time.Now()
-	out, err := p.store.Project(tctx, p.cfg.BrokerID, last, lastCRC, items)
+	out, err := p.store.Project(tctx, p.cfg.BrokerID, cp, items)
 	if p.cfg.ObserveBatch != nil {
 		p.cfg.ObserveBatch(len(items), time.Since(started), err)
 	}
 	if err != nil {
+		p.open = nil // the reader moved past uncommitted items: start over from the checkpoint
+		p.piecesLeft.Store(0)
 		return err
 	}
-	p.checkpoint.Store(last)
+	p.cp = cp
+	p.checkpoint.Store(cp.Index)
+	p.cur.Seek(cp.Index + 1)
 	p.unhealthy.Store(false)
 	p.mu.Lock()
 	p.lastErr = nil
@@ -452,14 +601,31 @@ func (p *Projector) projectOnce(ctx context.Context, cursor uint64) error {
 			p.cfg.OnCommit(qs)
 		}
 	}
-	k := 0
-	for _, e := range entries {
-		v := make([]ingest.Verdict, e.n)
-		for i := range v {
-			v[i] = ingest.Verdict{Duplicate: out[k].Duplicate, MessageID: out[k].MessageID}
-			k++
+	p.open = nil
+	p.piecesLeft.Store(0)
+	for _, r := range recs {
+		var v []ingest.Verdict
+		if r.open == nil || r.open.verdicts != nil {
+			if r.open != nil {
+				v = r.open.verdicts
+			}
+			for k := r.from; k < r.from+r.n; k++ {
+				v = append(v, ingest.Verdict{Duplicate: out[k].Duplicate, MessageID: out[k].MessageID})
+			}
 		}
-		p.reg.Deliver(e.index, v)
+		if !r.complete {
+			if v != nil && !p.reg.Waiting(r.index) {
+				v = nil // its push answered buffered meanwhile
+			}
+			r.open.verdicts = v
+			p.open = r.open
+			p.piecesLeft.Store(int64(r.open.rr.Len() - r.open.rr.Done()))
+			continue
+		}
+		if r.open != nil && v == nil {
+			continue // its push was answered buffered when the piece before failed
+		}
+		p.reg.Deliver(r.index, v)
 	}
 	return nil
 }

@@ -123,6 +123,7 @@ func serve(cfg *config.Config, logger *slog.Logger, dev bool) error {
 		PGURL:             pgURL,
 		WALDir:            walDir,
 		MaxBodyBytes:      cfg.MaxBodyBytes,
+		MaxPushItems:      cfg.PushItemLimit(),
 		WAL:               wal.Options{SegmentSize: cfg.WALSegmentBytes, MaxBytes: int64(cfg.WALMaxBytes)},
 		Projector:         projector.Config{WALRetention: cfg.WALRetention()},
 		VerdictTimeout:    cfg.VerdictTimeout,

@@ -181,6 +181,9 @@ func walStatus(w io.Writer, dir, pgURL string) error {
 		pending = last - cp.Index
 	}
 	fmt.Fprintf(w, "checkpoint  %d (%d records not yet in PostgreSQL)\n", cp.Index, pending)
+	if cp.PartialItems > 0 {
+		fmt.Fprintf(w, "            record %d is being projected in pieces: %d of its items are in PostgreSQL\n", cp.Index+1, cp.PartialItems)
+	}
 	switch {
 	case cp.Index > last:
 		problems = append(problems, fmt.Sprintf("WAL and database disagree: the checkpoint is at %d but this WAL ends at %d", cp.Index, last))
@@ -198,7 +201,7 @@ func walStatus(w io.Writer, dir, pgURL string) error {
 	if unreadable[1] > cp.Index {
 		from := max(unreadable[0], cp.Index+1)
 		problems = append(problems, fmt.Sprintf("projection stops at record %d, which does not verify; to give up records %d..%d "+
-			"and project the rest, run: UPDATE queen.projector_checkpoints SET wal_index = %d, record_crc32c = NULL WHERE broker_id = '%s'",
+			"and project the rest, run: UPDATE queen.projector_checkpoints SET wal_index = %d, record_crc32c = NULL, partial_index = NULL WHERE broker_id = '%s'",
 			from, from, unreadable[1], unreadable[1], id))
 	}
 	return report(w, problems)

@@ -48,6 +48,10 @@ type Config struct {
 	WALDir string
 	// MaxBodyBytes is the push body limit in bytes (QUEEN_MAX_BODY_BYTES).
 	MaxBodyBytes int
+	// MaxPushItems is the most items one push may carry
+	// (QUEEN_MAX_PUSH_ITEMS): 0 means ingest.DefaultMaxPushItems, negative
+	// means no limit.
+	MaxPushItems int
 	// WAL, Projector and HTTP tune the parts; zero values take defaults.
 	WAL            wal.Options
 	Projector      projector.Config
@@ -212,7 +216,12 @@ func Start(cfg Config) (*Broker, error) {
 	pc.Logger = cfg.Logger
 	b.Projector = projector.New(pc, w, store, reg)
 	b.pipeline = &ingest.Pipeline{WAL: w, Registry: reg, Gate: b.Projector, Maintenance: b.Maintenance.PushEnabled,
-		VerdictTimeout: cfg.VerdictTimeout, Now: cfg.Now}
+		VerdictTimeout: cfg.VerdictTimeout, Now: cfg.Now, MaxItems: cfg.MaxPushItems}
+	if b.pipeline.MaxItems == 0 {
+		b.pipeline.MaxItems = ingest.DefaultMaxPushItems
+	} else if b.pipeline.MaxItems < 0 {
+		b.pipeline.MaxItems = 0
+	}
 	b.retention = retention.New(retention.Config{Interval: cfg.RetentionInterval, Logger: cfg.Logger}, store)
 	b.listener = pg.NewListener(store, b.waker.Wake, cfg.Logger)
 

@@ -46,6 +46,7 @@ import (
 	"github.com/queenmq/queen-go/console"
 	"github.com/queenmq/queen-go/crypt"
 	"github.com/queenmq/queen-go/fastapi"
+	"github.com/queenmq/queen-go/ingest"
 	"github.com/queenmq/queen-go/wal"
 )
 
@@ -146,6 +147,9 @@ type Config struct {
 	// VerdictTimeout is the longest wait for PostgreSQL's verdict on a push
 	// (QUEEN_PUSH_VERDICT_TIMEOUT_MS).
 	VerdictTimeout time.Duration
+	// MaxPushItems is the most items one push may carry; 0 = no limit
+	// (QUEEN_MAX_PUSH_ITEMS).
+	MaxPushItems int
 
 	// Auth is the JWT configuration (JWT_*), built by auth.ConfigFromEnv
 	// after the table's own checks.
@@ -196,6 +200,16 @@ func (c *Config) WALRetention() time.Duration {
 		return -1
 	}
 	return time.Duration(c.WALRetentionSeconds) * time.Second
+}
+
+// PushItemLimit maps QUEEN_MAX_PUSH_ITEMS to broker.Config's
+// MaxPushItems (0 items = no limit, which broker.Config spells as a
+// negative number: its 0 takes the default).
+func (c *Config) PushItemLimit() int {
+	if c.MaxPushItems == 0 {
+		return -1
+	}
+	return c.MaxPushItems
 }
 
 // Vars is the table of every environment variable the broker reads.
@@ -294,6 +308,9 @@ var Vars = []Var{
 	durVar("QUEEN_PUSH_VERDICT_TIMEOUT_MS", SectionWAL, 5000, time.Millisecond, 1,
 		"Longest wait for PostgreSQL's verdict on a push before it is answered `buffered` (it is in the WAL either way).",
 		func(c *Config) *time.Duration { return &c.VerdictTimeout }),
+	intVar("QUEEN_MAX_PUSH_ITEMS", SectionWAL, ingest.DefaultMaxPushItems, unitNone, 0, math.MaxInt32,
+		"Most items one push may carry; a longer push is answered 400 naming the limit (nothing stored), and items past the limit are never decoded, so what a push can cost the broker is bounded. 0 = no limit. A push is one WAL record: a larger one is projected into PostgreSQL in pieces, each its own transaction.",
+		func(c *Config) *int { return &c.MaxPushItems }),
 
 	// Authentication: auth.ConfigFromEnv builds auth.Config from these;
 	// the rows add strictness where it would silently fall back.

@@ -90,7 +90,7 @@ func TestDeletesExpiredSegments(t *testing.T) {
 				Message: pg.Message{ID: id, TransactionID: id.String(), CreatedAtMicros: now, Payload: []byte(`1`)}})
 		}
 	}
-	if _, err := store.Project(ctx, uuid.New(), 1, 0, items); err != nil {
+	if _, err := store.Project(ctx, uuid.New(), pg.Checkpoint{Index: 1}, items); err != nil {
 		t.Fatal(err)
 	}
 	count := func(q string) int {

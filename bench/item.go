@@ -97,7 +97,9 @@ func partitionIndex(p, seq, partitions int) int { return (p + seq) % partitions 
 // producers) is sent to in a run with fresh partitions: one per item,
 // numbered from partitions up, so that p0…p<partitions-1> (pre-built ones)
 // are never reused.
-func freshPartitionIndex(p, seq, producers, partitions int) int { return partitions + seq*producers + p }
+func freshPartitionIndex(p, seq, producers, partitions int) int {
+	return partitions + seq*producers + p
+}
 
 // partitionOf is the partition index item seq of producer p was sent to.
 func (l *Ledger) partitionOf(p, seq int) int {

@@ -126,7 +126,7 @@
 // A many-partitions scenario (KindPartitions) creates its queue with POST
 // /api/v1/configure, inserts partitions p0…p<P-1> into queen.partitions
 // with one INSERT … SELECT from generate_series, runs ANALYZE on the table
-// and a CHECKPOINT, all before the measured phase (about 40 s for 1 M on a
+// and a CHECKPOINT, all before the measured phase (40–75 s for 1 M on a
 // durable cluster of a busy 2-core machine). Then C producers × N items
 // push (broker-minted ids) for the duration: with -new, item seq of
 // producer p goes to partition p<P + seq·C + p>, which does not exist, so

@@ -69,6 +69,12 @@ type Config struct {
 	// Partitions is the number of partitions, named p0..pN-1 (default
 	// DefaultPartitions).
 	Partitions int
+	// FreshPartitions sends every item to a partition of its own that no
+	// item used before: item seq of producer p goes to partition
+	// "p<Partitions + seq·Producers + p>", so p0…p<Partitions-1> (which a
+	// caller may have pre-built) are never used and every item makes the
+	// broker create a partition.
+	FreshPartitions bool
 	// PayloadBytes is each payload's size in bytes (default DefaultPayloadBytes).
 	PayloadBytes int
 	// Duration is how long producers keep starting requests (default

@@ -115,10 +115,52 @@
 //	push-<C>x<N>-p<P>-<client|minted>  C producers × N items per push over P partitions
 //	pop-c<C>-b<B>                      C queue-mode consumers, autoAck, batch B, draining a pre-filled queue
 //	fanout-g<G>-c<C>-b<B>              G named groups × C consumers, batch B, ack/batch, each reading everything
+//	push-<C>x<N>-p<P>[k|M]-new         a queue pre-built with P partitions; every item to a new partition
+//	push-<C>x<N>-p<P>[k|M]-existing    the same queue; items round-robin over the pre-built partitions
+//	stream-w<W>-b<B>                   W stream workers, pop batch B, map → tumbling window → sink
 //
 // Pop and fan-out scenarios pre-fill their queue with 8 producers × 100
 // items (minted ids) over 10 partitions for the run's duration, wait until
 // the projector has all of it in PostgreSQL, then measure the drain.
+//
+// A many-partitions scenario (KindPartitions) creates its queue with POST
+// /api/v1/configure, inserts partitions p0…p<P-1> into queen.partitions
+// with one INSERT … SELECT from generate_series, runs ANALYZE on the table
+// and a CHECKPOINT, all before the measured phase (40–75 s for 1 M on a
+// durable cluster of a busy 2-core machine). Then C producers × N items
+// push (broker-minted ids) for the duration: with -new, item seq of
+// producer p goes to partition p<P + seq·C + p>, which does not exist, so
+// every item makes the projector create a partition; with -existing,
+// items go round-robin over the pre-built ones. Besides the push figures
+// it reports the partitions created (counted in PostgreSQL after the
+// catch-up: one per accepted item with -new, none with -existing, else
+// verification fails) and creations per second of push wall time.
+//
+// A stream scenario (KindStream) configures a source and a sink queue,
+// registers a query (POST /streams/v1/queries), and starts W stream
+// workers before 4 producers × 100 events (minted ids) over 10 source
+// partitions push for the duration. Each worker loops: a long-poll pop of
+// the source with the query's consumer group (streams.<query>, batch B);
+// POST /streams/v1/state/get of the partition's open windows; map: read
+// each event's producer and sequence number from its payload and derive
+// its value; window: tumbling over the partition's offsets,
+// 250 offsets wide (window k holds offsets 250k … 250k+249, closed by
+// its last offset); then one POST /streams/v1/cycle: an upsert of each
+// open window's aggregate {window, windowStart, windowEnd, count, sum},
+// a delete and a sink push (no transactionId: the broker derives it) of
+// each window closed, and the ack of the batch, releasing the lease. The
+// workers stop when every event answered queued or buffered is committed.
+// Its figures: events per second and cycles per second from the
+// producers' start to the last committed cycle, p50/p99 of the cycle
+// request, and CPU per event over that phase (the pushes of the events
+// included). Its exactly-once check, from PostgreSQL at the end: the
+// counts and sums of the open windows' state rows plus those of the
+// closed windows in the sink equal the accepted events' count and sum of
+// values; no two sink messages share a (partition, transactionId), no
+// window is in the sink twice, and every closed window holds all its
+// offsets; and by the workers' own record, every accepted event was
+// committed by exactly one cycle. The source queue is verified as a push
+// run's queue is.
 //
 // The measured phase of a push scenario runs from just before the first
 // push until the projector backlog (queen_projector_backlog on the

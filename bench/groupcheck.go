@@ -252,7 +252,7 @@ func checkGroup(name string, l *Ledger, ds []delivery, byOffset bool) *GroupChec
 		if seen[p][seq] > 1 {
 			continue // a repeat: counted below, not an order problem
 		}
-		if want := partitionIndex(p, seq, l.Partitions); int(d.part) != want {
+		if want := l.partitionOf(p, seq); int(d.part) != want {
 			part = appendPartition(part[:0], want)
 			c.problem(&c.WrongPartition, "%s (sent to %s) delivered from partition index %d offset %d", txid, part, d.part, d.offset)
 		}

@@ -59,6 +59,9 @@ type Ledger struct {
 	Outcomes [][]Outcome
 	// Batch is the number of items per request.
 	Batch int
+	// FreshPartitions: every item went to a partition of its own, not
+	// used before (see Config.FreshPartitions).
+	FreshPartitions bool
 	// SentAt[p][i] is when producer p sent its request i (items i·Batch …
 	// (i+1)·Batch-1), in unix nanoseconds: the send time the payloads of
 	// that request carry. Nil for runs without consumers, whose payloads
@@ -89,6 +92,22 @@ func (l *Ledger) expected(p, seq int) bool {
 
 // partitionIndex is the partition item seq of producer p is sent to.
 func partitionIndex(p, seq, partitions int) int { return (p + seq) % partitions }
+
+// freshPartitionIndex is the partition item seq of producer p (of
+// producers) is sent to in a run with fresh partitions: one per item,
+// numbered from partitions up, so that p0…p<partitions-1> (pre-built ones)
+// are never reused.
+func freshPartitionIndex(p, seq, producers, partitions int) int {
+	return partitions + seq*producers + p
+}
+
+// partitionOf is the partition index item seq of producer p was sent to.
+func (l *Ledger) partitionOf(p, seq int) int {
+	if l.FreshPartitions {
+		return freshPartitionIndex(p, seq, len(l.Outcomes), l.Partitions)
+	}
+	return partitionIndex(p, seq, l.Partitions)
+}
 
 func appendPartition(dst []byte, i int) []byte {
 	return strconv.AppendInt(append(dst, 'p'), int64(i), 10)

@@ -103,7 +103,11 @@ func WriteMarkdown(w io.Writer, results []*ScenarioResult, o MarkdownOptions) er
 	writeTable(&b, header, rows)
 	b.WriteString("\nPush rows: msg/s is accepted items per second; latency is per push request. " +
 		"Pop and fan-out rows: msg/s is deliveries per second (all groups) while draining a pre-filled queue, " +
-		"latency is per pop, CPU is per delivery, and the queued/buffered counts are of the prefill.\n")
+		"latency is per pop, CPU is per delivery, and the queued/buffered counts are of the prefill. " +
+		"Stream rows: msg/s is source events per second through pop → state/get → map → tumbling window → cycle " +
+		"(state upsert, sink push of closed windows, ack), latency is per cycle, CPU is per event and includes the pushes " +
+		"of the events. Rows ending -new or -existing push to a queue pre-built with that many partitions, " +
+		"to fresh partitions (every item creates one) or to the pre-built ones.\n")
 	var failed []*ScenarioResult
 	for _, r := range results {
 		if !r.OK() {
@@ -217,6 +221,14 @@ func (r *ScenarioResult) WriteText(w io.Writer) error {
 	rows = append(rows, []string{"messages (per-message denominator)", strconv.FormatInt(r.Messages, 10)},
 		[]string{"broker / PostgreSQL / bench CPU s", fmt.Sprintf("%.2f / %.2f / %.2f", r.BrokerCPUSec, r.PGCPUSec, r.ClientCPUSec)})
 	writeTable(&b, []string{"metric", "value"}, rows)
+	if r.Stream != nil {
+		b.WriteByte('\n')
+		r.Stream.writeText(&b)
+	}
+	if r.Partitions != nil {
+		b.WriteByte('\n')
+		r.Partitions.writeText(&b)
+	}
 	if !r.OK() {
 		fmt.Fprintf(&b, "\nFAILED: %s\n", failure(r))
 	}

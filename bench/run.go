@@ -80,7 +80,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	var total counts
 	var lat Latency
 	ledger := &Ledger{RunID: cfg.RunID, Queue: cfg.Queue, Partitions: cfg.Partitions, MintedIDs: cfg.MintedIDs,
-		PayloadBytes: cfg.PayloadBytes, Outcomes: make([][]Outcome, len(prods)), Batch: cfg.Batch}
+		PayloadBytes: cfg.PayloadBytes, Outcomes: make([][]Outcome, len(prods)), Batch: cfg.Batch,
+		FreshPartitions: cfg.FreshPartitions}
 	if cfg.Consumers > 0 {
 		ledger.SentAt = make([][]int64, len(prods))
 	}
@@ -211,7 +212,11 @@ func (p *producer) run(ctx context.Context, deadline time.Time) {
 			body = append(body, `{"queue":`...)
 			body = append(body, p.queueJSON...)
 			body = append(body, `,"partition":"`...)
-			body = appendPartition(body, partitionIndex(p.id, s, cfg.Partitions))
+			if cfg.FreshPartitions {
+				body = appendPartition(body, freshPartitionIndex(p.id, s, cfg.Producers, cfg.Partitions))
+			} else {
+				body = appendPartition(body, partitionIndex(p.id, s, cfg.Partitions))
+			}
 			if !cfg.MintedIDs {
 				body = append(body, `","transactionId":"`...)
 				txids[i][0] = len(body)

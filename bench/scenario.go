@@ -20,6 +20,16 @@ const (
 	// each read all of it, acknowledging every pop with ack/batch; the
 	// figures are of the drain, counting each group's deliveries.
 	KindFanout = "fanout"
+	// KindPartitions: a queue is pre-built with many partitions (SQL, before
+	// the measured phase), then producers push either to fresh partitions
+	// (each item creates one) or to the existing ones; the figures are of
+	// the pushes.
+	KindPartitions = "partitions"
+	// KindStream: producers push events while stream workers run a
+	// map → tumbling window → sink query on them through the stream routes
+	// (pop, state/get, one cycle per pop); the figures are of the events
+	// processed.
+	KindStream = "stream"
 )
 
 // Transaction id variants of a push scenario.
@@ -41,6 +51,17 @@ const (
 	prefillBatch     = 100
 )
 
+// Stream scenarios: the events are pushed by streamProducers ×
+// streamBatch pushes with minted ids over streamPartitions source
+// partitions, and aggregated in tumbling windows of streamWindow offsets
+// of a partition.
+const (
+	streamProducers  = 4
+	streamBatch      = 100
+	streamPartitions = 10
+	streamWindow     = 250
+)
+
 // Scenario is one measured situation. Every scenario runs on a fresh
 // broker and a fresh database (see RunScenario).
 type Scenario struct {
@@ -49,8 +70,11 @@ type Scenario struct {
 	//                                      in flight each) × N items per push over P partitions
 	//   pop-c<C>-b<B>                      C queue-mode consumers, autoAck, batch B
 	//   fanout-g<G>-c<C>-b<B>              G consumer groups × C consumers, batch B, ack/batch
+	//   push-<C>x<N>-p<P>[k|M]-<new|existing>  P pre-built partitions (k: ×1000, M: ×1,000,000);
+	//                                      pushes to fresh partitions or to the pre-built ones
+	//   stream-w<W>-b<B>                   W stream workers, pop batch B, map → window → sink
 	Name string `json:"name"`
-	// Kind is KindPush, KindPop or KindFanout.
+	// Kind is KindPush, KindPop, KindFanout, KindPartitions or KindStream.
 	Kind string `json:"kind"`
 	// Producers and Batch: the pushes (the prefill, for pop and fan-out).
 	Producers int `json:"producers"`
@@ -65,12 +89,20 @@ type Scenario struct {
 	Consumers int  `json:"consumers,omitempty"`
 	PopBatch  int  `json:"pop_batch,omitempty"`
 	AutoAck   bool `json:"auto_ack,omitempty"`
+	// Prebuilt is the partitions a KindPartitions scenario creates before
+	// it measures (p0…p<Prebuilt-1>, also Partitions); FreshPartitions
+	// sends every item of it to a new partition instead of to those.
+	Prebuilt        int  `json:"prebuilt_partitions,omitempty"`
+	FreshPartitions bool `json:"fresh_partitions,omitempty"`
+	// Window is a KindStream scenario's tumbling window, in offsets of a
+	// source partition.
+	Window int `json:"window,omitempty"`
 }
 
 // Connections is the scenario's client connections doing the measured
 // work: producers for a push scenario, consumers (all groups) otherwise.
 func (s Scenario) Connections() int {
-	if s.Kind == KindPush {
+	if s.Kind == KindPush || s.Kind == KindPartitions {
 		return s.Producers
 	}
 	return s.Consumers * max(s.Groups, 1)
@@ -80,7 +112,12 @@ var (
 	pushName   = regexp.MustCompile(`^push-([0-9]+)x([0-9]+)-p([0-9]+)(?:-(client|minted))?$`)
 	popName    = regexp.MustCompile(`^pop-c([0-9]+)-b([0-9]+)$`)
 	fanoutName = regexp.MustCompile(`^fanout-g([0-9]+)-c([0-9]+)-b([0-9]+)$`)
+	partsName  = regexp.MustCompile(`^push-([0-9]+)x([0-9]+)-p([0-9]+)([kM]?)-(new|existing)$`)
+	streamName = regexp.MustCompile(`^stream-w([0-9]+)-b([0-9]+)$`)
 )
+
+// maxPrebuilt bounds the pre-built partitions of a scenario.
+const maxPrebuilt = 10_000_000
 
 // Scenario sets for -scenario.
 var (
@@ -95,8 +132,12 @@ var (
 		"push-8x1-p10", "push-8x10-p10", "push-8x100-p10", "push-8x1000-p10",
 		"push-8x100-p1", "push-8x100-p1000", "push-8x100-p10000",
 	}
+	// extraScenarios are in all but in neither the table's rows nor the
+	// plots: partition lookup and creation on a queue of 1 M partitions, and
+	// a stream query.
+	extraScenarios = []string{"push-16x100-p1M-new", "push-16x100-p1M-existing", "stream-w4-b100"}
 	// smokeScenarios check the tool end to end in CI.
-	smokeScenarios = []string{"push-8x100-p10", "push-64x1-p10-minted", "pop-c10-b100", "fanout-g5-c2-b100"}
+	smokeScenarios = []string{"push-8x100-p10", "push-64x1-p10-minted", "pop-c10-b100", "fanout-g5-c2-b100", "stream-w4-b100"}
 )
 
 // ScenarioSets names the sets ParseScenarios accepts besides single names.
@@ -104,7 +145,7 @@ var ScenarioSets = map[string][]string{
 	"rows":  rowScenarios,
 	"sweep": sweepScenarios,
 	"smoke": smokeScenarios,
-	"all":   append(slices.Clone(rowScenarios), sweepScenarios...),
+	"all":   slices.Concat(rowScenarios, sweepScenarios, extraScenarios),
 }
 
 // ParseScenarios turns a comma-separated list of scenario names and set
@@ -202,5 +243,26 @@ func ParseScenario(name string) (Scenario, error) {
 		return Scenario{Name: name, Kind: KindFanout, Producers: prefillProducers, Batch: prefillBatch, Partitions: DefaultPartitions,
 			TxIDs: TxIDMinted, Groups: n[0], Consumers: n[1], PopBatch: n[2]}, nil
 	}
-	return bad("unknown; want push-<C>x<N>-p<P>[-client|-minted], pop-c<C>-b<B>, fanout-g<G>-c<C>-b<B> or a set: rows, sweep, smoke, all")
+	if m := partsName.FindStringSubmatch(name); m != nil {
+		n, ok := nums(m[1:4])
+		if !ok {
+			return bad("numbers must be 1..1000000")
+		}
+		p := n[2] * map[string]int{"": 1, "k": 1000, "M": 1_000_000}[m[4]]
+		if p > maxPrebuilt {
+			return bad(fmt.Sprintf("at most %d pre-built partitions", maxPrebuilt))
+		}
+		return Scenario{Name: name, Kind: KindPartitions, Producers: n[0], Batch: n[1], Partitions: p, TxIDs: TxIDMinted,
+			Prebuilt: p, FreshPartitions: m[5] == "new"}, nil
+	}
+	if m := streamName.FindStringSubmatch(name); m != nil {
+		n, ok := nums(m[1:3])
+		if !ok || n[1] > MaxPopBatch {
+			return bad(fmt.Sprintf("workers must be at least 1, batch 1..%d", MaxPopBatch))
+		}
+		return Scenario{Name: name, Kind: KindStream, Producers: streamProducers, Batch: streamBatch, Partitions: streamPartitions,
+			TxIDs: TxIDMinted, Consumers: n[0], PopBatch: n[1], Window: streamWindow}, nil
+	}
+	return bad("unknown; want push-<C>x<N>-p<P>[-client|-minted], pop-c<C>-b<B>, fanout-g<G>-c<C>-b<B>, " +
+		"push-<C>x<N>-p<P>[k|M]-<new|existing>, stream-w<W>-b<B> or a set: rows, sweep, smoke, all")
 }

@@ -306,3 +306,76 @@ func TestReportAndPlots(t *testing.T) {
 		t.Errorf("%d table rows, want %d", n, len(results))
 	}
 }
+
+func TestParseStreamAndPartitionScenarios(t *testing.T) {
+	t.Parallel()
+	s, err := ParseScenario("push-16x100-p1M-new")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Kind != KindPartitions || s.Producers != 16 || s.Batch != 100 || s.Prebuilt != 1_000_000 || s.Partitions != 1_000_000 ||
+		!s.FreshPartitions || s.TxIDs != TxIDMinted || s.Connections() != 16 {
+		t.Errorf("new: %+v", s)
+	}
+	if s, _ := ParseScenario("push-2x10-p3k-existing"); s.Prebuilt != 3000 || s.FreshPartitions {
+		t.Errorf("existing: %+v", s)
+	}
+	st, err := ParseScenario("stream-w4-b100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Kind != KindStream || st.Consumers != 4 || st.PopBatch != 100 || st.Window != streamWindow || st.Connections() != 4 ||
+		st.Producers != streamProducers || st.Partitions != streamPartitions {
+		t.Errorf("stream: %+v", st)
+	}
+	for _, bad := range []string{"push-1x1-p20M-new", "push-1x1-p1G-new", "stream-w0-b10", "stream-w1-b20000", "stream-w1", "push-1x1-p1M-old"} {
+		if _, err := ParseScenario(bad); !errors.Is(err, ErrConfig) {
+			t.Errorf("%q: err %v, want ErrConfig", bad, err)
+		}
+	}
+	all, _ := ParseScenarios("all", TxIDBoth)
+	smoke, _ := ParseScenarios("smoke", TxIDBoth)
+	for _, want := range []string{"push-16x100-p1M-new", "push-16x100-p1M-existing", "stream-w4-b100"} {
+		if !slices.Contains(scenarioNames(all), want) {
+			t.Errorf("all lacks %s", want)
+		}
+		if strings.Contains(want, "p1M") == slices.Contains(scenarioNames(smoke), want) {
+			t.Errorf("smoke: %q", scenarioNames(smoke))
+		}
+	}
+}
+
+// TestFreshPartitions: with fresh partitions every item of a run has a
+// partition of its own, above the pre-built ones, and Verify checks it.
+func TestFreshPartitions(t *testing.T) {
+	t.Parallel()
+	l := &Ledger{Partitions: 1000, FreshPartitions: true, Outcomes: make([][]Outcome, 3)}
+	seen := map[int]bool{}
+	for p := range 3 {
+		for seq := range 50 {
+			i := l.partitionOf(p, seq)
+			if i < 1000 || seen[i] {
+				t.Fatalf("producer %d seq %d: partition %d (seen %v)", p, seq, i, seen[i])
+			}
+			seen[i] = true
+		}
+	}
+}
+
+// TestCheckCommitted: the workers' record must hold every accepted event
+// once.
+func TestCheckCommitted(t *testing.T) {
+	t.Parallel()
+	l := &Ledger{Outcomes: [][]Outcome{{Queued, Queued, Failed}, {Buffered}}}
+	ev := func(p, seq int) int64 { return int64(p)<<32 | int64(seq) }
+	good := &StreamReport{}
+	checkCommitted(good, l, []*streamWorker{{done: []int64{ev(0, 0), ev(1, 0)}}, {done: []int64{ev(0, 1)}}})
+	if !good.OK() {
+		t.Errorf("good: %q", good.Problems)
+	}
+	bad := &StreamReport{}
+	checkCommitted(bad, l, []*streamWorker{{done: []int64{ev(0, 0), ev(0, 0), ev(0, 2), ev(5, 0)}}})
+	if bad.OK() || bad.CommittedTwice != 1 || bad.NotCommitted != 2 || bad.CommittedUnsent != 2 {
+		t.Errorf("bad: %+v", bad)
+	}
+}

@@ -135,6 +135,13 @@ type ScenarioResult struct {
 
 	// Push is the full report of the pushes and consumers.
 	Push *Report `json:"push,omitempty"`
+	// Stream is a stream scenario's figures and exactly-once check; its
+	// Messages are the events committed, MsgPerSec events per second and
+	// Latency that of the cycles.
+	Stream *StreamReport `json:"stream,omitempty"`
+	// Partitions is a many-partitions scenario's pre-build and partition
+	// creation figures.
+	Partitions *PartitionsReport `json:"partitions,omitempty"`
 
 	Machine Machine `json:"machine"`
 	Commit  Commit  `json:"commit"`
@@ -173,11 +180,22 @@ func runScenario(ctx context.Context, sc Scenario, o ScenarioOptions, res *Scena
 		return fmt.Errorf("bench: read PostgreSQL settings: %w", err)
 	}
 	res.Durable = res.PG.Durable()
+	if sc.Kind == KindStream {
+		return runStream(ctx, sc, o, st, res)
+	}
 
 	cfg := Config{
 		URL: st.URL, Producers: sc.Producers, Batch: sc.Batch, Partitions: sc.Partitions,
 		PayloadBytes: o.PayloadBytes, Duration: o.Duration, RequestTimeout: o.RequestTimeout,
-		BrokerPID: st.BrokerPID, MintedIDs: sc.TxIDs == TxIDMinted,
+		BrokerPID: st.BrokerPID, MintedIDs: sc.TxIDs == TxIDMinted, FreshPartitions: sc.FreshPartitions,
+	}
+	pushes := sc.Kind == KindPush || sc.Kind == KindPartitions
+	if sc.Kind == KindPartitions {
+		cfg.RunID = "r" + strconv.FormatInt(time.Now().UnixNano(), 36)
+		cfg.Queue = "bench-" + cfg.RunID
+		if res.Partitions, err = prebuildPartitions(ctx, st, cfg.Queue, sc.Prebuilt); err != nil {
+			return err
+		}
 	}
 	var before cpuSample
 	backlog := startBacklogWatch(st.URL)
@@ -190,7 +208,7 @@ func runScenario(ctx context.Context, sc Scenario, o ScenarioOptions, res *Scena
 		res.PeakBacklog = backlog.peak()
 		return err
 	}
-	if sc.Kind == KindPush {
+	if pushes {
 		if before, err = sampleCPU(st); err != nil {
 			return err
 		}
@@ -213,7 +231,7 @@ func runScenario(ctx context.Context, sc Scenario, o ScenarioOptions, res *Scena
 	res.Push = r
 	res.Status, res.PushErrors = r.Status, r.Errors
 	res.BrokerPeakRSSBytes = r.BrokerPeakRSSBytes
-	if sc.Kind == KindPush {
+	if pushes {
 		if err := catchUp(ctx); err != nil {
 			return err
 		}
@@ -238,17 +256,23 @@ func runScenario(ctx context.Context, sc Scenario, o ScenarioOptions, res *Scena
 		return err
 	}
 	v, err := Verify(ctx, store, r.Ledger, o.VerifyTimeout)
+	if err == nil && res.Partitions != nil {
+		err = res.Partitions.count(ctx, store, cfg.Queue, r)
+	}
 	store.Close()
 	if err != nil {
 		return fmt.Errorf("bench: verify: %w", err)
 	}
 	r.Verify = v
-	res.VerifyOK = v.OK() && (r.Consume == nil || r.Consume.OK())
+	res.VerifyOK = v.OK() && (r.Consume == nil || r.Consume.OK()) && (res.Partitions == nil || res.Partitions.OK())
 	if !res.VerifyOK {
 		var b bytes.Buffer
 		v.writeText(&b)
 		if r.Consume != nil {
 			r.Consume.writeVerify(&b)
+		}
+		if res.Partitions != nil && !res.Partitions.OK() {
+			b.WriteString(res.Partitions.Problem + "\n")
 		}
 		for _, line := range strings.Split(strings.TrimSpace(b.String()), "\n") {
 			if len(res.Problems) < 20 {

@@ -105,3 +105,75 @@ func TestStackBrokerFails(t *testing.T) {
 		t.Errorf("err %v", err)
 	}
 }
+
+// TestRunStreamAndPartitionScenarios runs a stream scenario and both
+// many-partitions scenarios (a small pre-build) for real on non-durable
+// clusters: the figures must be measured and the exactly-once and
+// partition checks must pass.
+func TestRunStreamAndPartitionScenarios(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts brokers and PostgreSQL clusters")
+	}
+	bin := buildBroker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	opts := ScenarioOptions{Stack: StackConfig{BrokerBin: bin, NonDurable: true}, Duration: 500 * time.Millisecond, PayloadBytes: 128}
+
+	sc, err := ParseScenario("stream-w2-b50")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := RunScenario(ctx, sc, opts)
+	if !r.OK() {
+		t.Fatalf("stream: error %q, problems %q", r.Error, r.Problems)
+	}
+	s := r.Stream
+	accepted := r.Status.Queued + r.Status.Buffered
+	if s == nil || accepted == 0 || s.Events != accepted || r.Messages != accepted || s.ExpectedEvents != accepted {
+		t.Fatalf("stream: %d accepted, report %+v", accepted, s)
+	}
+	if s.AggEvents != accepted || s.AggSum != s.ExpectedSum || s.ExpectedSum <= accepted {
+		t.Errorf("stream: aggregates %d/%d, want %d/%d", s.AggEvents, s.AggSum, accepted, s.ExpectedSum)
+	}
+	// 4 × 100 events per push round over 10 partitions: a window of 250
+	// offsets closes once a partition has 250 events.
+	if s.Cycles == 0 || s.EventsPerSec <= 0 || s.CyclesPerSec <= 0 || s.CycleLatency.Count != int(s.Cycles) || s.CycleLatency.P99ms <= 0 {
+		t.Errorf("stream: cycles %d, %.0f events/s, %.0f cycles/s, latency %+v", s.Cycles, s.EventsPerSec, s.CyclesPerSec, s.CycleLatency)
+	}
+	if accepted >= 10*int64(sc.Window) && (s.WindowsClosed == 0 || s.SinkMessages != s.WindowsClosed) {
+		t.Errorf("stream: %d accepted but %d windows closed, %d in the sink", accepted, s.WindowsClosed, s.SinkMessages)
+	}
+	if s.StateRows == 0 || s.SinkDuplicates+s.DuplicateWindows+s.PartialWindows+s.CommittedTwice+s.NotCommitted != 0 {
+		t.Errorf("stream: %+v", s)
+	}
+	if r.MsgPerSec != s.EventsPerSec || r.BrokerCPUSec <= 0 || r.PGCPUSec <= 0 || r.CPUPerMsgUs <= 0 || r.StoredMessages != accepted {
+		t.Errorf("stream: msg/s %.0f, CPU broker %.3f PostgreSQL %.3f (%.1f µs/event), stored %d", r.MsgPerSec,
+			r.BrokerCPUSec, r.PGCPUSec, r.CPUPerMsgUs, r.StoredMessages)
+	}
+
+	for _, name := range []string{"push-2x10-p2k-new", "push-2x10-p2k-existing"} {
+		sc, err := ParseScenario(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := RunScenario(ctx, sc, opts)
+		if !r.OK() {
+			t.Fatalf("%s: error %q, problems %q", name, r.Error, r.Problems)
+		}
+		p := r.Partitions
+		accepted := r.Status.Queued + r.Status.Buffered
+		if p == nil || p.Prebuilt != 2000 || p.Before != 2001 || accepted == 0 || r.StoredMessages != accepted {
+			t.Fatalf("%s: %d accepted, %d stored, partitions %+v", name, accepted, r.StoredMessages, p)
+		}
+		want := int64(0)
+		if sc.FreshPartitions {
+			want = accepted
+		}
+		if p.Created != want || p.After != p.Before+want || (want > 0) != (p.CreatedPerSec > 0) {
+			t.Errorf("%s: created %d (%.0f/s), want %d: %+v", name, p.Created, p.CreatedPerSec, want, p)
+		}
+		if r.MsgPerSec <= 0 || r.Latency.Count == 0 || r.BrokerCPUSec <= 0 || r.PGCPUSec <= 0 {
+			t.Errorf("%s: msg/s %.0f, latency %+v, CPU %.3f/%.3f", name, r.MsgPerSec, r.Latency, r.BrokerCPUSec, r.PGCPUSec)
+		}
+	}
+}

@@ -170,7 +170,7 @@ func check(l *Ledger, msgs []pg.StoredMessage) *VerifyResult {
 		if seen[p][seq] < 255 {
 			seen[p][seq]++
 		}
-		part = appendPartition(part[:0], partitionIndex(p, seq, l.Partitions))
+		part = appendPartition(part[:0], l.partitionOf(p, seq))
 		if m.Partition != string(part) {
 			v.problem(&v.WrongPartition, "%s offset %d: %q was sent to partition %s", m.Partition, m.Offset, m.TransactionID, part)
 		}

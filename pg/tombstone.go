@@ -23,8 +23,9 @@ import (
 // stay in the segment until retention deletes it. The dedup sidecar is
 // left alone: the transactionId stays a duplicate for the rest of its
 // window (DESIGN.md §2). Cost: one row (~60 bytes plus the transactionId)
-// per deleted message, and one index probe of the tombstones per segment
-// row read.
+// per deleted message, one index probe of the tombstones per segment row
+// read, and one per partition or cursor a message count covers (the
+// counts subtract the deleted messages: deletedCountsSQL below).
 type Tombstones struct {
 	s *Store
 }

@@ -34,9 +34,13 @@ import (
 // them are not pending: no pop can deliver them any more. (GET
 // /api/v1/resources/queues and /queues/:q compute lag as next_offset -
 // cursor_offset, which still counts them; without retention the two
-// agree.) The cost is O(partitions), plus, for depth only, one bounded
-// segment probe per partition a named group with a "new"/"timestamp"
-// subscription has not consumed yet.
+// agree.) Deleted messages (DELETE /api/v1/messages/:p/:t, tombstones)
+// are subtracted from each figure: the tombstones at offsets >= first
+// (total), >= max(start, first) (pending) and in the lease's span
+// (processing), counted by one range scan of the tombstones' primary key
+// per partition (deletedCountsSQL). The cost is O(partitions) index
+// probes, plus, for depth only, one bounded segment probe per partition a
+// named group with a "new"/"timestamp" subscription has not consumed yet.
 
 // QueueDepth is one consumer group's backlog in one queue
 // (GET /api/v1/resources/queues/:q/depth), partitions by name.
@@ -71,15 +75,18 @@ func (s *Store) QueueDepth(ctx context.Context, queue, group string) (*QueueDept
 	if err != nil {
 		return nil, fmt.Errorf("pg: queue depth: %w", err)
 	}
-	rows, err := s.pool.Query(ctx, `SELECT p.name, p.next_offset, `+firstOffsetSQL+`,
-		coalesce(c.cursor_offset, CASE WHEN g.subscription_mode <> $3 AND g.subscription_from IS NOT NULL
-			THEN coalesce((SELECT min(sg.base_offset) FROM queen.segments sg
-				WHERE sg.partition_id = p.id AND sg.created_at >= g.subscription_from), p.next_offset)
-			ELSE 0 END),
-		CASE WHEN c.lease_expires_at > now() THEN c.lease_end - c.cursor_offset + 1 ELSE 0 END
+	rows, err := s.pool.Query(ctx, `SELECT p.name, p.next_offset, f.first, st.start,
+		CASE WHEN c.lease_expires_at > now() THEN c.lease_end - c.cursor_offset + 1 ELSE 0 END,
+		del.pending, del.leased
 		FROM queen.partitions p
 		LEFT JOIN queen.consumer_cursors c ON c.partition_id = p.id AND c.consumer_group = $2
 		LEFT JOIN queen.consumer_groups g ON g.queue_id = p.queue_id AND g.consumer_group = $2 AND $2 <> $4
+		CROSS JOIN LATERAL (SELECT `+firstOffsetSQL+` AS first) f
+		CROSS JOIN LATERAL (SELECT coalesce(c.cursor_offset, CASE WHEN g.subscription_mode <> $3 AND g.subscription_from IS NOT NULL
+			THEN coalesce((SELECT min(sg.base_offset) FROM queen.segments sg
+				WHERE sg.partition_id = p.id AND sg.created_at >= g.subscription_from), p.next_offset)
+			ELSE 0 END) AS start) st
+		CROSS JOIN `+deletedCountsSQL("f.first", "greatest(st.start, f.first)")+` del
 		WHERE p.queue_id = $1 ORDER BY p.name`, qid, group, SubscribeAll, QueueModeGroup)
 	if err != nil {
 		return nil, fmt.Errorf("pg: queue depth: %w", err)
@@ -88,11 +95,11 @@ func (s *Store) QueueDepth(ctx context.Context, queue, group string) (*QueueDept
 	d := &QueueDepth{Queue: queue, Group: group, Partitions: []PartitionDepth{}}
 	for rows.Next() {
 		var p PartitionDepth
-		var next, first, start, leased int64
-		if err := rows.Scan(&p.Name, &next, &first, &start, &leased); err != nil {
+		var next, first, start, leased, delPending, delLeased int64
+		if err := rows.Scan(&p.Name, &next, &first, &start, &leased, &delPending, &delLeased); err != nil {
 			return nil, fmt.Errorf("pg: queue depth: %w", err)
 		}
-		p.Pending, p.Processing = backlog(next, first, start, leased)
+		p.Pending, p.Processing = backlog(next, first, start, leased, delPending, delLeased)
 		d.Partitions = append(d.Partitions, p)
 	}
 	if err := rows.Err(); err != nil {
@@ -143,10 +150,12 @@ func (s *Store) WorstQueueDepth(ctx context.Context, queue string) (*QueueDepth,
 	return worst, nil
 }
 
-// backlog is the package comment's pending and processing.
-func backlog(next, first, start, leased int64) (pending, processing int64) {
-	pending = max(next-max(start, first), 0)
-	return pending, min(max(leased, 0), pending)
+// backlog is the package comment's pending and processing, less the
+// deleted messages: delPending of those past max(start, first), delLeased
+// of those under the lease.
+func backlog(next, first, start, leased, delPending, delLeased int64) (pending, processing int64) {
+	pending = max(next-max(start, first), 0) - delPending
+	return pending, min(max(leased-delLeased, 0), pending)
 }
 
 // firstOffsetSQL is a partition's first stored offset (alias p for
@@ -157,18 +166,21 @@ const firstOffsetSQL = `coalesce((SELECT sg.base_offset FROM queen.segments sg W
 // partitionCountsSQL selects every partition (matching where, a condition
 // on alias p, or "true") with its queue-mode counts: id, queue_id, name,
 // created_at, last_message_at, next_offset, total, pending, processing.
-// $1 must be QueueModeGroup.
+// Deleted messages (tombstones) are not counted. $1 must be QueueModeGroup.
 func partitionCountsSQL(where string) string {
 	return `SELECT x.id, x.queue_id, x.name, x.created_at, x.last_message_at, x.next_offset,
-		x.next_offset - x.first AS total,
-		greatest(x.next_offset - greatest(x.start, x.first), 0) AS pending,
-		least(greatest(x.leased, 0), greatest(x.next_offset - greatest(x.start, x.first), 0)) AS processing
-		FROM (SELECT p.id, p.queue_id, p.name, p.created_at, p.last_message_at, p.next_offset,
-			` + firstOffsetSQL + ` AS first,
+		x.next_offset - x.first - x.del_stored AS total,
+		greatest(x.next_offset - greatest(x.start, x.first), 0) - x.del_pending AS pending,
+		least(greatest(x.leased - x.del_leased, 0),
+			greatest(x.next_offset - greatest(x.start, x.first), 0) - x.del_pending) AS processing
+		FROM (SELECT p.id, p.queue_id, p.name, p.created_at, p.last_message_at, p.next_offset, f.first,
 			coalesce(c.cursor_offset, 0) AS start,
-			CASE WHEN c.lease_expires_at > now() THEN c.lease_end - c.cursor_offset + 1 ELSE 0 END AS leased
+			CASE WHEN c.lease_expires_at > now() THEN c.lease_end - c.cursor_offset + 1 ELSE 0 END AS leased,
+			del.stored AS del_stored, del.pending AS del_pending, del.leased AS del_leased
 			FROM queen.partitions p
 			LEFT JOIN queen.consumer_cursors c ON c.partition_id = p.id AND c.consumer_group = $1
+			CROSS JOIN LATERAL (SELECT ` + firstOffsetSQL + ` AS first) f
+			CROSS JOIN ` + deletedCountsSQL("f.first", "greatest(coalesce(c.cursor_offset, 0), f.first)") + ` del
 			WHERE ` + where + `) x`
 }
 

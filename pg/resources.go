@@ -34,7 +34,8 @@ func (s *Store) ListQueues(ctx context.Context) ([]QueueSummary, error) {
 		coalesce(sum((SELECT coalesce(sum(sg.last_offset - sg.base_offset + 1), 0) FROM queen.segments sg WHERE sg.partition_id = p.id)
 			- queen.deleted_from(p.id, (SELECT min(sg.base_offset) FROM queen.segments sg WHERE sg.partition_id = p.id))), 0)::bigint,
 		coalesce(sum(p.next_offset - coalesce(c.cursor_offset, 0) - queen.deleted_from(p.id, coalesce(c.cursor_offset, 0))), 0)::bigint,
-		coalesce(sum(CASE WHEN c.lease_expires_at > now() THEN c.lease_end - c.cursor_offset + 1 ELSE 0 END), 0)::bigint
+		coalesce(sum(CASE WHEN c.lease_expires_at > now() THEN c.lease_end - c.cursor_offset + 1
+			- `+deletedInSQL("p.id", "c.cursor_offset", "c.lease_end")+` ELSE 0 END), 0)::bigint
 		FROM queen.queues q
 		LEFT JOIN queen.partitions p ON p.queue_id = q.id
 		LEFT JOIN queen.consumer_cursors c ON c.partition_id = p.id AND c.consumer_group = $1
@@ -58,13 +59,16 @@ func (s *Store) ListQueues(ctx context.Context) ([]QueueSummary, error) {
 
 // PartitionDetail is one partition of GET /api/v1/resources/queues/:q.
 // Depth is how many messages are stored; NextOffset the offset the next
-// message gets; Lag the messages past each consumer group's cursor.
+// message gets; Deleted how many of its offsets were deleted (tombstones);
+// Lag the messages past each consumer group's cursor. Deleted messages are
+// in none of the counts.
 type PartitionDetail struct {
 	ID         uuid.UUID
 	Name       string
 	CreatedAt  time.Time
 	NextOffset int64
 	Depth      int64
+	Deleted    int64
 	Pending    int64 // queue mode
 	Processing int64 // queue mode, under a live lease
 	DeadLetter int64
@@ -108,7 +112,8 @@ func (s *Store) GetQueue(ctx context.Context, name string) (*QueueDetail, error)
 			- queen.deleted_from(p.id, (SELECT min(sg.base_offset) FROM queen.segments sg WHERE sg.partition_id = p.id)), 0)::bigint,
 		(SELECT min(created_at) FROM queen.segments sg WHERE sg.partition_id = p.id),
 		(SELECT max(created_at) FROM queen.segments sg WHERE sg.partition_id = p.id),
-		(SELECT count(*) FROM queen.dead_letters dl WHERE dl.partition_id = p.id)
+		(SELECT count(*) FROM queen.dead_letters dl WHERE dl.partition_id = p.id),
+		`+deletedFromSQL("p.id", "0")+`
 		FROM queen.partitions p WHERE p.queue_id = $1 ORDER BY p.name`, d.ID)
 	if err != nil {
 		return nil, err
@@ -117,13 +122,14 @@ func (s *Store) GetQueue(ctx context.Context, name string) (*QueueDetail, error)
 	for rows.Next() {
 		var p PartitionDetail
 		var pid pgtype.UUID
-		if err := rows.Scan(&pid, &p.Name, &p.CreatedAt, &p.NextOffset, &p.Depth, &p.Oldest, &p.Newest, &p.DeadLetter); err != nil {
+		if err := rows.Scan(&pid, &p.Name, &p.CreatedAt, &p.NextOffset, &p.Depth, &p.Oldest, &p.Newest, &p.DeadLetter,
+			&p.Deleted); err != nil {
 			rows.Close()
 			return nil, err
 		}
 		p.ID = pid.Bytes
 		p.Lag = map[string]int64{}
-		p.Pending = p.NextOffset // queue mode without a cursor yet
+		p.Pending = p.NextOffset - p.Deleted // queue mode without a cursor yet
 		index[p.ID] = len(d.Partitions)
 		d.Partitions = append(d.Partitions, p)
 		d.Total += p.Depth
@@ -141,10 +147,14 @@ func (s *Store) GetQueue(ctx context.Context, name string) (*QueueDetail, error)
 	return &d, nil
 }
 
-// Partitions2Lag fills per-group lag and queue-mode counts from the cursors.
+// Partitions2Lag fills per-group lag and queue-mode counts from the
+// cursors: lag is the offsets past the cursor less the deleted ones
+// (tombstones), processing the live lease's span less the deleted ones.
 func (d *QueueDetail) Partitions2Lag(ctx context.Context, s *Store, index map[uuid.UUID]int) {
-	rows, err := s.pool.Query(ctx, `SELECT c.partition_id, c.consumer_group, p.next_offset - c.cursor_offset,
-		CASE WHEN c.lease_expires_at > now() THEN c.lease_end - c.cursor_offset + 1 ELSE 0 END
+	rows, err := s.pool.Query(ctx, `SELECT c.partition_id, c.consumer_group,
+		p.next_offset - c.cursor_offset - `+deletedFromSQL("c.partition_id", "c.cursor_offset")+`,
+		CASE WHEN c.lease_expires_at > now() THEN c.lease_end - c.cursor_offset + 1
+			- `+deletedInSQL("c.partition_id", "c.cursor_offset", "c.lease_end")+` ELSE 0 END
 		FROM queen.consumer_cursors c JOIN queen.partitions p ON p.id = c.partition_id WHERE p.queue_id = $1`, d.ID)
 	if err != nil {
 		return
@@ -263,15 +273,18 @@ type GroupSummary struct {
 }
 
 // ListGroups lists every consumer group per queue (queue mode included).
+// Lag is the offsets past each cursor less the deleted messages there
+// (tombstones; one range probe per cursor).
 func (s *Store) ListGroups(ctx context.Context) ([]GroupSummary, error) {
 	rows, err := s.pool.Query(ctx, `SELECT c.consumer_group, q.name,
 		count(*) FILTER (WHERE c.lease_expires_at > now()),
-		count(*) FILTER (WHERE p.next_offset > c.cursor_offset),
-		coalesce(sum(greatest(p.next_offset - c.cursor_offset, 0)), 0)::bigint,
-		coalesce(max(CASE WHEN p.next_offset > c.cursor_offset THEN `+timeLagSQL+` END), 0)::float8,
+		count(*) FILTER (WHERE p.next_offset - c.cursor_offset > del.n),
+		coalesce(sum(greatest(p.next_offset - c.cursor_offset - del.n, 0)), 0)::bigint,
+		coalesce(max(CASE WHEN p.next_offset - c.cursor_offset > del.n THEN `+timeLagSQL+` END), 0)::float8,
 		g.subscription_mode, g.subscription_from, g.created_at
 		FROM queen.consumer_cursors c
 		JOIN queen.partitions p ON p.id = c.partition_id
+		CROSS JOIN LATERAL (SELECT `+deletedFromSQL("c.partition_id", "c.cursor_offset")+` AS n) del
 		JOIN queen.queues q ON q.id = p.queue_id
 		LEFT JOIN queen.consumer_groups g ON g.queue_id = q.id AND g.consumer_group = c.consumer_group
 		GROUP BY c.consumer_group, q.name, g.subscription_mode, g.subscription_from, g.created_at
@@ -309,13 +322,16 @@ type GroupPartition struct {
 	TimeLagSeconds float64
 }
 
-// GetGroup lists a consumer group's cursors across queues.
+// GetGroup lists a consumer group's cursors across queues; OffsetLag as
+// in ListGroups.
 func (s *Store) GetGroup(ctx context.Context, group string) ([]GroupPartition, error) {
 	rows, err := s.pool.Query(ctx, `SELECT q.name, p.name, c.lease_id, coalesce(c.lease_expires_at > now(), false),
-		c.last_consumed_at, c.total_consumed, c.cursor_offset, greatest(p.next_offset - c.cursor_offset, 0),
-		CASE WHEN p.next_offset > c.cursor_offset THEN `+timeLagSQL+` ELSE 0 END::float8
+		c.last_consumed_at, c.total_consumed, c.cursor_offset, greatest(p.next_offset - c.cursor_offset - del.n, 0),
+		CASE WHEN p.next_offset - c.cursor_offset > del.n THEN `+timeLagSQL+` ELSE 0 END::float8
 		FROM queen.consumer_cursors c JOIN queen.partitions p ON p.id = c.partition_id
-		JOIN queen.queues q ON q.id = p.queue_id WHERE c.consumer_group = $1 ORDER BY q.name, p.name`, group)
+		JOIN queen.queues q ON q.id = p.queue_id
+		CROSS JOIN LATERAL (SELECT `+deletedFromSQL("c.partition_id", "c.cursor_offset")+` AS n) del
+		WHERE c.consumer_group = $1 ORDER BY q.name, p.name`, group)
 	if err != nil {
 		return nil, err
 	}
@@ -449,12 +465,13 @@ type LaggingPartition struct {
 	PartitionID uuid.UUID
 	// LeaseID is the live lease on the partition for the group, if any.
 	LeaseID *uuid.UUID
-	// OffsetLag is how many messages are past the cursor.
+	// OffsetLag is how many messages are past the cursor, deleted ones
+	// (tombstones) not counted.
 	OffsetLag int64
 	// TimeLagSeconds is timeLagSQL, truncated to whole seconds.
 	TimeLagSeconds int64
-	// OldestUnconsumed is when the oldest stored message past the cursor
-	// was committed (nil when retention removed them all).
+	// OldestUnconsumed is when the oldest stored, undeleted message past
+	// the cursor was committed (nil when retention removed them all).
 	OldestUnconsumed *time.Time
 	LastConsumedAt   *time.Time
 }
@@ -466,13 +483,15 @@ func (s *Store) LaggingPartitions(ctx context.Context, minLagSeconds int) ([]Lag
 	rows, err := s.pool.Query(ctx, `SELECT * FROM (
 		SELECT c.consumer_group, q.name AS queue_name, p.name AS partition_name, p.id,
 			CASE WHEN c.lease_expires_at > now() THEN c.lease_id END,
-			p.next_offset - c.cursor_offset,
+			p.next_offset - c.cursor_offset - del.n,
 			floor(`+timeLagSQL+`)::bigint AS time_lag,
-			(SELECT min(sg.created_at) FROM queen.segments sg WHERE sg.partition_id = p.id AND sg.last_offset >= c.cursor_offset),
+			(SELECT min(sg.created_at) FROM queen.segments sg WHERE sg.partition_id = p.id AND sg.last_offset >= c.cursor_offset
+				AND (del.n = 0 OR `+liveInSegmentSQL("c.cursor_offset")+`)),
 			c.last_consumed_at
 		FROM queen.consumer_cursors c JOIN queen.partitions p ON p.id = c.partition_id
 		JOIN queen.queues q ON q.id = p.queue_id
-		WHERE p.next_offset > c.cursor_offset) l
+		CROSS JOIN LATERAL (SELECT `+deletedFromSQL("c.partition_id", "c.cursor_offset")+` AS n) del
+		WHERE p.next_offset - c.cursor_offset > del.n) l
 		WHERE time_lag >= $1
 		ORDER BY time_lag DESC, consumer_group, queue_name, partition_name`, minLagSeconds)
 	if err != nil {

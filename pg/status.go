@@ -22,7 +22,9 @@ import (
 // Message counts are queue mode's view, as in the resource routes
 // (partitionCountsSQL): Total stored, Pending past the queue-mode cursor
 // (Processing included), Processing under a live queue-mode lease,
-// Completed = Total - Pending (stored messages below the cursor).
+// Completed = Total - Pending (stored messages below the cursor). Deleted
+// messages (tombstones) are in none of them, nor in StoredPerBucket or the
+// leases' BatchSize.
 type Status struct{ st *Store }
 
 // NewStatus returns the status reads of st.
@@ -85,7 +87,7 @@ func (s *Status) Queues(ctx context.Context, f StatusFilter, limit, offset int) 
 
 // StatusPartition is one partition of GET /api/v1/status/queues/:queue,
 // queue mode's view. Oldest is the commit time of the segment holding the
-// first pending message (nil when nothing is pending); Newest the
+// first pending (undeleted) message (nil when nothing is pending); Newest the
 // acceptance time of the partition's last message; TotalConsumed and
 // LastConsumedAt come from the queue-mode cursor (0 and nil without one).
 type StatusPartition struct {
@@ -133,6 +135,7 @@ func (s *Status) QueueDetail(ctx context.Context, name string) (*StatusQueueDeta
 			coalesce(c.total_consumed, 0), c.last_consumed_at, pc.last_message_at,
 			CASE WHEN pc.pending > 0 THEN (SELECT sg.created_at FROM queen.segments sg
 				WHERE sg.partition_id = pc.id AND sg.last_offset >= coalesce(c.cursor_offset, 0)
+				AND `+liveInSegmentSQL("coalesce(c.cursor_offset, 0)")+`
 				ORDER BY sg.base_offset LIMIT 1) END
 		FROM pc LEFT JOIN queen.consumer_cursors c ON c.partition_id = pc.id AND c.consumer_group = $1
 		ORDER BY pc.name`, QueueModeGroup, d.ID)
@@ -181,7 +184,8 @@ type Bucket struct {
 // StoredPerBucket counts the messages committed to PostgreSQL between from
 // and to (inclusive) per bucket of width (aligned to the Unix epoch, so
 // minutes, hours and days start on UTC boundaries), for the queues
-// matching f. Only buckets holding messages are returned, in time order.
+// matching f, deleted messages (tombstones) not counted. Only buckets
+// holding messages are returned, in time order.
 // Counts are by segment commit time (the projector's or the transaction
 // route's commit, seconds at most after acceptance) and cover messages
 // retention has not deleted yet.
@@ -190,13 +194,31 @@ func (s *Status) StoredPerBucket(ctx context.Context, f StatusFilter, from, to t
 	if secs < 1 {
 		secs = 1
 	}
-	rows, err := s.st.pool.Query(ctx, `SELECT to_timestamp(floor(extract(epoch FROM sg.created_at) / $1) * $1) AS bucket,
-			sum(sg.last_offset - sg.base_offset + 1)::bigint
-		FROM queen.segments sg
-		JOIN queen.partitions p ON p.id = sg.partition_id
-		JOIN queen.queues q ON q.id = p.queue_id
-		WHERE sg.created_at >= $5 AND sg.created_at <= $6 AND `+queueFilterSQL+`
-		GROUP BY 1 ORDER BY 1`, secs, f.Queue, f.Namespace, f.Task, from, to)
+	// The deleted messages are counted apart, from the tombstones (rare),
+	// each placed in its segment by one primary-key probe; a tombstone is
+	// written after its message's commit, so those deleted before from
+	// cannot belong to the range.
+	rows, err := s.st.pool.Query(ctx, `WITH stored AS (
+			SELECT to_timestamp(floor(extract(epoch FROM sg.created_at) / $1) * $1) AS bucket,
+				sum(sg.last_offset - sg.base_offset + 1)::bigint AS n
+			FROM queen.segments sg
+			JOIN queen.partitions p ON p.id = sg.partition_id
+			JOIN queen.queues q ON q.id = p.queue_id
+			WHERE sg.created_at >= $5 AND sg.created_at <= $6 AND `+queueFilterSQL+`
+			GROUP BY 1),
+		deleted AS (
+			SELECT to_timestamp(floor(extract(epoch FROM sg.created_at) / $1) * $1) AS bucket, count(*) AS n
+			FROM queen.tombstones t
+			JOIN queen.partitions p ON p.id = t.partition_id
+			JOIN queen.queues q ON q.id = p.queue_id
+			CROSS JOIN LATERAL (SELECT sg.created_at, sg.last_offset FROM queen.segments sg
+				WHERE sg.partition_id = t.partition_id AND sg.base_offset <= t.msg_offset
+				ORDER BY sg.base_offset DESC LIMIT 1) sg
+			WHERE t.deleted_at >= $5 AND sg.last_offset >= t.msg_offset
+				AND sg.created_at >= $5 AND sg.created_at <= $6 AND `+queueFilterSQL+`
+			GROUP BY 1)
+		SELECT s.bucket, s.n - coalesce(d.n, 0) FROM stored s LEFT JOIN deleted d ON d.bucket = s.bucket
+		WHERE s.n > coalesce(d.n, 0) ORDER BY 1`, secs, f.Queue, f.Namespace, f.Task, from, to)
 	if err != nil {
 		return nil, fmt.Errorf("pg: stored per bucket: %w", err)
 	}
@@ -217,7 +239,8 @@ func (s *Status) StoredPerBucket(ctx context.Context, f StatusFilter, from, to t
 
 // LeaseSummary counts the live leases of every consumer group: Active
 // (partition, group) pairs under a live lease, the distinct Partitions
-// they are on, BatchSize (messages they cover, cursor to lease end) and
+// they are on, BatchSize (messages they cover, cursor to lease end, less
+// the deleted ones) and
 // Acked (of those, acknowledged out of order and waiting for the cursor).
 type LeaseSummary struct {
 	Active, Partitions, BatchSize, Acked int64
@@ -226,9 +249,11 @@ type LeaseSummary struct {
 // Leases returns the LeaseSummary now.
 func (s *Status) Leases(ctx context.Context) (LeaseSummary, error) {
 	var l LeaseSummary
-	err := s.st.pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT partition_id),
-			coalesce(sum(lease_end - cursor_offset + 1), 0)::bigint, coalesce(sum(cardinality(acked)), 0)::bigint
-		FROM queen.consumer_cursors WHERE lease_id IS NOT NULL AND lease_expires_at > now()`).
+	err := s.st.pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT c.partition_id),
+			coalesce(sum(c.lease_end - c.cursor_offset + 1
+				- `+deletedInSQL("c.partition_id", "c.cursor_offset", "c.lease_end")+`), 0)::bigint,
+			coalesce(sum(cardinality(c.acked)), 0)::bigint
+		FROM queen.consumer_cursors c WHERE c.lease_id IS NOT NULL AND c.lease_expires_at > now()`).
 		Scan(&l.Active, &l.Partitions, &l.BatchSize, &l.Acked)
 	if err != nil {
 		return l, fmt.Errorf("pg: lease summary: %w", err)

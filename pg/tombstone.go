@@ -23,8 +23,9 @@ import (
 // stay in the segment until retention deletes it. The dedup sidecar is
 // left alone: the transactionId stays a duplicate for the rest of its
 // window (DESIGN.md §2). Cost: one row (~60 bytes plus the transactionId)
-// per deleted message, and one index probe of the tombstones per segment
-// row read.
+// per deleted message, one index probe of the tombstones per segment row
+// read, and one per partition or cursor a message count covers (the
+// counts subtract the deleted messages: deletedCountsSQL below).
 type Tombstones struct {
 	s *Store
 }
@@ -113,4 +114,50 @@ func tombstonedIn(ctx context.Context, tx pgx.Tx, pid uuid.UUID, from, to int64)
 		return nil, err
 	}
 	return pgx.CollectRows(rows, pgx.RowTo[int64])
+}
+
+// The message counts (pg/admin.go, pg/resources.go, pg/status.go) exclude
+// deleted messages by counting the tombstones in the offset range they
+// count, per partition: one range scan of the tombstones' primary key
+// (partition_id, msg_offset), which finds nothing and costs one index
+// descent when the partition has no tombstone, and reads only the
+// tombstones of stored messages when it has (those below the partition's
+// first stored offset, whose segment retention removed, are not read).
+
+// deletedCountsSQL is a LATERAL subquery (alias it) counting the
+// tombstones of partition p (alias p, with its cursor as alias c, which
+// may be a LEFT JOIN's NULLs) at offsets >= first, an SQL expression for
+// the partition's first stored offset: column stored (all of them),
+// pending (those at or after pendingFrom, an SQL expression >= first) and
+// leased (those under c's live lease, cursor_offset..lease_end).
+func deletedCountsSQL(first, pendingFrom string) string {
+	return `LATERAL (SELECT count(*) AS stored,
+		count(*) FILTER (WHERE t.msg_offset >= ` + pendingFrom + `) AS pending,
+		count(*) FILTER (WHERE c.lease_expires_at > now() AND t.msg_offset >= c.cursor_offset
+			AND t.msg_offset <= c.lease_end) AS leased
+		FROM queen.tombstones t WHERE t.partition_id = p.id AND t.msg_offset >= ` + first + `)`
+}
+
+// deletedFromSQL is how many messages of partition pid (an SQL
+// expression) at offsets >= from (an SQL expression) are deleted: one
+// range scan of the tombstones' primary key.
+func deletedFromSQL(pid, from string) string {
+	return `(SELECT count(*) FROM queen.tombstones t WHERE t.partition_id = ` + pid + ` AND t.msg_offset >= ` + from + `)`
+}
+
+// deletedInSQL is how many messages of partition pid at offsets from..to
+// (SQL expressions, both inclusive) are deleted: one range scan of the
+// tombstones' primary key.
+func deletedInSQL(pid, from, to string) string {
+	return `(SELECT count(*) FROM queen.tombstones t WHERE t.partition_id = ` + pid + ` AND t.msg_offset >= ` + from +
+		` AND t.msg_offset <= ` + to + `)`
+}
+
+// liveInSegmentSQL is the condition that segment sg (alias sg) holds a
+// message at an offset >= from (an SQL expression) that is not deleted:
+// the segment's offsets in that range outnumber its tombstones there.
+func liveInSegmentSQL(from string) string {
+	return `sg.last_offset - greatest(sg.base_offset, ` + from + `) + 1 > (SELECT count(*) FROM queen.tombstones t
+		WHERE t.partition_id = sg.partition_id AND t.msg_offset >= greatest(sg.base_offset, ` + from + `)
+		AND t.msg_offset <= sg.last_offset)`
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -14,10 +13,8 @@ import (
 	"github.com/queenmq/queen-go/pg"
 )
 
-func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
-
-// setup opens a store on a fresh database with the schema applied.
-func setup(t *testing.T) (*pg.Store, context.Context) {
+// setupStatus opens a store on a fresh database with the schema applied.
+func setupStatus(t *testing.T) (*pg.Store, context.Context) {
 	t.Helper()
 	st, err := pg.Open(pg.Config{URL: testenv.NewDatabase(t), PoolSize: 4})
 	if err != nil {
@@ -52,7 +49,7 @@ func store(t *testing.T, ctx context.Context, st *pg.Store, queue, partition str
 // another namespace, and answer empty when nothing is deliverable.
 func TestFilteredPopRoundRobin(t *testing.T) {
 	t.Parallel()
-	st, ctx := setup(t)
+	st, ctx := setupStatus(t)
 	for _, q := range []struct{ name, ns string }{{"a", "n"}, {"b", "n"}, {"c", "n"}, {"x", "other"}} {
 		if _, err := st.Configure(ctx, q.name, q.ns, "", "Default", pg.DefaultQueueOptions()); err != nil {
 			t.Fatal(err)
@@ -122,7 +119,7 @@ func readAll(t *testing.T, ctx context.Context, st *pg.Store, queue string) []pg
 // counts what the segments hold.
 func TestStatusCounts(t *testing.T) {
 	t.Parallel()
-	st, ctx := setup(t)
+	st, ctx := setupStatus(t)
 	if _, err := st.Configure(ctx, "q", "ns", "tk", "Default", pg.DefaultQueueOptions()); err != nil {
 		t.Fatal(err)
 	}

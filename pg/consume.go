@@ -337,15 +337,8 @@ func fetch(ctx context.Context, tx pgx.Tx, partID uuid.UUID, from, to int64) ([]
 		if err := rows.Scan(&base, &last, &body); err != nil {
 			return nil, err
 		}
-		msgs, err := DecodeSegment(body)
-		if err != nil {
-			return nil, fmt.Errorf("partition %s offset %d: %w", partID, base, err)
-		}
-		for i := range msgs {
-			off := base + int64(i)
-			if off >= from && off <= to {
-				out = append(out, StoredMessage{PartitionID: partID, Offset: off, Message: msgs[i]})
-			}
+		if out, err = appendSegmentOffsets(out, partID, base, last, body, from, to); err != nil {
+			return nil, err
 		}
 	}
 	return out, rows.Err()

@@ -196,7 +196,12 @@ func claim(ctx context.Context, conn dbtx, req PopRequest) (*claimResult, error)
 // cursor..lease_end: one row per (key, segment), in key order.
 const ackLoadSQL = `WITH k AS (
 	SELECT * FROM unnest($1::uuid[], $2::text[]) WITH ORDINALITY AS k(pid, grp, ord)
-), locked AS (
+)` + ackLoadBody
+
+// ackLoadOneSQL is ackLoadSQL for one key ($1 partition, $2 group).
+const ackLoadOneSQL = `WITH k AS (SELECT $1::uuid AS pid, $2::text AS grp, 1::bigint AS ord)` + ackLoadBody
+
+const ackLoadBody = `, locked AS (
 	SELECT k.ord, c.cursor_offset, c.lease_id, c.lease_expires_at, coalesce(c.lease_expires_at > now(), false) AS live,
 		coalesce(c.lease_end, -1) AS lease_end, c.retry_count, c.acked
 	FROM k JOIN queen.consumer_cursors c ON c.partition_id = k.pid AND c.consumer_group = k.grp
@@ -233,7 +238,17 @@ func loadAckCursors(ctx context.Context, tx dbtx, keys []ackKey, begin bool) ([]
 	if begin {
 		b.Queue("BEGIN")
 	}
-	b.Queue(ackLoadSQL, pids, groups)
+	if len(keys) == 1 {
+		// The usual ack batch: one pop's messages, one cursor. With
+		// scalar keys PostgreSQL plans the statement once (a generic
+		// plan of index lookups); with arrays it plans it afresh on every
+		// call (measured: 0.67 ms of planning per ack of 100 messages, as
+		// long as the execution), and a forced generic plan of the array
+		// form scans consumer_cursors whole.
+		b.Queue(ackLoadOneSQL, pids[0], groups[0])
+	} else {
+		b.Queue(ackLoadSQL, pids, groups)
+	}
 	br := tx.SendBatch(ctx, &b)
 	defer br.Close()
 	if begin {

@@ -8,7 +8,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	json "github.com/goccy/go-json"
 	"github.com/google/uuid"
 	"github.com/valyala/fasthttp"
 
@@ -241,87 +240,6 @@ func (s *Server) popWith(ctx *fasthttp.RequestCtx, f *popFilter) {
 		}
 		t.Stop()
 	}
-}
-
-// writePop writes the pop response by hand so that each message's data is
-// the pushed payload byte-for-byte (a JSON encoder would re-encode it).
-func writePop(ctx *fasthttp.RequestCtx, req pg.PopRequest, res *pg.PopResult) {
-	lease := ""
-	if res.LeaseID != uuid.Nil {
-		lease = res.LeaseID.String()
-	}
-	b := make([]byte, 0, 256+len(res.Messages)*256)
-	b = append(b, `{"success":true,"queue":`...)
-	b = appendJSONString(b, res.Messages[0].Queue)
-	b = append(b, `,"partition":`...)
-	b = appendJSONString(b, res.Claimed[0].Name)
-	b = append(b, `,"partitionId":"`...)
-	b = append(b, res.Claimed[0].ID.String()...)
-	b = append(b, `","leaseId":`...)
-	b = appendJSONString(b, lease)
-	b = append(b, `,"consumerGroup":`...)
-	b = appendJSONString(b, req.Group)
-	b = append(b, `,"partitionsClaimed":`...)
-	b = strconv.AppendInt(b, int64(len(res.Claimed)), 10)
-	b = append(b, `,"messages":[`...)
-	// The lease and group are the same for every message: encoded once.
-	leaseJSON, groupJSON := appendJSONString(nil, lease), appendJSONString(nil, req.Group)
-	for i := range res.Messages {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = appendMessage(b, &res.Messages[i], groupJSON, leaseJSON)
-	}
-	b = append(b, "]}"...)
-	cors(ctx)
-	ctx.SetContentType("application/json")
-	ctx.SetStatusCode(fasthttp.StatusOK)
-	ctx.SetBody(b)
-}
-
-// appendMessage appends one popped message; group and lease are already
-// JSON strings.
-func appendMessage(b []byte, m *pg.PoppedMessage, group, lease []byte) []byte {
-	b = append(b, `{"id":"`...)
-	b = append(b, m.ID.String()...)
-	b = append(b, `","transactionId":`...)
-	b = appendJSONString(b, m.TransactionID)
-	b = append(b, `,"traceId":`...)
-	if m.TraceID != nil {
-		b = append(b, '"')
-		b = append(b, m.TraceID.String()...)
-		b = append(b, '"')
-	} else {
-		b = append(b, "null"...)
-	}
-	b = append(b, `,"data":`...)
-	b = append(b, m.Payload...)
-	b = append(b, `,"producerSub":`...)
-	if m.ProducerSub != nil {
-		b = appendJSONString(b, *m.ProducerSub)
-	} else {
-		b = append(b, "null"...)
-	}
-	b = append(b, `,"createdAt":"`...)
-	b = time.UnixMicro(m.CreatedAtMicros).UTC().AppendFormat(b, MicrosLayout)
-	b = append(b, `","partitionId":"`...)
-	b = append(b, m.PartitionID.String()...)
-	b = append(b, `","partition":`...)
-	b = appendJSONString(b, m.Partition)
-	b = append(b, `,"queue":`...)
-	b = appendJSONString(b, m.Queue)
-	b = append(b, `,"offset":`...)
-	b = strconv.AppendInt(b, m.Offset, 10)
-	b = append(b, `,"leaseId":`...)
-	b = append(b, lease...)
-	b = append(b, `,"consumerGroup":`...)
-	b = append(b, group...)
-	return append(b, '}')
-}
-
-func appendJSONString(b []byte, s string) []byte {
-	enc, _ := json.Marshal(s)
-	return append(b, enc...)
 }
 
 type ackBody struct {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strconv"
 	"testing"
+	"time"
 
 	json "github.com/goccy/go-json"
 	"github.com/google/uuid"
@@ -85,5 +86,98 @@ func BenchmarkWritePop(b *testing.B) {
 				writePop(&ctx, req, res)
 			}
 		})
+	}
+}
+
+// refPopMessage is the pop answer's message shape for a reference
+// encoding through goccy/go-json (field order as in the answer).
+type refPopMessage struct {
+	ID            string          `json:"id"`
+	TransactionID string          `json:"transactionId"`
+	TraceID       *string         `json:"traceId"`
+	Data          json.RawMessage `json:"data"`
+	ProducerSub   *string         `json:"producerSub"`
+	CreatedAt     string          `json:"createdAt"`
+	PartitionID   string          `json:"partitionId"`
+	Partition     string          `json:"partition"`
+	Queue         string          `json:"queue"`
+	Offset        int64           `json:"offset"`
+	LeaseID       string          `json:"leaseId"`
+	ConsumerGroup string          `json:"consumerGroup"`
+}
+
+type refPopAnswer struct {
+	Success           bool            `json:"success"`
+	Queue             string          `json:"queue"`
+	Partition         string          `json:"partition"`
+	PartitionID       string          `json:"partitionId"`
+	LeaseID           string          `json:"leaseId"`
+	ConsumerGroup     string          `json:"consumerGroup"`
+	PartitionsClaimed int             `json:"partitionsClaimed"`
+	Messages          []refPopMessage `json:"messages"`
+}
+
+// TestWritePopMatchesLibraryEncoding: the hand-appended answer is byte for
+// byte what goccy/go-json makes of the same shape, for strings that need
+// escaping (HTML characters, quotes, control characters, non-ASCII,
+// U+2028), messages of two partitions, trace ids and producer subjects
+// present and absent, times before and after 1970, with and without a
+// lease; and a payload with insignificant whitespace stays verbatim.
+func TestWritePopMatchesLibraryEncoding(t *testing.T) {
+	strs := []string{"plain-1", "a<b", "c>d", "e&f", `a"b\c`, "<tag>&amp;", "tab\there\nnl\x01\x1f", "ünï¢ødé 日本", "line\u2028sep\u2029", ""}
+	pids := []uuid.UUID{uuid.New(), uuid.New()}
+	trace := uuid.New()
+	times := []int64{1735787045123456, 1735787045999999, 1735787046000000, -1, -1_500_001, 0}
+	for _, leased := range []bool{true, false} {
+		res := &pg.PopResult{Claimed: []pg.ClaimedPartition{{ID: pids[0], Name: "p<0>"}, {ID: pids[1], Name: "p1"}}}
+		if leased {
+			res.LeaseID = uuid.New()
+		}
+		group := "grp&\"1\""
+		want := refPopAnswer{Success: true, Queue: "q\u00e9", Partition: "p<0>", PartitionID: pids[0].String(),
+			ConsumerGroup: group, PartitionsClaimed: 2}
+		if leased {
+			want.LeaseID = res.LeaseID.String()
+		}
+		for i := range 14 {
+			s := strs[i%len(strs)]
+			m := pg.PoppedMessage{LeaseID: res.LeaseID, StoredMessage: pg.StoredMessage{
+				Queue: "q\u00e9", Partition: res.Claimed[i/7].Name, PartitionID: pids[i/7], Offset: int64(i * 1000),
+				Message: pg.Message{ID: uuid.New(), TransactionID: s, CreatedAtMicros: times[i%len(times)],
+					Payload: []byte(`{"i":` + strconv.Itoa(i) + `,"s":"x"}`)}}}
+			ref := refPopMessage{ID: m.ID.String(), TransactionID: s, Data: m.Payload,
+				CreatedAt:   time.UnixMicro(m.CreatedAtMicros).UTC().Format(MicrosLayout),
+				PartitionID: m.PartitionID.String(), Partition: m.Partition, Queue: m.Queue, Offset: m.Offset,
+				LeaseID: want.LeaseID, ConsumerGroup: group}
+			if i%2 == 0 {
+				sub := strs[(i+3)%len(strs)]
+				m.ProducerSub, ref.ProducerSub = &sub, &sub
+			}
+			if i%3 == 0 {
+				m.TraceID = &trace
+				ts := trace.String()
+				ref.TraceID = &ts
+			}
+			res.Messages = append(res.Messages, m)
+			want.Messages = append(want.Messages, ref)
+		}
+		wantJSON, err := json.Marshal(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ctx fasthttp.RequestCtx
+		writePop(&ctx, pg.PopRequest{Group: group}, res)
+		if got := ctx.Response.Body(); !bytes.Equal(got, wantJSON) {
+			t.Fatalf("leased=%v:\n got %s\nwant %s", leased, got, wantJSON)
+		}
+	}
+
+	// Verbatim payload: whitespace and key order kept.
+	req, res := popAnswer(2, 0)
+	res.Messages[1].Payload = []byte("{ \"b\" : 1,\n  \"a\" : [ 1 , 2 ] }")
+	var ctx fasthttp.RequestCtx
+	writePop(&ctx, req, res)
+	if !bytes.Contains(ctx.Response.Body(), []byte(`"data":{ "b" : 1,`+"\n"+`  "a" : [ 1 , 2 ] },"producerSub"`)) {
+		t.Fatalf("payload not verbatim: %s", ctx.Response.Body())
 	}
 }

@@ -88,7 +88,7 @@ type queueRow struct {
 	delayed, windowBuffer int
 }
 
-func (s *Store) queueByName(ctx context.Context, tx pgx.Tx, name string) (*queueRow, error) {
+func (s *Store) queueByName(ctx context.Context, tx dbtx, name string) (*queueRow, error) {
 	var q queueRow
 	var id pgtype.UUID
 	err := tx.QueryRow(ctx, `SELECT id, name, lease_time, retry_limit, delayed_processing, window_buffer
@@ -132,87 +132,8 @@ func (s *Store) Pop(ctx context.Context, req PopRequest) (*PopResult, error) {
 	// the rerun finds no queue and delivers nothing, as a pop of an unknown
 	// queue does.
 	err := withRetry(true, func() error {
-		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			res.Messages, res.Claimed, res.NextCheck = nil, nil, time.Time{}
-			q, err := s.queueByName(ctx, tx, req.Queue)
-			if err != nil || q == nil {
-				return err
-			}
-			if req.Group != QueueModeGroup {
-				if err := ensureSubscription(ctx, tx, q.id, req); err != nil {
-					return err
-				}
-			}
-			type cand struct {
-				id   uuid.UUID
-				name string
-			}
-			var cands []cand
-			if req.Partition != "" {
-				var id pgtype.UUID
-				err := tx.QueryRow(ctx, `SELECT id FROM queen.partitions WHERE queue_id = $1 AND name = $2`, q.id, req.Partition).Scan(&id)
-				if errors.Is(err, pgx.ErrNoRows) {
-					return nil
-				}
-				if err != nil {
-					return err
-				}
-				cands = append(cands, cand{id.Bytes, req.Partition})
-			} else {
-				// Partitions with something past the group's cursor and no live
-				// lease, least recently consumed first.
-				rows, err := tx.Query(ctx, `SELECT p.id, p.name FROM queen.partitions p
-				LEFT JOIN queen.consumer_cursors c ON c.partition_id = p.id AND c.consumer_group = $2
-				WHERE p.queue_id = $1 AND p.next_offset > coalesce(c.cursor_offset, 0)
-				  AND (c.lease_id IS NULL OR c.lease_expires_at <= now())
-				ORDER BY c.last_consumed_at NULLS FIRST, p.id LIMIT $3`, q.id, req.Group, req.Partitions*4+16)
-				if err != nil {
-					return err
-				}
-				for rows.Next() {
-					var id pgtype.UUID
-					var name string
-					if err := rows.Scan(&id, &name); err != nil {
-						rows.Close()
-						return err
-					}
-					cands = append(cands, cand{id.Bytes, name})
-				}
-				rows.Close()
-				if err := rows.Err(); err != nil {
-					return err
-				}
-			}
-			budget := req.Batch
-			for _, c := range cands {
-				if budget == 0 || len(res.Claimed) == req.Partitions {
-					break
-				}
-				msgs, err := s.popPartition(ctx, tx, q, c.id, c.name, req, res, budget, req.Partition == "")
-				if err != nil {
-					return err
-				}
-				if len(msgs) > 0 {
-					res.Claimed = append(res.Claimed, ClaimedPartition{c.id, c.name})
-					res.Messages = append(res.Messages, msgs...)
-					budget -= len(msgs)
-				}
-			}
-			if len(res.Messages) == 0 && req.Partition == "" {
-				// Leased partitions are not candidates; learn when the first
-				// lease of this group on the queue lapses.
-				var exp *time.Time
-				if err := tx.QueryRow(ctx, `SELECT min(c.lease_expires_at) FROM queen.consumer_cursors c
-					JOIN queen.partitions p ON p.id = c.partition_id
-					WHERE p.queue_id = $1 AND c.consumer_group = $2 AND c.lease_expires_at > now()`, q.id, req.Group).Scan(&exp); err != nil {
-					return err
-				}
-				if exp != nil {
-					res.checkAt(*exp)
-				}
-			}
-			return nil
-		})
+		res.Messages, res.Claimed, res.NextCheck = nil, nil, time.Time{}
+		return s.popTx(ctx, req, res)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pg: pop: %w", err)
@@ -220,9 +141,170 @@ func (s *Store) Pop(ctx context.Context, req PopRequest) (*PopResult, error) {
 	return res, nil
 }
 
+// popTx runs one pop's transaction on a connection of its own. A wildcard
+// pop begins with claim (BEGIN and claimSQL, one round trip) and, in the
+// common case, ends with its cursor writes and COMMIT (a second); the
+// general path (a named partition, or the cases claimSQL leaves to it)
+// runs its statements one by one in the same transaction and ends the
+// same way.
+func (s *Store) popTx(ctx context.Context, req PopRequest, res *PopResult) error {
+	pc, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	// A connection released inside a transaction (any error below) is
+	// closed by the pool, which rolls the transaction back.
+	defer pc.Release()
+	tx := pc.Conn()
+	var w pgx.Batch // cursor writes, sent with COMMIT
+	var q *queueRow
+	general, waitFirst := true, false
+	if req.Partition == "" {
+		c, err := claim(ctx, tx, req)
+		if err != nil {
+			return err
+		}
+		if q = c.q; q == nil {
+			return commitPop(ctx, tx, &w)
+		}
+		if c.fast {
+			general = false
+			for _, cc := range c.cursors {
+				msgs, err := s.popPartition(ctx, tx, q, cc.id, cc.name, req, res, cc.take, true, false, cc, &w)
+				if err != nil {
+					return err
+				}
+				if len(msgs) > 0 {
+					res.Claimed = append(res.Claimed, ClaimedPartition{cc.id, cc.name})
+					res.Messages = append(res.Messages, msgs...)
+				}
+			}
+			// Every candidate was locked by pops in flight: wait for the
+			// first one's lock rather than answer empty (this pop holds no
+			// lock yet, so the wait cannot close a deadlock cycle).
+			general, waitFirst = len(c.cursors) == 0 && c.candidates > 0, true
+		}
+	} else {
+		if _, err := tx.Exec(ctx, "BEGIN"); err != nil {
+			return err
+		}
+		if q, err = s.queueByName(ctx, tx, req.Queue); err != nil || q == nil {
+			if err != nil {
+				return err
+			}
+			return commitPop(ctx, tx, &w)
+		}
+	}
+	if general {
+		if err := s.popGeneral(ctx, tx, q, req, res, waitFirst, &w); err != nil {
+			return err
+		}
+	}
+	if len(res.Messages) == 0 && req.Partition == "" {
+		// Leased partitions are not candidates; learn when the first
+		// lease of this group on the queue lapses.
+		var exp *time.Time
+		if err := tx.QueryRow(ctx, `SELECT min(c.lease_expires_at) FROM queen.consumer_cursors c
+			JOIN queen.partitions p ON p.id = c.partition_id
+			WHERE p.queue_id = $1 AND c.consumer_group = $2 AND c.lease_expires_at > now()`, q.id, req.Group).Scan(&exp); err != nil {
+			return err
+		}
+		if exp != nil {
+			res.checkAt(*exp)
+		}
+	}
+	return commitPop(ctx, tx, &w)
+}
+
+// commitPop sends the pop's cursor writes w with COMMIT, in one round
+// trip, and checks that the transaction ended.
+func commitPop(ctx context.Context, tx *pgx.Conn, w *pgx.Batch) error {
+	w.Queue("COMMIT")
+	if err := tx.SendBatch(ctx, w).Close(); err != nil {
+		return err
+	}
+	if st := tx.PgConn().TxStatus(); st != 'I' {
+		return fmt.Errorf("commit did not end the transaction (status %q)", st)
+	}
+	return nil
+}
+
+// popGeneral is the pop path for a named partition and for what claimSQL
+// leaves to it: it records a named group's subscription, lists the
+// candidates, and pops them one by one (creating a group's cursor where
+// its subscription starts). waitFirst makes a wildcard pop wait for the
+// first candidate's lock instead of skipping it (see popTx). Cursor writes
+// are queued on w.
+func (s *Store) popGeneral(ctx context.Context, tx dbtx, q *queueRow, req PopRequest, res *PopResult, waitFirst bool, w *pgx.Batch) error {
+	if req.Group != QueueModeGroup {
+		if err := ensureSubscription(ctx, tx, q.id, req); err != nil {
+			return err
+		}
+	}
+	type cand struct {
+		id    uuid.UUID
+		name  string
+		fresh bool
+	}
+	var cands []cand
+	if req.Partition != "" {
+		var id pgtype.UUID
+		err := tx.QueryRow(ctx, `SELECT id FROM queen.partitions WHERE queue_id = $1 AND name = $2`, q.id, req.Partition).Scan(&id)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		cands = append(cands, cand{id.Bytes, req.Partition, true})
+	} else {
+		// Partitions with something past the group's cursor and no live
+		// lease, least recently consumed first.
+		rows, err := tx.Query(ctx, `SELECT p.id, p.name, c.partition_id IS NULL FROM queen.partitions p
+		LEFT JOIN queen.consumer_cursors c ON c.partition_id = p.id AND c.consumer_group = $2
+		WHERE p.queue_id = $1 AND p.next_offset > coalesce(c.cursor_offset, 0)
+		  AND (c.lease_id IS NULL OR c.lease_expires_at <= now())
+		ORDER BY c.last_consumed_at NULLS FIRST, p.id LIMIT $3`, q.id, req.Group, req.Partitions*4+16)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var id pgtype.UUID
+			var c cand
+			if err := rows.Scan(&id, &c.name, &c.fresh); err != nil {
+				rows.Close()
+				return err
+			}
+			c.id = id.Bytes
+			cands = append(cands, c)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+	}
+	budget := req.Batch - len(res.Messages)
+	for i, c := range cands {
+		if budget == 0 || len(res.Claimed) == req.Partitions {
+			break
+		}
+		skipLocked := req.Partition == "" && !(waitFirst && i == 0)
+		msgs, err := s.popPartition(ctx, tx, q, c.id, c.name, req, res, budget, skipLocked, c.fresh, nil, w)
+		if err != nil {
+			return err
+		}
+		if len(msgs) > 0 {
+			res.Claimed = append(res.Claimed, ClaimedPartition{c.id, c.name})
+			res.Messages = append(res.Messages, msgs...)
+			budget -= len(msgs)
+		}
+	}
+	return nil
+}
+
 // ensureSubscription records a named group's subscription on first use
 // (the mode is fixed at first join).
-func ensureSubscription(ctx context.Context, tx pgx.Tx, queueID uuid.UUID, req PopRequest) error {
+func ensureSubscription(ctx context.Context, tx dbtx, queueID uuid.UUID, req PopRequest) error {
 	mode, from := SubscribeAll, (*time.Time)(nil)
 	switch {
 	case req.SubscriptionFrom != nil:
@@ -255,8 +337,10 @@ type cursorRow struct {
 // lockCursor returns the group's cursor row for a partition, locked,
 // creating it where the group's subscription says it starts. skipLocked
 // makes a wildcard pop pass over partitions another pop is working on
-// (nil, nil).
-func lockCursor(ctx context.Context, tx pgx.Tx, queueID, partID uuid.UUID, group string, skipLocked bool) (*cursorRow, error) {
+// (nil, nil); with it, a cursor is created only when create says the
+// partition had none (a cursor that exists but is locked is skipped, not
+// waited for through an insert that conflicts with it).
+func lockCursor(ctx context.Context, tx dbtx, queueID, partID uuid.UUID, group string, skipLocked, create bool) (*cursorRow, error) {
 	lock := "FOR UPDATE OF c"
 	if skipLocked {
 		lock += " SKIP LOCKED"
@@ -279,7 +363,7 @@ func lockCursor(ctx context.Context, tx pgx.Tx, queueID, partID uuid.UUID, group
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return nil, err
 		}
-		if attempt == 1 {
+		if attempt == 1 || (skipLocked && !create) {
 			return nil, nil // locked by another pop (SKIP LOCKED)
 		}
 		start, err := startOffset(ctx, tx, queueID, partID, group)
@@ -297,7 +381,7 @@ func lockCursor(ctx context.Context, tx pgx.Tx, queueID, partID uuid.UUID, group
 // startOffset is where a group without a cursor starts in a partition:
 // offset 0 for queue mode and SubscribeAll, else the first segment
 // committed at or after the subscription time.
-func startOffset(ctx context.Context, tx pgx.Tx, queueID, partID uuid.UUID, group string) (int64, error) {
+func startOffset(ctx context.Context, tx dbtx, queueID, partID uuid.UUID, group string) (int64, error) {
 	if group == QueueModeGroup {
 		return 0, nil
 	}
@@ -321,7 +405,7 @@ func startOffset(ctx context.Context, tx pgx.Tx, queueID, partID uuid.UUID, grou
 // fetch returns the stored messages of a partition with offsets in
 // [from, to], in order; offsets whose segment is gone are skipped, and so
 // are deleted ones (queen.tombstones, pg/tombstone.go).
-func fetch(ctx context.Context, tx pgx.Tx, partID uuid.UUID, from, to int64) ([]StoredMessage, error) {
+func fetch(ctx context.Context, tx dbtx, partID uuid.UUID, from, to int64) ([]StoredMessage, error) {
 	rows, err := tx.Query(ctx, `SELECT g.base_offset, g.last_offset, g.body,
 		ARRAY(SELECT t.msg_offset FROM queen.tombstones t WHERE t.partition_id = $1
 			AND t.msg_offset >= greatest(g.base_offset, $2) AND t.msg_offset <= least(g.last_offset, $3)) AS deleted
@@ -342,26 +426,30 @@ func fetch(ctx context.Context, tx pgx.Tx, partID uuid.UUID, from, to int64) ([]
 		if err := rows.Scan(&base, &last, &body, &deleted); err != nil {
 			return nil, err
 		}
-		msgs, err := DecodeSegment(body)
-		if err != nil {
-			return nil, fmt.Errorf("partition %s offset %d: %w", partID, base, err)
+		n := len(out)
+		if out, err = appendSegmentOffsets(out, partID, base, last, body, from, to); err != nil {
+			return nil, err
 		}
-		for i := range msgs {
-			off := base + int64(i)
-			if off >= from && off <= to && !slices.Contains(deleted, off) {
-				out = append(out, StoredMessage{PartitionID: partID, Offset: off, Message: msgs[i]})
-			}
+		if len(deleted) > 0 {
+			out = append(out[:n], slices.DeleteFunc(out[n:], func(m StoredMessage) bool { return slices.Contains(deleted, m.Offset) })...)
 		}
 	}
 	return out, rows.Err()
 }
 
 // popPartition delivers up to budget messages of one partition; see Pop.
-func (s *Store) popPartition(ctx context.Context, tx pgx.Tx, q *queueRow, partID uuid.UUID, partName string,
-	req PopRequest, res *PopResult, budget int, skipLocked bool) ([]PoppedMessage, error) {
+// pre, when set, is the partition's cursor as claimSQL locked it, with the
+// segments of the offsets to deliver; otherwise the cursor is locked here
+// (skipLocked, create: see lockCursor) and the segments fetched. The
+// cursor's write is queued on w, sent with the pop's COMMIT.
+func (s *Store) popPartition(ctx context.Context, tx dbtx, q *queueRow, partID uuid.UUID, partName string,
+	req PopRequest, res *PopResult, budget int, skipLocked, create bool, pre *claimedCursor, w *pgx.Batch) ([]PoppedMessage, error) {
 	leaseID := res.LeaseID
-	c, err := lockCursor(ctx, tx, q.id, partID, req.Group, skipLocked)
-	if err != nil || c == nil {
+	var c *cursorRow
+	var err error
+	if pre != nil {
+		c = &pre.cursorRow
+	} else if c, err = lockCursor(ctx, tx, q.id, partID, req.Group, skipLocked, create); err != nil || c == nil {
 		return nil, err
 	}
 	if c.leaseID != nil && c.live {
@@ -391,7 +479,11 @@ func (s *Store) popPartition(ctx context.Context, tx pgx.Tx, q *queueRow, partID
 	}
 	if cursor < c.nextOffset && !windowActive(q, c.lastMsgAt) {
 		to := min(cursor+int64(budget)-1, c.nextOffset-1)
-		msgs, err = fetch(ctx, tx, partID, cursor, to)
+		if pre != nil {
+			msgs, err = pre.messages(cursor, to)
+		} else {
+			msgs, err = fetch(ctx, tx, partID, cursor, to)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -423,10 +515,12 @@ func (s *Store) popPartition(ctx context.Context, tx pgx.Tx, q *queueRow, partID
 		}
 	}
 	if len(msgs) == 0 {
-		_, err := tx.Exec(ctx, `UPDATE queen.consumer_cursors SET cursor_offset = greatest(cursor_offset, $3),
+		if cursor != c.offset || retries != c.retries || c.leaseID != nil || len(c.acked) > 0 {
+			w.Queue(`UPDATE queen.consumer_cursors SET cursor_offset = greatest(cursor_offset, $3),
 			retry_count = $4, lease_id = NULL, lease_expires_at = NULL, lease_end = NULL, acked = '{}'
 			WHERE partition_id = $1 AND consumer_group = $2`, partID, req.Group, cursor, retries)
-		return nil, err
+		}
+		return nil, nil
 	}
 	// A lease covers a contiguous run from the cursor: stop at a gap
 	// (deleted messages inside the run are no gap: acks pass over them).
@@ -443,29 +537,25 @@ func (s *Store) popPartition(ctx context.Context, tx pgx.Tx, q *queueRow, partID
 	}
 	first, last := msgs[0].Offset, msgs[len(msgs)-1].Offset
 	if req.AutoAck {
-		_, err = tx.Exec(ctx, `UPDATE queen.consumer_cursors SET cursor_offset = greatest(cursor_offset, $3), retry_count = 0,
+		w.Queue(`UPDATE queen.consumer_cursors SET cursor_offset = greatest(cursor_offset, $3), retry_count = 0,
 			lease_id = NULL, lease_expires_at = NULL, lease_end = NULL, acked = '{}',
 			last_consumed_at = now(), total_consumed = total_consumed + $4
 			WHERE partition_id = $1 AND consumer_group = $2`, partID, req.Group, last+1, len(msgs))
 	} else {
-		_, err = tx.Exec(ctx, `UPDATE queen.consumer_cursors SET cursor_offset = greatest(cursor_offset, $3), retry_count = $4,
+		w.Queue(`UPDATE queen.consumer_cursors SET cursor_offset = greatest(cursor_offset, $3), retry_count = $4,
 			lease_id = $5, lease_expires_at = now() + make_interval(secs => $6), lease_end = $7, acked = '{}'
 			WHERE partition_id = $1 AND consumer_group = $2`, partID, req.Group, first, retries,
 			pgtype.UUID{Bytes: leaseID, Valid: true}, float64(q.leaseTime), last)
 	}
-	if err != nil {
-		return nil, err
-	}
-	plain := make([]Message, len(msgs))
-	for i := range msgs {
-		plain[i] = msgs[i].Message
-	}
-	if err := s.decrypt(plain); err != nil {
-		return nil, err
-	}
 	out := make([]PoppedMessage, len(msgs))
 	for i, m := range msgs {
-		m.Message = plain[i]
+		if m.Encrypted {
+			one := []Message{m.Message}
+			if err := s.decrypt(one); err != nil {
+				return nil, err
+			}
+			m.Message = one[0]
+		}
 		m.Queue, m.Partition = q.name, partName
 		out[i] = PoppedMessage{StoredMessage: m, LeaseID: leaseID}
 		if req.AutoAck {
@@ -482,7 +572,7 @@ func windowActive(q *queueRow, lastMsgAt *time.Time) bool {
 // skipDeleted returns the first offset in [from, to+1] from which on the
 // offsets are not all deleted (tombstones): from itself when from is not
 // deleted.
-func skipDeleted(ctx context.Context, tx pgx.Tx, partID uuid.UUID, from, to int64) (int64, error) {
+func skipDeleted(ctx context.Context, tx dbtx, partID uuid.UUID, from, to int64) (int64, error) {
 	if to < from {
 		return from, nil
 	}
@@ -500,7 +590,7 @@ func skipDeleted(ctx context.Context, tx pgx.Tx, partID uuid.UUID, from, to int6
 }
 
 // firstStoredOffset is the first stored offset >= from, or from when none.
-func firstStoredOffset(ctx context.Context, tx pgx.Tx, partID uuid.UUID, from int64) (int64, error) {
+func firstStoredOffset(ctx context.Context, tx dbtx, partID uuid.UUID, from int64) (int64, error) {
 	var off *int64
 	err := tx.QueryRow(ctx, `SELECT min(base_offset) FROM queen.segments WHERE partition_id = $1 AND base_offset >= $2`,
 		partID, from).Scan(&off)
@@ -513,7 +603,7 @@ func firstStoredOffset(ctx context.Context, tx pgx.Tx, partID uuid.UUID, from in
 // deadLetter records the message at offset as a dead letter of group. It
 // returns false when the message no longer exists (retention removed it),
 // in which case only the cursor moves.
-func deadLetter(ctx context.Context, tx pgx.Tx, partID uuid.UUID, group string, offset int64, reason string, retries int) (bool, error) {
+func deadLetter(ctx context.Context, tx dbtx, partID uuid.UUID, group string, offset int64, reason string, retries int) (bool, error) {
 	msgs, err := fetch(ctx, tx, partID, offset, offset)
 	if err != nil {
 		return false, err
@@ -581,19 +671,48 @@ func (s *Store) Ack(ctx context.Context, reqs []AckRequest) ([]AckResult, error)
 	// As in Pop, a foreign-key violation is a concurrent queue delete: the
 	// rerun finds the partition gone (ErrTextNotFound per ack).
 	err := withRetry(true, func() error {
-		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			res, err := applyAcks(ctx, tx, reqs)
-			if err != nil {
-				return err
-			}
-			copy(out, res)
-			return nil
-		})
+		res, err := s.ackTx(ctx, reqs)
+		if err != nil {
+			return err
+		}
+		copy(out, res)
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pg: ack: %w", err)
 	}
 	return out, nil
+}
+
+// ackTx runs Ack's transaction in two round trips: BEGIN with the load
+// of every cursor (ackLoadSQL), then the cursor writes, a NOTIFY per
+// queue whose lease was released (waking the pops waiting on it on every
+// broker, at commit) and COMMIT.
+func (s *Store) ackTx(ctx context.Context, reqs []AckRequest) ([]AckResult, error) {
+	pc, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// A connection released inside a transaction (any error below) is
+	// closed by the pool, which rolls the transaction back.
+	defer pc.Release()
+	tx := pc.Conn()
+	var w pgx.Batch
+	res, err := applyAcks(ctx, tx, reqs, true, &w)
+	if err != nil {
+		return nil, err
+	}
+	woken := map[string]bool{}
+	for _, r := range res {
+		if r.LeaseReleased && !woken[r.QueueName] {
+			woken[r.QueueName] = true
+			w.Queue("SELECT pg_notify($1, $2)", NotifyChannel, r.QueueName)
+		}
+	}
+	if err := commitPop(ctx, tx, &w); err != nil {
+		return nil, err
+	}
+	return res, nil
 }
 
 // ackKey names the cursor an ack applies to.
@@ -611,6 +730,7 @@ type ackState struct {
 	retryLimit          int
 	c                   *cursorRow // nil: the group has no cursor here
 	msgs                []StoredMessage
+	deleted             []int64 // deleted offsets of a live lease (loadAckCursors)
 	cursor              int64
 	retries             int
 	acked               []int64
@@ -621,8 +741,12 @@ type ackState struct {
 type ackBatch map[ackKey]*ackState
 
 // load locks and reads the cursors of reqs in a fixed (partition, group)
-// order, so that concurrent batch acks cannot deadlock on each other.
-func (b ackBatch) load(ctx context.Context, tx pgx.Tx, reqs []AckRequest) error {
+// order, so that concurrent batch acks cannot deadlock on each other, with
+// the messages of each live lease: one statement (ackLoadSQL), sent with
+// BEGIN when begin is set. A group without a cursor on a partition has no
+// lease there (c nil: every ack is ErrTextInvalidLease); no cursor is
+// created for it.
+func (b ackBatch) load(ctx context.Context, tx dbtx, reqs []AckRequest, begin bool) error {
 	var keys []ackKey
 	for _, r := range reqs {
 		k := ackKey{r.PartitionID, r.Group}
@@ -637,36 +761,16 @@ func (b ackBatch) load(ctx context.Context, tx pgx.Tx, reqs []AckRequest) error 
 		}
 		return strings.Compare(x.group, y.group)
 	})
-	for _, k := range keys {
-		st := &ackState{}
-		var queueID pgtype.UUID
-		err := tx.QueryRow(ctx, `SELECT q.id, q.name, p.name, q.retry_limit FROM queen.partitions p
-			JOIN queen.queues q ON q.id = p.queue_id WHERE p.id = $1`, k.pid).
-			Scan(&queueID, &st.queueName, &st.partName, &st.retryLimit)
-		if errors.Is(err, pgx.ErrNoRows) {
-			st.gone = true
-			b[k] = st
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		if st.c, err = lockCursor(ctx, tx, queueID.Bytes, k.pid, k.group, false); err != nil {
-			return err
-		}
+	loaded, err := loadAckCursors(ctx, tx, keys, begin)
+	if err != nil {
+		return err
+	}
+	for i, k := range keys {
+		st := loaded[i]
 		if st.c != nil {
 			st.cursor, st.retries, st.acked = st.c.offset, st.c.retries, slices.Clone(st.c.acked)
-			if st.c.leaseID != nil && st.c.live {
-				if st.msgs, err = fetch(ctx, tx, k.pid, st.c.offset, st.c.leaseEnd); err != nil {
-					return err
-				}
-				// Deleted messages of the lease count as acked.
-				deleted, err := tombstonedIn(ctx, tx, k.pid, st.c.offset, st.c.leaseEnd)
-				if err != nil {
-					return err
-				}
-				st.acked = append(st.acked, deleted...)
-			}
+			// Deleted messages of the lease count as acked.
+			st.acked = append(st.acked, st.deleted...)
 		}
 		b[k] = st
 	}
@@ -674,7 +778,7 @@ func (b ackBatch) load(ctx context.Context, tx pgx.Tx, reqs []AckRequest) error 
 }
 
 // apply applies one ack to its loaded cursor (see Ack for the rules).
-func (b ackBatch) apply(ctx context.Context, tx pgx.Tx, r AckRequest) (AckResult, error) {
+func (b ackBatch) apply(ctx context.Context, tx dbtx, r AckRequest) (AckResult, error) {
 	var res AckResult
 	switch r.Status {
 	case "", AckCompleted, AckSuccess, AckFailed, AckDLQ, AckRetry:
@@ -762,15 +866,15 @@ func (b ackBatch) apply(ctx context.Context, tx pgx.Tx, r AckRequest) (AckResult
 	return res, nil
 }
 
-// flush writes every changed cursor (the cursor only grows: greatest).
-func (b ackBatch) flush(ctx context.Context, tx pgx.Tx) error {
+// flush queues on w the write of every changed cursor (the cursor only
+// grows: greatest).
+func (b ackBatch) flush(w *pgx.Batch) {
 	for k, st := range b {
 		if st == nil || !st.dirty {
 			continue
 		}
-		var err error
 		if st.released {
-			_, err = tx.Exec(ctx, `UPDATE queen.consumer_cursors SET cursor_offset = greatest(cursor_offset, $3), retry_count = $4,
+			w.Queue(`UPDATE queen.consumer_cursors SET cursor_offset = greatest(cursor_offset, $3), retry_count = $4,
 				lease_id = NULL, lease_expires_at = NULL, lease_end = NULL, acked = '{}',
 				last_consumed_at = CASE WHEN $5 > 0 THEN now() ELSE last_consumed_at END, total_consumed = total_consumed + $5
 				WHERE partition_id = $1 AND consumer_group = $2`, k.pid, k.group, st.cursor, st.retries, st.consumed)
@@ -779,23 +883,20 @@ func (b ackBatch) flush(ctx context.Context, tx pgx.Tx) error {
 			if acked == nil {
 				acked = []int64{}
 			}
-			_, err = tx.Exec(ctx, `UPDATE queen.consumer_cursors SET cursor_offset = greatest(cursor_offset, $3), retry_count = $4,
+			w.Queue(`UPDATE queen.consumer_cursors SET cursor_offset = greatest(cursor_offset, $3), retry_count = $4,
 				acked = $5, last_consumed_at = CASE WHEN $6 > 0 THEN now() ELSE last_consumed_at END,
 				total_consumed = total_consumed + $6
 				WHERE partition_id = $1 AND consumer_group = $2`, k.pid, k.group, st.cursor, st.retries, acked, st.consumed)
 		}
-		if err != nil {
-			return err
-		}
 	}
-	return nil
 }
 
-// applyAcks runs acks in order inside tx: load (locking, in key order),
-// apply each, flush.
-func applyAcks(ctx context.Context, tx pgx.Tx, reqs []AckRequest) ([]AckResult, error) {
+// applyAcks runs acks in order inside tx: load (locking, in key order;
+// after BEGIN in the same round trip when begin is set), apply each, and
+// queue the cursor writes on w for the caller to send.
+func applyAcks(ctx context.Context, tx dbtx, reqs []AckRequest, begin bool, w *pgx.Batch) ([]AckResult, error) {
 	b := ackBatch{}
-	if err := b.load(ctx, tx, reqs); err != nil {
+	if err := b.load(ctx, tx, reqs, begin); err != nil {
 		return nil, err
 	}
 	out := make([]AckResult, len(reqs))
@@ -806,7 +907,8 @@ func applyAcks(ctx context.Context, tx pgx.Tx, reqs []AckRequest) ([]AckResult, 
 		}
 		out[i] = res
 	}
-	return out, b.flush(ctx, tx)
+	b.flush(w)
+	return out, nil
 }
 
 // ReleaseLease frees every cursor held under leaseID as if the pop that

@@ -3,6 +3,8 @@ package pg
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"unsafe"
 
 	"github.com/google/uuid"
 
@@ -122,4 +124,97 @@ func decodeSegmentRange(pid uuid.UUID, base, last int64, body []byte) ([]Message
 		return nil, fmt.Errorf("partition %s offset %d: %w: %d messages for %d offsets", pid, base, ErrBadSegment, len(msgs), last-base+1)
 	}
 	return msgs, nil
+}
+
+// appendSegmentOffsets appends to out the messages of offsets from..to
+// (inclusive; clipped to the segment) of partition pid's segment holding
+// base..last, whose body is body: the pop path's decoder. Only those
+// offsets are decoded: the messages before from are skipped over by their
+// lengths and decoding stops after to, so a pop starting in the middle of
+// a segment does not decode its head, nor one ending early its tail (a
+// damaged tail is reported by the pop that reaches it). Nothing is
+// allocated per message: payloads, transactionIds and producer subjects
+// alias body (which must not change afterwards), and the trace ids and
+// producer subjects of one call share one backing array each. It checks
+// that the body holds exactly last-base+1 messages (ErrBadSegment); errors
+// name the partition and base offset.
+func appendSegmentOffsets(out []StoredMessage, pid uuid.UUID, base, last int64, body []byte, from, to int64) ([]StoredMessage, error) {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("partition %s offset %d: %w: "+format, append([]any{pid, base, ErrBadSegment}, args...)...)
+	}
+	rd := binenc.NewReader(body)
+	if v := rd.Byte(); rd.Err() == nil && v != segmentVersion {
+		return nil, bad("version %d", v)
+	}
+	n := rd.Uvarint()
+	if rd.Err() != nil {
+		return nil, bad("header")
+	}
+	if n != uint64(last-base+1) {
+		return nil, bad("%d messages for %d offsets", n, last-base+1)
+	}
+	from, to = max(from, base), min(to, last)
+	if from > to {
+		return out, nil
+	}
+	out = slices.Grow(out, int(to-from+1))
+	var subs []string
+	var traces []uuid.UUID
+	for off := base; off <= to; off++ {
+		if off < from {
+			// Skip: id, time, flags, then the flagged fields and payload.
+			rd.Fixed(16)
+			rd.Varint()
+			flags := rd.Byte()
+			rd.Bytes()
+			if flags&1 != 0 {
+				rd.Bytes()
+			}
+			if flags&2 != 0 {
+				rd.Fixed(16)
+			}
+			rd.Bytes()
+			if rd.Err() != nil {
+				return nil, bad("message %d: %v", off-base, rd.Err())
+			}
+			continue
+		}
+		out = append(out, StoredMessage{PartitionID: pid, Offset: off})
+		m := &out[len(out)-1].Message
+		copy(m.ID[:], rd.Fixed(16))
+		m.CreatedAtMicros = rd.Varint()
+		flags := rd.Byte()
+		m.TransactionID = aliasString(rd.Bytes())
+		if flags&1 != 0 {
+			if subs == nil {
+				subs = make([]string, 0, to-off+1)
+			}
+			subs = append(subs, aliasString(rd.Bytes()))
+			m.ProducerSub = &subs[len(subs)-1]
+		}
+		if flags&2 != 0 {
+			if traces == nil {
+				traces = make([]uuid.UUID, 0, to-off+1)
+			}
+			traces = append(traces, uuid.UUID{})
+			t := &traces[len(traces)-1]
+			copy(t[:], rd.Fixed(16))
+			m.TraceID = t
+		}
+		m.Payload = rd.Bytes()
+		m.Encrypted = flags&4 != 0
+		if rd.Err() != nil {
+			return nil, bad("message %d: %v", off-base, rd.Err())
+		}
+	}
+	return out, nil
+}
+
+// aliasString is b as a string without copying; b must not change while
+// the string is in use (segment bodies never do once read).
+func aliasString(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
 }

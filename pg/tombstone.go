@@ -107,7 +107,7 @@ func scanForMessage(ctx context.Context, tx pgx.Tx, pid uuid.UUID, txid string) 
 
 // tombstonedIn returns the deleted offsets of partition pid in [from, to],
 // ascending.
-func tombstonedIn(ctx context.Context, tx pgx.Tx, pid uuid.UUID, from, to int64) ([]int64, error) {
+func tombstonedIn(ctx context.Context, tx dbtx, pid uuid.UUID, from, to int64) ([]int64, error) {
 	rows, err := tx.Query(ctx, `SELECT msg_offset FROM queen.tombstones WHERE partition_id = $1
 		AND msg_offset >= $2 AND msg_offset <= $3 ORDER BY msg_offset`, pid, from, to)
 	if err != nil {

@@ -71,8 +71,12 @@ func (s *Store) Transaction(ctx context.Context, pushes []ProjectItem, acks []Ac
 				}
 				res.Pushes = out
 			}
-			acked, err := applyAcks(ctx, tx, acks)
+			var w pgx.Batch
+			acked, err := applyAcks(ctx, tx, acks, false, &w)
 			if err != nil {
+				return err
+			}
+			if err := tx.SendBatch(ctx, &w).Close(); err != nil {
 				return err
 			}
 			for i, r := range acked {

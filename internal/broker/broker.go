@@ -388,7 +388,9 @@ func (b *Broker) Pop(ctx context.Context, req pg.PopRequest) (*pg.PopResult, err
 	return res, err
 }
 
-// Ack implements fastapi.Consumer; a released lease wakes waiting pops.
+// Ack implements fastapi.Consumer; a released lease wakes waiting pops
+// (here at once; on other brokers by the NOTIFY pg.Store.Ack commits with
+// the ack).
 func (b *Broker) Ack(ctx context.Context, reqs []pg.AckRequest) ([]pg.AckResult, error) {
 	if err := b.Store.EnsureSchema(ctx); err != nil {
 		return nil, err
@@ -406,7 +408,7 @@ func (b *Broker) Ack(ctx context.Context, reqs []pg.AckRequest) ([]pg.AckResult,
 		b.Metrics.Acks.WithLabelValues(reqs[i].Status, result).Inc()
 		if r.LeaseReleased && !woken[r.QueueName] {
 			woken[r.QueueName] = true
-			b.WakeQueue(ctx, r.QueueName)
+			b.waker.Wake(r.QueueName)
 		}
 	}
 	return res, nil

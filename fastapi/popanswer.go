@@ -1,0 +1,209 @@
+package fastapi
+
+import (
+	"encoding/hex"
+	"slices"
+	"strconv"
+	"time"
+
+	json "github.com/goccy/go-json"
+	"github.com/google/uuid"
+	"github.com/valyala/fasthttp"
+
+	"github.com/queenmq/queen-go/pg"
+)
+
+// The pop answer (200):
+//
+//	{"success":true,"queue":Q,"partition":P,"partitionId":"…","leaseId":L,
+//	 "consumerGroup":G,"partitionsClaimed":N,"messages":[M,…]}
+//
+// with each M
+//
+//	{"id":"…","transactionId":T,"traceId":"…"|null,"data":PAYLOAD,
+//	 "producerSub":S|null,"createdAt":"2006-01-02T15:04:05.000000Z",
+//	 "partitionId":"…","partition":P,"queue":Q,"offset":N,"leaseId":L,
+//	 "consumerGroup":G}
+//
+// PAYLOAD is the pushed JSON value byte for byte (a JSON encoder would
+// re-encode it), L is "" for an autoAck pop, and strings are escaped as
+// goccy/go-json's Marshal escapes them (HTML characters included). The
+// answer is appended in one pass into the response's own pooled body
+// buffer, sized once, so each payload is copied exactly once between the
+// decoded segment and the socket buffer.
+
+// writePop writes the pop answer for res (at least one message).
+func writePop(ctx *fasthttp.RequestCtx, req pg.PopRequest, res *pg.PopResult) {
+	var lease []byte
+	if res.LeaseID != uuid.Nil {
+		lease = appendUUID(make([]byte, 0, 38), res.LeaseID, true)
+	} else {
+		lease = []byte(`""`)
+	}
+	group := appendJSONString(nil, req.Group)
+
+	// Size the buffer once (a string that needs escaping may grow it once
+	// more): the fixed part of every message is at most popMessageOverhead
+	// bytes beyond its variable fields.
+	n := 256 + len(res.Messages[0].Queue) + len(res.Claimed[0].Name) + len(group)
+	for i := range res.Messages {
+		m := &res.Messages[i]
+		n += popMessageOverhead + len(m.Payload) + len(group) + len(lease) +
+			len(m.TransactionID) + len(m.Partition) + len(m.Queue)
+		if m.ProducerSub != nil {
+			n += len(*m.ProducerSub)
+		}
+	}
+	b := ctx.Response.SwapBody(nil)[:0]
+	b = slices.Grow(b, n)
+
+	b = append(b, `{"success":true,"queue":`...)
+	b = appendJSONString(b, res.Messages[0].Queue)
+	b = append(b, `,"partition":`...)
+	b = appendJSONString(b, res.Claimed[0].Name)
+	b = append(b, `,"partitionId":`...)
+	b = appendUUID(b, res.Claimed[0].ID, true)
+	b = append(b, `,"leaseId":`...)
+	b = append(b, lease...)
+	b = append(b, `,"consumerGroup":`...)
+	b = append(b, group...)
+	b = append(b, `,"partitionsClaimed":`...)
+	b = strconv.AppendInt(b, int64(len(res.Claimed)), 10)
+	b = append(b, `,"messages":[`...)
+
+	var enc popEncoder
+	enc.lease, enc.group = lease, group
+	for i := range res.Messages {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = enc.appendMessage(b, &res.Messages[i])
+	}
+	b = append(b, "]}"...)
+	cors(ctx)
+	ctx.SetContentType("application/json")
+	ctx.SetStatusCode(fasthttp.StatusOK)
+	ctx.Response.SwapBody(b)
+}
+
+// popMessageOverhead bounds the bytes of one message's answer beyond its
+// payload, its strings (unescaped), its lease and its group: field names,
+// quotes, three UUIDs, the time and the offset.
+const popMessageOverhead = 400
+
+// popEncoder appends the messages of one pop answer. What repeats from
+// message to message is encoded once: the lease and group, the part
+// naming the partition and queue (the same for a partition's run of
+// messages), and the date and time up to the second.
+type popEncoder struct {
+	lease, group []byte
+	// where is `,"partitionId":"…","partition":P,"queue":Q,"offset":` for
+	// wherePID/wherePart/whereQueue.
+	where                 []byte
+	wherePID              uuid.UUID
+	wherePart, whereQueue string
+	whereSet              bool
+	// second is the createdAt text up to and including the '.' for Unix
+	// second secondAt.
+	second   []byte
+	secondAt int64
+}
+
+func (e *popEncoder) appendMessage(b []byte, m *pg.PoppedMessage) []byte {
+	b = append(b, `{"id":`...)
+	b = appendUUID(b, m.ID, true)
+	b = append(b, `,"transactionId":`...)
+	b = appendJSONString(b, m.TransactionID)
+	b = append(b, `,"traceId":`...)
+	if m.TraceID != nil {
+		b = appendUUID(b, *m.TraceID, true)
+	} else {
+		b = append(b, "null"...)
+	}
+	b = append(b, `,"data":`...)
+	b = append(b, m.Payload...)
+	b = append(b, `,"producerSub":`...)
+	if m.ProducerSub != nil {
+		b = appendJSONString(b, *m.ProducerSub)
+	} else {
+		b = append(b, "null"...)
+	}
+	b = append(b, `,"createdAt":"`...)
+	b = e.appendTime(b, m.CreatedAtMicros)
+	b = append(b, '"')
+	if !e.whereSet || m.PartitionID != e.wherePID || m.Partition != e.wherePart || m.Queue != e.whereQueue {
+		w := append(e.where[:0], `,"partitionId":`...)
+		w = appendUUID(w, m.PartitionID, true)
+		w = append(w, `,"partition":`...)
+		w = appendJSONString(w, m.Partition)
+		w = append(w, `,"queue":`...)
+		w = appendJSONString(w, m.Queue)
+		w = append(w, `,"offset":`...)
+		e.where, e.wherePID, e.wherePart, e.whereQueue, e.whereSet = w, m.PartitionID, m.Partition, m.Queue, true
+	}
+	b = append(b, e.where...)
+	b = strconv.AppendInt(b, m.Offset, 10)
+	b = append(b, `,"leaseId":`...)
+	b = append(b, e.lease...)
+	b = append(b, `,"consumerGroup":`...)
+	b = append(b, e.group...)
+	return append(b, '}')
+}
+
+// appendTime appends the Unix microsecond time us in MicrosLayout.
+func (e *popEncoder) appendTime(b []byte, us int64) []byte {
+	sec, frac := us/1e6, us%1e6
+	if frac < 0 {
+		sec, frac = sec-1, frac+1e6
+	}
+	if e.second == nil || sec != e.secondAt {
+		e.second = time.Unix(sec, 0).UTC().AppendFormat(e.second[:0], "2006-01-02T15:04:05.")
+		e.secondAt = sec
+	}
+	b = append(b, e.second...)
+	var d [6]byte
+	for i := 5; i >= 0; i-- {
+		d[i] = byte('0' + frac%10)
+		frac /= 10
+	}
+	b = append(b, d[:]...)
+	return append(b, 'Z')
+}
+
+// appendUUID appends u in its canonical 36-character form, in quotes when
+// quoted.
+func appendUUID(b []byte, u uuid.UUID, quoted bool) []byte {
+	var t [38]byte
+	t[0], t[37] = '"', '"'
+	s := t[1:37]
+	hex.Encode(s[0:8], u[0:4])
+	s[8] = '-'
+	hex.Encode(s[9:13], u[4:6])
+	s[13] = '-'
+	hex.Encode(s[14:18], u[6:8])
+	s[18] = '-'
+	hex.Encode(s[19:23], u[8:10])
+	s[23] = '-'
+	hex.Encode(s[24:36], u[10:16])
+	if quoted {
+		return append(b, t[:]...)
+	}
+	return append(b, s...)
+}
+
+// appendJSONString appends s as a JSON string. Printable ASCII without
+// '"', '\\' and the HTML characters '<', '>', '&' (what names,
+// transactionIds and producer subjects almost always are) is appended as
+// it is; anything else goes through goccy/go-json's Marshal, so escaping
+// is the library's in every case.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			enc, _ := json.Marshal(s)
+			return append(b, enc...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}

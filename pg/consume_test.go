@@ -1,0 +1,118 @@
+package pg_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/queenmq/queen-go/pg"
+)
+
+// TestPopAutoAckConcurrentExactlyOnce: concurrent autoAck pops of a
+// queue (claimed with SKIP LOCKED, spread over the partitions) deliver
+// every stored message exactly once, each pop a contiguous ascending run
+// of one partition, and the cursors end at the partitions' ends.
+func TestPopAutoAckConcurrentExactlyOnce(t *testing.T) {
+	t.Parallel()
+	st, ctx := setupStatus(t)
+	const parts, per = 6, 40
+	for p := range parts {
+		store(t, ctx, st, "q", string(rune('a'+p)), per)
+	}
+	type key struct {
+		part string
+		off  int64
+	}
+	var mu sync.Mutex
+	seen := map[key]int{}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Go(func() {
+			for empty := 0; empty < 3; {
+				res, err := st.Pop(ctx, pg.PopRequest{Queue: "q", Group: pg.QueueModeGroup, Batch: 7, AutoAck: true})
+				if err != nil {
+					errs <- err
+					return
+				}
+				if len(res.Messages) == 0 {
+					empty++
+					continue
+				}
+				mu.Lock()
+				for i, m := range res.Messages {
+					if i > 0 && (m.Partition != res.Messages[0].Partition || m.Offset != res.Messages[i-1].Offset+1) {
+						t.Errorf("pop not one contiguous run: %d after %d", m.Offset, res.Messages[i-1].Offset)
+					}
+					seen[key{m.Partition, m.Offset}]++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if len(seen) != parts*per {
+		t.Fatalf("delivered %d distinct messages, want %d", len(seen), parts*per)
+	}
+	for k, n := range seen {
+		if n != 1 || k.off < 0 || k.off >= per {
+			t.Fatalf("%v delivered %d times", k, n)
+		}
+	}
+	var behind int
+	if err := st.Pool().QueryRow(ctx, `SELECT count(*) FROM queen.consumer_cursors c JOIN queen.partitions p ON p.id = c.partition_id
+		WHERE c.cursor_offset <> p.next_offset`).Scan(&behind); err != nil || behind != 0 {
+		t.Fatalf("cursors not at the partitions' ends: %d (%v)", behind, err)
+	}
+}
+
+// TestPopWaitsForLockedCandidate: a wildcard pop whose only candidate's
+// cursor is locked by a transaction in flight waits for it and then
+// delivers from where that transaction left the cursor, instead of
+// answering empty.
+func TestPopWaitsForLockedCandidate(t *testing.T) {
+	t.Parallel()
+	st, ctx := setupStatus(t)
+	store(t, ctx, st, "w", "only", 5)
+	res, err := st.Pop(ctx, pg.PopRequest{Queue: "w", Group: pg.QueueModeGroup, Batch: 1, AutoAck: true})
+	if err != nil || len(res.Messages) != 1 {
+		t.Fatalf("first pop: %v %+v", err, res)
+	}
+	tx, err := st.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, `UPDATE queen.consumer_cursors SET cursor_offset = 2`); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan *pg.PopResult, 1)
+	go func() {
+		r, err := st.Pop(ctx, pg.PopRequest{Queue: "w", Group: pg.QueueModeGroup, Batch: 10, AutoAck: true})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- r
+	}()
+	select {
+	case r := <-done:
+		t.Fatalf("pop returned while the cursor was locked: %+v", r)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-done:
+		if r == nil || len(r.Messages) != 3 || r.Messages[0].Offset != 2 {
+			t.Fatalf("after the lock: %+v", r)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("pop still waiting after the lock was released")
+	}
+}

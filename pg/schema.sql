@@ -107,6 +107,15 @@ CREATE TABLE IF NOT EXISTS queen.segments (
     body         bytea NOT NULL,
     PRIMARY KEY (partition_id, base_offset)
 );
+-- A segment body is larger than TOAST's 2 kB threshold, so every insert
+-- compresses it: lz4 rather than the default pglz (measured with 8 x 100
+-- pushes of 256-byte payloads: the segment insert took 5.1 ms of PostgreSQL
+-- time per 800-message batch with pglz). Existing bodies keep their method;
+-- a server built without lz4 keeps pglz.
+DO $$ BEGIN
+    ALTER TABLE queen.segments ALTER COLUMN body SET COMPRESSION lz4;
+EXCEPTION WHEN feature_not_supported THEN NULL;
+END $$;
 
 -- Dedup sidecar (pg/dedup.go): one row per run of consecutive offsets of
 -- one partition stored by one projection batch. key_hashes holds, per

@@ -97,7 +97,12 @@ AS $$
 BEGIN
     RETURN QUERY
         SELECT p.id, p.next_offset, q.dedup_window_seconds, q.encryption_enabled
-        FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+        FROM queen.partitions p
+        -- A subquery per partition (LIMIT 1, as in partition_ids): the
+        -- PL/pgSQL plan sees the array's length and would otherwise join
+        -- a few queues by filtering every partition against them.
+        CROSS JOIN LATERAL (SELECT q.dedup_window_seconds, q.encryption_enabled FROM queen.queues q
+                            WHERE q.id = p.queue_id LIMIT 1) q
         WHERE p.id = ANY(ids) ORDER BY p.id FOR NO KEY UPDATE OF p;
 END
 $$;

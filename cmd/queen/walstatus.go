@@ -77,7 +77,7 @@ func walVerify(w io.Writer, dir string) error {
 	if !ok {
 		return fmt.Errorf("wal verify: problems found in %s", dir)
 	}
-	fmt.Fprintf(w, "wal verify: %d segments ok\n", len(reports))
+	fmt.Fprintf(w, "wal verify: %d %s ok\n", len(reports), plural(len(reports), "segment"))
 	return nil
 }
 
@@ -129,7 +129,7 @@ func walStatus(w io.Writer, dir, pgURL string) error {
 	case last == 0:
 		fmt.Fprintf(w, "wal         %s: no records\n", walDir)
 	default:
-		fmt.Fprintf(w, "wal         %s: %d segments, records %d..%d, %d bytes\n", walDir, len(reports), first, last, bytes)
+		fmt.Fprintf(w, "wal         %s: %d %s, records %d..%d, %d bytes\n", walDir, len(reports), plural(len(reports), "segment"), first, last, bytes)
 	}
 	var problems []string
 	// unreadable is the first run of records a sealed segment holds but
@@ -224,4 +224,12 @@ func report(w io.Writer, problems []string) error {
 		fmt.Fprintf(w, "state       PROBLEM: %s\n", p)
 	}
 	return errors.New("wal status: problems found (docs/operations.md: \"A corrupt WAL record\", \"WAL and database disagree\")")
+}
+
+// plural is word, with an s unless n is 1.
+func plural(n int, word string) string {
+	if n == 1 {
+		return word
+	}
+	return word + "s"
 }

@@ -868,7 +868,10 @@ func TestStreamKill9MidStream(t *testing.T) {
 	p := startProc(t, url, walDir, port)
 	s := &bundle{url: url, base: p.base, store: openStore(t, url)}
 	testenv.WaitFor(t, 30*time.Second, "health", func() bool { return healthCode(t, p.base) == http.StatusOK })
-	configure(t, p.base, "k9s", map[string]any{"leaseTime": 2})
+	// The lease must outlast one pop → cycle round under a loaded CI
+	// machine (with 2 s, a run under load kept losing its lease before the
+	// cycle and never finished); the dead broker's leases lapse after it.
+	configure(t, p.base, "k9s", map[string]any{"leaseTime": 10})
 	const parts, per = 4, 300
 	total := pushValues(t, p.base, "k9s", parts, per)
 	j := newJob(t, p.base, "k9", "k9s", "h", "k9s-out", sumStep("k9s-out"))

@@ -6,7 +6,6 @@ import (
 	"io"
 	"runtime"
 	"runtime/debug"
-	"strings"
 
 	"github.com/queenmq/queen-go/internal/config"
 )
@@ -53,7 +52,7 @@ func help(w io.Writer, args []string) error {
 	fmt.Fprintln(w, "\nCommands:")
 	for _, c := range commands {
 		fmt.Fprintf(w, "  %s\n", c.usage)
-		for _, line := range wrap(c.doc, 72) {
+		for _, line := range config.Wrap(c.doc, 72) {
 			fmt.Fprintf(w, "      %s\n", line)
 		}
 	}
@@ -137,24 +136,4 @@ func printVersion(w io.Writer) {
 	}
 	fmt.Fprintf(w, "commit  %s\n", commit)
 	fmt.Fprintf(w, "go      %s %s/%s\n", v.goVersion, runtime.GOOS, runtime.GOARCH)
-}
-
-// wrap splits s into lines of at most width characters at spaces.
-func wrap(s string, width int) []string {
-	var lines []string
-	line := ""
-	for _, word := range strings.Fields(s) {
-		if line != "" && len(line)+1+len(word) > width {
-			lines = append(lines, line)
-			line = ""
-		}
-		if line != "" {
-			line += " "
-		}
-		line += word
-	}
-	if line != "" {
-		lines = append(lines, line)
-	}
-	return lines
 }

@@ -28,7 +28,7 @@ func WriteText(w io.Writer) {
 				continue
 			}
 			fmt.Fprintf(w, "  %-30s default %s\n", v.Name, v.defaultText())
-			for _, line := range wrap(strings.ReplaceAll(v.Doc, "`", ""), 72) {
+			for _, line := range Wrap(strings.ReplaceAll(v.Doc, "`", ""), 72) {
 				fmt.Fprintf(w, "      %s\n", line)
 			}
 		}
@@ -53,8 +53,10 @@ func WriteMarkdown(w io.Writer) {
 	}
 }
 
-// wrap splits s into lines of at most width characters at spaces.
-func wrap(s string, width int) []string {
+// Wrap splits s into lines of at most width characters at spaces (a
+// word longer than width gets a line of its own). The help text and the
+// generated docs wrap with it.
+func Wrap(s string, width int) []string {
 	var lines []string
 	line := ""
 	for _, word := range strings.Fields(s) {

@@ -282,7 +282,15 @@ func runScenario(ctx context.Context, sc Scenario, o ScenarioOptions, res *Scena
 	}
 	res.StoredMessages = int64(v.Stored)
 
-	if conn, err = pgx.Connect(ctx, st.PGURL); err != nil {
+	return measureStorage(ctx, st, res, o.PayloadBytes)
+}
+
+// measureStorage reads the storage sizes of st's database into res and
+// divides them by res.StoredMessages (bytes per message, and beyond the
+// payload of payloadBytes each), then stops the broker.
+func measureStorage(ctx context.Context, st *Stack, res *ScenarioResult, payloadBytes int) error {
+	conn, err := pgx.Connect(ctx, st.PGURL)
+	if err != nil {
 		return err
 	}
 	res.Storage, err = readSizes(ctx, conn)
@@ -293,7 +301,7 @@ func runScenario(ctx context.Context, sc Scenario, o ScenarioOptions, res *Scena
 	if n := float64(res.StoredMessages); n > 0 {
 		res.SegmentsPerMsg = float64(res.Storage.SegmentsBytes) / n
 		res.DedupPerMsg = float64(res.Storage.DedupBytes) / n
-		res.OverheadPerMsg = res.SegmentsPerMsg + res.DedupPerMsg - float64(o.PayloadBytes)
+		res.OverheadPerMsg = res.SegmentsPerMsg + res.DedupPerMsg - float64(payloadBytes)
 	}
 	return st.StopBroker()
 }

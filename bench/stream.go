@@ -13,7 +13,6 @@ import (
 	"time"
 
 	json "github.com/goccy/go-json"
-	"github.com/jackc/pgx/v5"
 	"github.com/valyala/fasthttp"
 
 	"github.com/queenmq/queen-go/pg"
@@ -495,21 +494,7 @@ func runStream(ctx context.Context, sc Scenario, o ScenarioOptions, st *Stack, r
 		}
 	}
 
-	conn, err := pgx.Connect(ctx, st.PGURL)
-	if err != nil {
-		return err
-	}
-	res.Storage, err = readSizes(ctx, conn)
-	conn.Close(ctx)
-	if err != nil {
-		return err
-	}
-	if n := float64(res.StoredMessages); n > 0 {
-		res.SegmentsPerMsg = float64(res.Storage.SegmentsBytes) / n
-		res.DedupPerMsg = float64(res.Storage.DedupBytes) / n
-		res.OverheadPerMsg = res.SegmentsPerMsg + res.DedupPerMsg - float64(o.PayloadBytes)
-	}
-	return st.StopBroker()
+	return measureStorage(ctx, st, res, o.PayloadBytes)
 }
 
 // checkCommitted checks the workers' own record: every accepted event

@@ -124,12 +124,7 @@ func healthCode(t testing.TB, base string) int {
 // openStore opens a pg.Store for reading back what was stored.
 func openStore(t testing.TB, url string) *pg.Store {
 	t.Helper()
-	s, err := pg.Open(pg.Config{URL: url, PoolSize: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	return s
+	return testenv.OpenStore(t, pg.Config{URL: url, PoolSize: 4})
 }
 
 func readPartition(t testing.TB, s *pg.Store, queue, partition string) []pg.StoredMessage {

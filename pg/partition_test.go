@@ -16,24 +16,6 @@ import (
 	"github.com/queenmq/queen-go/pg"
 )
 
-// openStoreURL returns a store on a fresh database with the schema
-// applied, and the database's URL.
-func openStoreURL(t *testing.T) (*pg.Store, string) {
-	t.Helper()
-	url := testenv.NewDatabase(t)
-	s, err := pg.Open(pg.Config{URL: url, PoolSize: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := s.EnsureSchema(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return s, url
-}
-
 // newPartitionItems returns one item for each of n partitions named
 // prefix0..prefix(n-1) of queue.
 func newPartitionItems(queue, prefix string, n int) []pg.ProjectItem {
@@ -105,7 +87,7 @@ func nestedPlans(t *testing.T, url, sql string, args ...any) string {
 // projecting 1,000 items to 1,000 new partitions there takes about as long
 // as in a fresh queue.
 func TestPartitionLookupScalesWithPartitions(t *testing.T) {
-	s, url := openStoreURL(t)
+	s, url := testenv.OpenSchemaStore(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	big := 1_000_000

@@ -24,26 +24,13 @@ import (
 
 // TestMain destroys the shared throwaway PostgreSQL afterwards and fails
 // the run if any goroutine is left.
-func TestMain(m *testing.M) {
-	code := testenv.Main(m)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testenv.MainLeakChecked(m)) }
 
-// openStore opens a pg.Store on url, closed when the test ends.
+// openStore opens a pg.Store on url, closed when the test ends; a short
+// connect timeout keeps tests with PostgreSQL stopped quick.
 func openStore(t *testing.T, url string) *pg.Store {
 	t.Helper()
-	s, err := pg.Open(pg.Config{URL: url, Logger: testenv.Logger, ConnectTimeout: 500 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	return s
+	return testenv.OpenStore(t, pg.Config{URL: url, Logger: testenv.Logger, ConnectTimeout: 500 * time.Millisecond})
 }
 
 // logBuffer is an io.Writer safe for the logger's goroutine and the test's.

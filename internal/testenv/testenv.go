@@ -20,9 +20,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.uber.org/goleak"
 
 	"github.com/queenmq/queen-go/internal/broker"
 	"github.com/queenmq/queen-go/internal/pgcluster"
+	"github.com/queenmq/queen-go/pg"
 )
 
 var (
@@ -43,6 +45,47 @@ func Main(m *testing.M) int {
 	}
 	mu.Unlock()
 	return code
+}
+
+// MainLeakChecked is Main, and then fails the run (exit code 1) if any
+// goroutine is left once the tests passed (goleak): for packages whose
+// services start goroutines. Use it as TestMain's body.
+func MainLeakChecked(m *testing.M) int {
+	code := Main(m)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	return code
+}
+
+// OpenStore opens a pg.Store with cfg and closes it when the test ends.
+// It does not apply the schema (see OpenSchemaStore).
+func OpenStore(t testing.TB, cfg pg.Config) *pg.Store {
+	t.Helper()
+	s, err := pg.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// OpenSchemaStore opens a pg.Store on a fresh database (NewDatabase) with
+// the schema applied, closed when the test ends, and returns the
+// database's URL too.
+func OpenSchemaStore(t testing.TB) (*pg.Store, string) {
+	t.Helper()
+	url := NewDatabase(t)
+	s := OpenStore(t, pg.Config{URL: url, Logger: Logger})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.EnsureSchema(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return s, url
 }
 
 func adminURL(t testing.TB) string {

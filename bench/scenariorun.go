@@ -41,6 +41,10 @@ type ScenarioOptions struct {
 	// RequestTimeout, VerifyTimeout and CatchUpTimeout: defaults
 	// DefaultRequestTimeout, DefaultVerifyTimeout, DefaultCatchUpTimeout.
 	RequestTimeout, VerifyTimeout, CatchUpTimeout time.Duration
+	// ProfileDir, when set, profiles each scenario's measured phase into
+	// this directory (NAME.broker.pprof and NAME.pgss.txt: see profiler);
+	// Stack.Profile must be set too. Not for stream scenarios.
+	ProfileDir string
 }
 
 func (o ScenarioOptions) withDefaults() ScenarioOptions {
@@ -208,7 +212,18 @@ func runScenario(ctx context.Context, sc Scenario, o ScenarioOptions, res *Scena
 		res.PeakBacklog = backlog.peak()
 		return err
 	}
+	var prof *profiler
+	profile := func(ctx context.Context) error {
+		if o.ProfileDir == "" {
+			return nil
+		}
+		prof, err = startProfile(ctx, st, o.ProfileDir, sc.Name, o.Duration)
+		return err
+	}
 	if pushes {
+		if err := profile(ctx); err != nil {
+			return err
+		}
 		if before, err = sampleCPU(st); err != nil {
 			return err
 		}
@@ -218,6 +233,9 @@ func runScenario(ctx context.Context, sc Scenario, o ScenarioOptions, res *Scena
 		cfg.DrainTimeout = DefaultDrainTimeout + 10*o.Duration
 		cfg.AfterPrefill = func(ctx context.Context) error {
 			if err := catchUp(ctx); err != nil {
+				return err
+			}
+			if err := profile(ctx); err != nil {
 				return err
 			}
 			before, err = sampleCPU(st)
@@ -245,6 +263,11 @@ func runScenario(ctx context.Context, sc Scenario, o ScenarioOptions, res *Scena
 	after, err := sampleCPU(st)
 	if err != nil {
 		return err
+	}
+	if prof != nil {
+		if err := prof.finish(ctx); err != nil {
+			return err
+		}
 	}
 	if n, err := readVmHWM(st.BrokerPID); err == nil {
 		res.BrokerPeakRSSBytes = n

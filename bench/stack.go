@@ -55,6 +55,10 @@ type StackConfig struct {
 	// BrokerEnv is extra environment for the broker (QUEEN_… settings);
 	// PORT, HOST, QUEEN_PG_URL and FILE_BUFFER_DIR are set by the stack.
 	BrokerEnv []string
+	// Profile makes the stack profilable: the broker serves
+	// /debug/pprof/ (QUEEN_PPROF=true) and the throwaway cluster preloads
+	// pg_stat_statements.
+	Profile bool
 }
 
 // Stack is one fresh broker, run as a child process so that its memory
@@ -103,7 +107,7 @@ func StartStack(ctx context.Context, cfg StackConfig) (*Stack, error) {
 
 func (s *Stack) startDatabase(ctx context.Context, cfg StackConfig) error {
 	if cfg.PGURL == "" {
-		c, err := pgcluster.StartWith(ctx, pgcluster.Options{Durable: !cfg.NonDurable})
+		c, err := pgcluster.StartWith(ctx, pgcluster.Options{Durable: !cfg.NonDurable, StatStatements: cfg.Profile})
 		if err != nil {
 			return err
 		}
@@ -164,6 +168,9 @@ func (s *Stack) startBroker(ctx context.Context, cfg StackConfig) error {
 		env = append(env, kv)
 	}
 	env = append(env, "LOG_LEVEL=warn")
+	if cfg.Profile {
+		env = append(env, "QUEEN_PPROF=true")
+	}
 	env = append(env, cfg.BrokerEnv...)
 	env = append(env, "PORT="+strconv.Itoa(port), "HOST=127.0.0.1", "QUEEN_PG_URL="+s.PGURL, "FILE_BUFFER_DIR="+walDir)
 	cmd.Env = env

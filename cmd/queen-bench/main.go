@@ -82,6 +82,7 @@ func run(args []string) int {
 	fs.StringVar(&sf.markdown, "markdown", "", "with -scenario or -from: write the Markdown report (one table, machine, commit, PostgreSQL settings) to this file")
 	fs.StringVar(&sf.plots, "plots", "", "with -markdown: write the PNG plots into this directory and link them")
 	fs.StringVar(&sf.note, "note", "", "with -markdown: a warning printed at the top of the report")
+	profileDir := fs.String("profile", "", "with -scenario: profile each measured phase into this directory (NAME.broker.pprof, a broker CPU profile; NAME.pgss.txt, PostgreSQL's top statements from pg_stat_statements); profiled figures are not report figures")
 	fs.StringVar(&sf.results, "results", "", "with -scenario: also write each result as a JSON line to this file")
 	fs.StringVar(&sf.madeWith, "made-with", "", "with -markdown: how the report was made, printed in it (default the queen-bench command line)")
 	fs.StringVar(&sf.from, "from", "", "render -markdown/-plots from a results file (JSON lines) instead of running")
@@ -106,7 +107,7 @@ func run(args []string) int {
 		})
 		sf.asJSON, sf.txid = *asJSON, *txid
 		sf.opts = bench.ScenarioOptions{Duration: cfg.Duration, PayloadBytes: cfg.PayloadBytes,
-			RequestTimeout: cfg.RequestTimeout, VerifyTimeout: *verifyTimeout}
+			RequestTimeout: cfg.RequestTimeout, VerifyTimeout: *verifyTimeout, ProfileDir: *profileDir}
 		if sf.madeWith == "" {
 			sf.madeWith = strings.Join(os.Args, " ")
 		}

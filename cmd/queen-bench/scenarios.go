@@ -89,7 +89,7 @@ func runScenarios(sf scenarioFlags) int {
 			fmt.Fprintln(os.Stderr, "queen-bench:", err)
 			return 2
 		}
-		sf.opts.Stack = bench.StackConfig{BrokerBin: bin, PGURL: sf.pgURL, PostmasterPID: sf.pgPID, NonDurable: !sf.durable}
+		sf.opts.Stack = bench.StackConfig{BrokerBin: bin, PGURL: sf.pgURL, PostmasterPID: sf.pgPID, NonDurable: !sf.durable, Profile: sf.opts.ProfileDir != ""}
 		var resultsFile io.WriteCloser
 		if sf.results != "" {
 			if resultsFile, err = os.Create(sf.results); err != nil {

@@ -54,6 +54,10 @@ type Options struct {
 	// MaxConnections is the max_connections setting (default
 	// DefaultMaxConnections).
 	MaxConnections int
+	// StatStatements preloads pg_stat_statements (track = all), so that a
+	// profiling run can read per-statement time (the extension itself is
+	// created by whoever reads it).
+	StatStatements bool
 }
 
 // Defaults for Options.
@@ -74,7 +78,11 @@ func (o Options) settings() string {
 	if o.Durable {
 		sync = "-c fsync=on -c synchronous_commit=on -c full_page_writes=on"
 	}
-	return fmt.Sprintf("%s -c max_connections=%d -c shared_buffers=%s", sync, o.MaxConnections, o.SharedBuffers)
+	out := fmt.Sprintf("%s -c max_connections=%d -c shared_buffers=%s", sync, o.MaxConnections, o.SharedBuffers)
+	if o.StatStatements {
+		out += " -c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=all"
+	}
+	return out
 }
 
 // URL is a connection URL for database db (default "postgres").

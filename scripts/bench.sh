@@ -15,7 +15,8 @@
 # --smoke (make bench-smoke, CI) runs the reduced set "smoke" (default 1s
 # each) end to end, report and plots included, into a temporary directory
 # instead of the repository, and fails when a scenario fails to run or to
-# verify, or when the report or a plot is missing.
+# verify, or when the report or a plot is missing; it then runs one push
+# row with -profile and checks the CPU profile and the statement table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 smoke=false
@@ -38,7 +39,16 @@ if $smoke; then
   if grep -q 'FAILED' "$out/BENCHMARKS.md"; then echo "bench-smoke: a row failed" >&2; exit 1; fi
   rows=$(grep -c ' OK |$' "$out/BENCHMARKS.md" || true)
   [ "$rows" -gt 0 ] || { echo "bench-smoke: no verified row in the report" >&2; exit 1; }
-  echo "bench-smoke: passed ($rows scenarios verified)"
+  # The profiling hook (-profile): one short push row, profiled.
+  bin/queen-bench -scenario push-8x100-p10-minted -duration "$dur" -broker bin/queen -profile "$out/profile" >/dev/null
+  for f in "$out/profile/push-8x100-p10-minted.broker.pprof" "$out/profile/push-8x100-p10-minted.pgss.txt"; do
+    [ -s "$f" ] || { echo "bench-smoke: $f missing or empty" >&2; exit 1; }
+  done
+  grep -q 'queen.segments' "$out/profile/push-8x100-p10-minted.pgss.txt" ||
+    { echo "bench-smoke: the statement table names no segment insert" >&2; exit 1; }
+  go tool pprof -top "$out/profile/push-8x100-p10-minted.broker.pprof" >/dev/null ||
+    { echo "bench-smoke: the broker CPU profile does not parse" >&2; exit 1; }
+  echo "bench-smoke: passed ($rows scenarios verified; profile written)"
   exit 0
 fi
 

@@ -67,6 +67,8 @@ type PopResult struct {
 	// (a lease lapses, a delayed message or a window buffer matures); a
 	// waiting pop sleeps until then or until it is woken.
 	NextCheck time.Time
+
+	leaseSeconds int // the queue's lease time (for the lease memo)
 }
 
 func (r *PopResult) checkAt(t time.Time) {
@@ -138,6 +140,7 @@ func (s *Store) Pop(ctx context.Context, req PopRequest) (*PopResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pg: pop: %w", err)
 	}
+	s.leases.rememberPop(res, req.Group, req.Queue, res.leaseSeconds)
 	return res, nil
 }
 
@@ -167,6 +170,7 @@ func (s *Store) popTx(ctx context.Context, req PopRequest, res *PopResult) error
 		if q = c.q; q == nil {
 			return commitPop(ctx, tx, &w)
 		}
+		res.leaseSeconds = q.leaseTime
 		if c.fast {
 			general = false
 			for _, cc := range c.cursors {
@@ -194,6 +198,7 @@ func (s *Store) popTx(ctx context.Context, req PopRequest, res *PopResult) error
 			}
 			return commitPop(ctx, tx, &w)
 		}
+		res.leaseSeconds = q.leaseTime
 	}
 	if general {
 		if err := s.popGeneral(ctx, tx, q, req, res, waitFirst, &w); err != nil {
@@ -667,6 +672,13 @@ const (
 // message and counts it as consumed; retry releases the lease without
 // counting.
 func (s *Store) Ack(ctx context.Context, reqs []AckRequest) ([]AckResult, error) {
+	// The common batch ack (a whole lease this broker handed out) in one
+	// statement; anything else, or a conflict there, the general way.
+	if res, ok, err := s.fastAck(ctx, reqs); err != nil && !retryable(err, true) {
+		return nil, fmt.Errorf("pg: ack: %w", err)
+	} else if ok {
+		return res, nil
+	}
 	out := make([]AckResult, len(reqs))
 	// As in Pop, a foreign-key violation is a concurrent queue delete: the
 	// rerun finds the partition gone (ErrTextNotFound per ack).

@@ -163,7 +163,7 @@ func (s *Store) popTx(ctx context.Context, req PopRequest, res *PopResult) error
 	var q *queueRow
 	general, waitFirst := true, false
 	if req.Partition == "" {
-		c, err := claim(ctx, tx, req)
+		c, err := claim(ctx, tx, req, res.LeaseID)
 		if err != nil {
 			return err
 		}
@@ -484,7 +484,7 @@ func (s *Store) popPartition(ctx context.Context, tx dbtx, q *queueRow, partID u
 	}
 	if cursor < c.nextOffset && !windowActive(q, c.lastMsgAt) {
 		to := min(cursor+int64(budget)-1, c.nextOffset-1)
-		if pre != nil {
+		if pre != nil && !pre.deleted {
 			msgs, err = pre.messages(cursor, to)
 		} else {
 			msgs, err = fetch(ctx, tx, partID, cursor, to)
@@ -520,6 +520,10 @@ func (s *Store) popPartition(ctx context.Context, tx dbtx, q *queueRow, partID u
 		}
 	}
 	if len(msgs) == 0 {
+		if pre != nil && pre.updated {
+			return nil, fmt.Errorf("claim wrote the cursor of partition %s for offsets %d..%d, but none were read",
+				partID, c.offset, c.offset+int64(pre.take)-1)
+		}
 		if cursor != c.offset || retries != c.retries || c.leaseID != nil || len(c.acked) > 0 {
 			w.Queue(`UPDATE queen.consumer_cursors SET cursor_offset = greatest(cursor_offset, $3),
 			retry_count = $4, lease_id = NULL, lease_expires_at = NULL, lease_end = NULL, acked = '{}'
@@ -541,7 +545,13 @@ func (s *Store) popPartition(ctx context.Context, tx dbtx, q *queueRow, partID u
 		}
 	}
 	first, last := msgs[0].Offset, msgs[len(msgs)-1].Offset
-	if req.AutoAck {
+	if pre != nil && pre.updated {
+		// claimOneSQL wrote the cursor for exactly these offsets.
+		if first != c.offset || last != c.offset+int64(pre.take)-1 || int64(len(msgs)) != last-first+1 {
+			return nil, fmt.Errorf("claim wrote the cursor of partition %s for offsets %d..%d, but %d..%d (%d messages) were read",
+				partID, c.offset, c.offset+int64(pre.take)-1, first, last, len(msgs))
+		}
+	} else if req.AutoAck {
 		w.Queue(`UPDATE queen.consumer_cursors SET cursor_offset = greatest(cursor_offset, $3), retry_count = 0,
 			lease_id = NULL, lease_expires_at = NULL, lease_end = NULL, acked = '{}',
 			last_consumed_at = now(), total_consumed = total_consumed + $4

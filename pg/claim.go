@@ -122,16 +122,17 @@ const claimOneSQL = `WITH q AS (
 	SELECT q.joined AND q.delayed_processing = 0 AND q.window_buffer = 0
 		AND NOT EXISTS (SELECT 1 FROM cand WHERE cand.fresh) AS ok FROM q
 ), locked AS (
-	SELECT c.partition_id, cand.name, cand.next_offset, c.cursor_offset, c.lease_id, c.lease_expires_at,
+	SELECT c.partition_id, cd.name, cd.next_offset, c.cursor_offset, c.lease_id, c.lease_expires_at,
 		coalesce(c.lease_expires_at > now(), false) AS live, coalesce(c.lease_end, -1) AS lease_end, c.retry_count,
-		c.acked, least(cand.next_offset - c.cursor_offset, $5::bigint) AS take,
+		c.acked, least(cd.next_offset - c.cursor_offset, $5::bigint) AS take,
 		EXISTS (SELECT 1 FROM queen.tombstones t WHERE t.partition_id = c.partition_id
 			AND t.msg_offset >= c.cursor_offset) AS deleted
-	FROM cand JOIN queen.consumer_cursors c ON c.partition_id = cand.id AND c.consumer_group = $2
-	WHERE (SELECT ok FROM fast) AND c.cursor_offset < cand.next_offset
-		AND (c.lease_id IS NULL OR c.lease_expires_at <= now())
-	ORDER BY cand.last_consumed_at NULLS FIRST, cand.id LIMIT $4
-	FOR UPDATE OF c SKIP LOCKED
+	FROM (SELECT * FROM cand WHERE (SELECT ok FROM fast) ORDER BY cand.last_consumed_at NULLS FIRST, cand.id) cd
+	CROSS JOIN LATERAL (SELECT * FROM queen.consumer_cursors c
+		WHERE c.partition_id = cd.id AND c.consumer_group = $2 AND c.cursor_offset < cd.next_offset
+			AND (c.lease_id IS NULL OR c.lease_expires_at <= now())
+		FOR UPDATE SKIP LOCKED) c
+	LIMIT $4
 ), upd AS (
 	UPDATE queen.consumer_cursors c SET acked = '{}',
 		cursor_offset = CASE WHEN $6 THEN l.cursor_offset + l.take ELSE l.cursor_offset END,

@@ -181,3 +181,34 @@ func TestWritePopMatchesLibraryEncoding(t *testing.T) {
 		t.Fatalf("payload not verbatim: %s", ctx.Response.Body())
 	}
 }
+
+// TestAppendAckResultsMatchesMarshal: the one-pass ack answer is byte for
+// byte json.Marshal of the []ackResult it stands for: errors and null,
+// omitted empty names, and strings that need escaping (quotes, HTML
+// characters, control characters, non-ASCII).
+func TestAppendAckResultsMatchesMarshal(t *testing.T) {
+	reqs := []pg.AckRequest{{TransactionID: "tx-1"}, {TransactionID: `a"b\c<d>&e` + "\x01\u00e9\u2028"}, {TransactionID: ""}}
+	res := []pg.AckResult{
+		{Success: true, QueueName: "q", PartitionName: "p", LeaseReleased: true},
+		{Error: pg.ErrTextInvalidLease, QueueName: "q<1>"},
+		{Error: "bad \"status\"\n", DLQ: true, PartitionName: "\u00fc"},
+	}
+	want := make([]ackResult, len(res))
+	for i, r := range res {
+		want[i] = ackResult{Index: i, TransactionID: reqs[i].TransactionID, Success: r.Success, QueueName: r.QueueName,
+			PartitionName: r.PartitionName, LeaseReleased: r.LeaseReleased, DLQ: r.DLQ}
+		if r.Error != "" {
+			e := r.Error
+			want[i].Error = &e
+		}
+	}
+	for n := 0; n <= len(res); n++ {
+		exp, err := json.Marshal(want[:n])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := appendAckResults(nil, reqs[:n], res[:n]); !bytes.Equal(got, exp) {
+			t.Errorf("%d results:\n got  %s\n want %s", n, got, exp)
+		}
+	}
+}

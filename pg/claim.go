@@ -216,8 +216,9 @@ type claimResult struct {
 
 // claim begins the pop's transaction on conn and runs claimSQL (or, for
 // one partition, claimOneSQL with the pop's lease, uuid.Nil for autoAck),
-// in one round trip.
-func claim(ctx context.Context, conn dbtx, req PopRequest, lease uuid.UUID) (*claimResult, error) {
+// in one round trip. With commit (one partition only) the same round trip
+// also commits: see popOneTrip.
+func claim(ctx context.Context, conn *pgx.Conn, req PopRequest, lease uuid.UUID, commit bool) (*claimResult, error) {
 	var b pgx.Batch
 	b.Queue("BEGIN")
 	if req.Partitions == 1 {
@@ -225,6 +226,9 @@ func claim(ctx context.Context, conn dbtx, req PopRequest, lease uuid.UUID) (*cl
 			pgtype.UUID{Bytes: lease, Valid: lease != uuid.Nil}, DefaultLeaseSeconds)
 	} else {
 		b.Queue(claimSQL, req.Queue, req.Group, req.Partitions*4+16, req.Partitions, req.Batch)
+	}
+	if commit {
+		b.Queue("COMMIT")
 	}
 	br := conn.SendBatch(ctx, &b)
 	defer br.Close()
@@ -278,6 +282,15 @@ func claim(ctx context.Context, conn dbtx, req PopRequest, lease uuid.UUID) (*cl
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
+	}
+	if commit {
+		rows.Close()
+		if err := br.Close(); err != nil {
+			return nil, err
+		}
+		if st := conn.PgConn().TxStatus(); st != 'I' {
+			return nil, fmt.Errorf("commit did not end the transaction (status %q)", st)
+		}
 	}
 	return res, nil
 }

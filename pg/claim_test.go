@@ -98,3 +98,33 @@ func TestClaimOneWritesCursorAsGeneralPath(t *testing.T) {
 		t.Fatalf("cursor at the end: %+v", c)
 	}
 }
+
+// TestPopOneTripGivesLeaseBackOnBadSegment: a leased wildcard pop commits
+// its lease with the claim, before it decodes; a segment that does not
+// decode fails the pop and gives the lease back (no lease left, no retry
+// counted), so the next pop sees the partition as before.
+func TestPopOneTripGivesLeaseBackOnBadSegment(t *testing.T) {
+	t.Parallel()
+	st, ctx := setupStatus(t)
+	store(t, ctx, st, "bad", "p", 10)
+	// The group's first pop creates its cursor (general path).
+	if res, err := st.Pop(ctx, pg.PopRequest{Queue: "bad", Group: "g", Batch: 2, AutoAck: true}); err != nil || len(res.Messages) != 2 {
+		t.Fatalf("first pop: %v", err)
+	}
+	if _, err := st.Pool().Exec(ctx, `UPDATE queen.segments SET body = '\x07'::bytea`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Pop(ctx, pg.PopRequest{Queue: "bad", Group: "g", Batch: 5}); err == nil {
+		t.Fatal("a pop of a damaged segment succeeded")
+	}
+	var leased bool
+	var offset int64
+	var retries int
+	if err := st.Pool().QueryRow(ctx, `SELECT lease_id IS NOT NULL, cursor_offset, retry_count FROM queen.consumer_cursors
+		WHERE consumer_group = 'g'`).Scan(&leased, &offset, &retries); err != nil {
+		t.Fatal(err)
+	}
+	if leased || offset != 2 || retries != 0 {
+		t.Fatalf("after the failed pop: leased %v, cursor %d, retries %d; want no lease, 2, 0", leased, offset, retries)
+	}
+}

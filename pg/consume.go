@@ -159,11 +159,17 @@ func (s *Store) popTx(ctx context.Context, req PopRequest, res *PopResult) error
 	// closed by the pool, which rolls the transaction back.
 	defer pc.Release()
 	tx := pc.Conn()
+	if req.Partition == "" && req.Partitions == 1 && !req.AutoAck {
+		if done, err := s.popOneTrip(ctx, tx, req, res); err != nil || done {
+			return err
+		}
+		res.Messages, res.Claimed = nil, nil
+	}
 	var w pgx.Batch // cursor writes, sent with COMMIT
 	var q *queueRow
 	general, waitFirst := true, false
 	if req.Partition == "" {
-		c, err := claim(ctx, tx, req, res.LeaseID)
+		c, err := claim(ctx, tx, req, res.LeaseID, false)
 		if err != nil {
 			return err
 		}
@@ -219,6 +225,56 @@ func (s *Store) popTx(ctx context.Context, req PopRequest, res *PopResult) error
 		}
 	}
 	return commitPop(ctx, tx, &w)
+}
+
+// popOneTrip is a leased wildcard pop of one partition in one round trip
+// when claimOneSQL can write the cursor itself (the common case: see
+// claimOneSQL): BEGIN, the claim and COMMIT are sent together, and the
+// messages are decoded after the commit. done false: the claim wrote
+// nothing (no clean cursor, a fresh partition, every candidate locked by
+// other pops, delayed processing or a window buffer) and its transaction
+// changed nothing; the caller runs the pop again the general way. An
+// error after the commit (a segment that does not decode, a payload that
+// does not decrypt) gives the lease back (ReleaseLease: no delivery
+// attempt counted, as for a pop whose client left). autoAck pops never
+// come here: their cursor write cannot be given back, so they commit
+// only once the messages are decoded.
+func (s *Store) popOneTrip(ctx context.Context, tx *pgx.Conn, req PopRequest, res *PopResult) (bool, error) {
+	c, err := claim(ctx, tx, req, res.LeaseID, true)
+	if err != nil {
+		return false, err
+	}
+	q := c.q
+	if q == nil {
+		return true, nil
+	}
+	if !c.fast || len(c.cursors) == 0 {
+		return false, nil
+	}
+	for _, cc := range c.cursors {
+		if !cc.updated {
+			return false, nil
+		}
+	}
+	res.leaseSeconds = q.leaseTime
+	var w pgx.Batch // stays empty: every cursor was written by the claim
+	for _, cc := range c.cursors {
+		msgs, err := s.popPartition(ctx, tx, q, cc.id, cc.name, req, res, cc.take, true, false, cc, &w)
+		if err == nil && w.Len() > 0 {
+			err = fmt.Errorf("pop of partition %s queued a cursor write after its claim committed", cc.id)
+		}
+		if err != nil {
+			if _, rerr := s.ReleaseLease(ctx, res.LeaseID); rerr != nil {
+				s.log.Warn("pop: could not give back the lease of a failed pop; it lapses by itself", "err", rerr)
+			}
+			return false, err
+		}
+		if len(msgs) > 0 {
+			res.Claimed = append(res.Claimed, ClaimedPartition{cc.id, cc.name})
+			res.Messages = append(res.Messages, msgs...)
+		}
+	}
+	return true, nil
 }
 
 // commitPop sends the pop's cursor writes w with COMMIT, in one round

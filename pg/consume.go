@@ -144,12 +144,15 @@ func (s *Store) Pop(ctx context.Context, req PopRequest) (*PopResult, error) {
 	return res, nil
 }
 
-// popTx runs one pop's transaction on a connection of its own. A wildcard
-// pop begins with claim (BEGIN and claimSQL, one round trip) and, in the
-// common case, ends with its cursor writes and COMMIT (a second); the
-// general path (a named partition, or the cases claimSQL leaves to it)
-// runs its statements one by one in the same transaction and ends the
-// same way.
+// popTx runs one pop's transaction on a connection of its own. A leased
+// wildcard pop of one partition first tries popOneTrip (BEGIN, the claim
+// that also writes the cursor, COMMIT: one round trip). Otherwise, or when
+// that wrote nothing, a wildcard pop begins with claim (BEGIN and
+// claimOneSQL or claimSQL, one round trip) and, in the common case, ends
+// with its cursor writes, if the claim did not do them, and COMMIT (a
+// second); the general path (a named partition, or the cases the claim
+// leaves to it) runs its statements one by one in the same transaction
+// and ends the same way.
 func (s *Store) popTx(ctx context.Context, req PopRequest, res *PopResult) error {
 	pc, err := s.pool.Acquire(ctx)
 	if err != nil {

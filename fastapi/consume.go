@@ -315,10 +315,23 @@ func (s *Server) ack(ctx *fasthttp.RequestCtx) {
 	s.runAcks(ctx, []pg.AckRequest{r})
 }
 
+// ackBatchItem is ackBody as ack/batch decodes it: transactionId and
+// leaseId as plain strings (toAckRequest treats absent and empty alike for
+// both), which spares the decoder two allocations per item of a batch of
+// hundreds.
+type ackBatchItem struct {
+	TransactionID string  `json:"transactionId"`
+	PartitionID   *string `json:"partitionId"`
+	Status        string  `json:"status"`
+	ConsumerGroup string  `json:"consumerGroup"`
+	Error         string  `json:"error"`
+	LeaseID       string  `json:"leaseId"`
+}
+
 func (s *Server) ackBatch(ctx *fasthttp.RequestCtx) {
 	var a struct {
-		ConsumerGroup   string     `json:"consumerGroup"`
-		Acknowledgments *[]ackBody `json:"acknowledgments"`
+		ConsumerGroup   string          `json:"consumerGroup"`
+		Acknowledgments *[]ackBatchItem `json:"acknowledgments"`
 	}
 	if !s.readObject(ctx, &a) {
 		return
@@ -328,8 +341,10 @@ func (s *Server) ackBatch(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	reqs := make([]pg.AckRequest, 0, len(*a.Acknowledgments))
-	for i, it := range *a.Acknowledgments {
-		r, msg := toAckRequest(it, a.ConsumerGroup)
+	for i := range *a.Acknowledgments {
+		it := &(*a.Acknowledgments)[i]
+		r, msg := toAckRequest(ackBody{TransactionID: &it.TransactionID, PartitionID: it.PartitionID, Status: it.Status,
+			ConsumerGroup: it.ConsumerGroup, Error: it.Error, LeaseID: &it.LeaseID}, a.ConsumerGroup)
 		if msg != "" {
 			writeErr(ctx, fasthttp.StatusBadRequest, "acknowledgments["+strconv.Itoa(i)+"]: "+msg)
 			return

@@ -181,3 +181,72 @@ func TestWritePopMatchesLibraryEncoding(t *testing.T) {
 		t.Fatalf("payload not verbatim: %s", ctx.Response.Body())
 	}
 }
+
+// TestAppendAckResultsMatchesMarshal: the one-pass ack answer is byte for
+// byte json.Marshal of the []ackResult it stands for: errors and null,
+// omitted empty names, and strings that need escaping (quotes, HTML
+// characters, control characters, non-ASCII).
+func TestAppendAckResultsMatchesMarshal(t *testing.T) {
+	reqs := []pg.AckRequest{{TransactionID: "tx-1"}, {TransactionID: `a"b\c<d>&e` + "\x01\u00e9\u2028"}, {TransactionID: ""}}
+	res := []pg.AckResult{
+		{Success: true, QueueName: "q", PartitionName: "p", LeaseReleased: true},
+		{Error: pg.ErrTextInvalidLease, QueueName: "q<1>"},
+		{Error: "bad \"status\"\n", DLQ: true, PartitionName: "\u00fc"},
+	}
+	want := make([]ackResult, len(res))
+	for i, r := range res {
+		want[i] = ackResult{Index: i, TransactionID: reqs[i].TransactionID, Success: r.Success, QueueName: r.QueueName,
+			PartitionName: r.PartitionName, LeaseReleased: r.LeaseReleased, DLQ: r.DLQ}
+		if r.Error != "" {
+			e := r.Error
+			want[i].Error = &e
+		}
+	}
+	for n := 0; n <= len(res); n++ {
+		exp, err := json.Marshal(want[:n])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := appendAckResults(nil, reqs[:n], res[:n]); !bytes.Equal(got, exp) {
+			t.Errorf("%d results:\n got  %s\n want %s", n, got, exp)
+		}
+	}
+}
+
+// ackAnswer is the answer to an ack/batch of n messages of one lease.
+func ackAnswer(n int) ([]pg.AckRequest, []pg.AckResult) {
+	reqs := make([]pg.AckRequest, n)
+	res := make([]pg.AckResult, n)
+	for i := range n {
+		reqs[i].TransactionID = uuid.New().String()
+		res[i] = pg.AckResult{Success: true, QueueName: "bench", PartitionName: "p0", LeaseReleased: i == n-1}
+	}
+	return reqs, res
+}
+
+// BenchmarkAckAnswer: the answer to an ack/batch of 100 messages, in one
+// pass (appendAckResults, "append") against json.Marshal of the
+// []ackResult it replaces ("marshal").
+func BenchmarkAckAnswer(b *testing.B) {
+	reqs, res := ackAnswer(100)
+	b.Run("append", func(b *testing.B) {
+		b.ReportAllocs()
+		var buf []byte
+		for b.Loop() {
+			buf = appendAckResults(buf[:0], reqs, res)
+		}
+	})
+	b.Run("marshal", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			out := make([]ackResult, len(res))
+			for i, r := range res {
+				out[i] = ackResult{Index: i, TransactionID: reqs[i].TransactionID, Success: r.Success, QueueName: r.QueueName,
+					PartitionName: r.PartitionName, LeaseReleased: r.LeaseReleased, DLQ: r.DLQ}
+			}
+			if _, err := json.Marshal(out); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

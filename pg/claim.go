@@ -77,7 +77,7 @@ const claimSQL = `WITH q AS (
 SELECT q.id, q.name, q.lease_time, q.retry_limit, q.delayed_processing, q.window_buffer, (SELECT ok FROM fast),
 	(SELECT count(*) FROM cand),
 	b.partition_id, b.name, b.next_offset, b.cursor_offset, b.lease_id, b.lease_expires_at, b.live, b.lease_end,
-	b.retry_count, b.acked, b.take, s.base_offset, s.last_offset, s.body
+	b.retry_count, b.acked, b.take, false, false, s.base_offset, s.last_offset, s.body
 FROM q
 LEFT JOIN share b ON b.take > 0
 LEFT JOIN LATERAL (
@@ -90,6 +90,82 @@ LEFT JOIN LATERAL (
 ) s ON true
 ORDER BY b.ord, s.base_offset`
 
+// claimOneSQL is claimSQL for a pop of one partition ($4 is 1; the batch
+// $5 all goes to the one cursor locked, so no sharing), lighter, and with
+// the pop's cursor write done in the same statement where it is already
+// known: the locked cursor is "clean" when it holds no lease (not even a
+// lapsed one, whose retry count the general rules must apply), no offset
+// at or past it is deleted (tombstones), and the segment holding it is
+// stored (retention removed nothing at the cursor); then every offset
+// cursor..cursor+take-1 is stored and delivered, and the statement writes
+// the cursor as popPartition would: with $6 (autoAck) the cursor moves
+// past them and counts them consumed; otherwise the lease $7 covers them
+// for the queue's lease time ($8 when it is 0). The row then says updated, and the pop's
+// second round trip is COMMIT alone. A cursor that is not clean is
+// returned locked, not written (deleted says a tombstone is at or past
+// it: its messages must be read with fetch, which leaves deleted ones
+// out), and popPartition applies the general rules to it. Fresh
+// candidates, a group not yet subscribed, delayed processing and window
+// buffers make it lock nothing (fast false), as claimSQL does.
+const claimOneSQL = `WITH q AS (
+	SELECT qu.id, qu.name, qu.lease_time, qu.retry_limit, qu.delayed_processing, qu.window_buffer,
+		($2 = '` + QueueModeGroup + `' OR EXISTS (SELECT 1 FROM queen.consumer_groups g
+			WHERE g.queue_id = qu.id AND g.consumer_group = $2)) AS joined
+	FROM queen.queues qu WHERE qu.name = $1
+), cand AS (
+	SELECT p.id, p.name, p.next_offset, c.partition_id IS NULL AS fresh, c.last_consumed_at
+	FROM q JOIN queen.partitions p ON p.queue_id = q.id
+	LEFT JOIN queen.consumer_cursors c ON c.partition_id = p.id AND c.consumer_group = $2
+	WHERE p.next_offset > coalesce(c.cursor_offset, 0) AND (c.lease_id IS NULL OR c.lease_expires_at <= now())
+	ORDER BY c.last_consumed_at NULLS FIRST, p.id LIMIT $3
+), fast AS (
+	SELECT q.joined AND q.delayed_processing = 0 AND q.window_buffer = 0
+		AND NOT EXISTS (SELECT 1 FROM cand WHERE cand.fresh) AS ok FROM q
+), locked AS (
+	SELECT c.partition_id, cd.name, cd.next_offset, c.cursor_offset, c.lease_id, c.lease_expires_at,
+		coalesce(c.lease_expires_at > now(), false) AS live, coalesce(c.lease_end, -1) AS lease_end, c.retry_count,
+		c.acked, least(cd.next_offset - c.cursor_offset, $5::bigint) AS take,
+		EXISTS (SELECT 1 FROM queen.tombstones t WHERE t.partition_id = c.partition_id
+			AND t.msg_offset >= c.cursor_offset) AS deleted
+	FROM (SELECT * FROM cand WHERE (SELECT ok FROM fast) ORDER BY cand.last_consumed_at NULLS FIRST, cand.id) cd
+	CROSS JOIN LATERAL (SELECT * FROM queen.consumer_cursors c
+		WHERE c.partition_id = cd.id AND c.consumer_group = $2 AND c.cursor_offset < cd.next_offset
+			AND (c.lease_id IS NULL OR c.lease_expires_at <= now())
+		FOR UPDATE SKIP LOCKED) c
+	LIMIT $4
+), upd AS (
+	UPDATE queen.consumer_cursors c SET acked = '{}',
+		cursor_offset = CASE WHEN $6 THEN l.cursor_offset + l.take ELSE l.cursor_offset END,
+		retry_count = CASE WHEN $6 THEN 0 ELSE c.retry_count END,
+		lease_id = CASE WHEN $6 THEN NULL ELSE $7::uuid END,
+		lease_expires_at = CASE WHEN $6 THEN NULL
+			ELSE now() + make_interval(secs => (SELECT CASE WHEN q.lease_time > 0 THEN q.lease_time
+				ELSE $8::int END FROM q)) END,
+		lease_end = CASE WHEN $6 THEN NULL ELSE l.cursor_offset + l.take - 1 END,
+		last_consumed_at = CASE WHEN $6 THEN now() ELSE c.last_consumed_at END,
+		total_consumed = c.total_consumed + CASE WHEN $6 THEN l.take ELSE 0 END
+	FROM locked l
+	WHERE c.partition_id = l.partition_id AND c.consumer_group = $2 AND l.lease_id IS NULL AND NOT l.deleted
+		AND (SELECT s.last_offset FROM queen.segments s WHERE s.partition_id = l.partition_id
+			AND s.base_offset <= l.cursor_offset ORDER BY s.base_offset DESC LIMIT 1) >= l.cursor_offset
+	RETURNING c.partition_id
+)
+SELECT q.id, q.name, q.lease_time, q.retry_limit, q.delayed_processing, q.window_buffer, (SELECT ok FROM fast),
+	(SELECT count(*) FROM cand),
+	b.partition_id, b.name, b.next_offset, b.cursor_offset, b.lease_id, b.lease_expires_at, b.live, b.lease_end,
+	b.retry_count, b.acked, b.take, b.partition_id IN (SELECT partition_id FROM upd), b.deleted,
+	s.base_offset, s.last_offset, s.body
+FROM q
+LEFT JOIN locked b ON true
+LEFT JOIN LATERAL (
+	SELECT sg.base_offset, sg.last_offset, sg.body FROM queen.segments sg
+	WHERE NOT b.deleted AND sg.partition_id = b.partition_id AND sg.base_offset <= b.cursor_offset + b.take - 1
+		AND sg.base_offset >= coalesce((SELECT s2.base_offset FROM queen.segments s2
+			WHERE s2.partition_id = b.partition_id AND s2.base_offset <= b.cursor_offset
+			ORDER BY s2.base_offset DESC LIMIT 1), b.cursor_offset)
+) s ON true
+ORDER BY s.base_offset`
+
 // claimedCursor is one cursor claimSQL locked, with the segments holding
 // offsets cursor..cursor+take-1.
 type claimedCursor struct {
@@ -98,6 +174,13 @@ type claimedCursor struct {
 	cursorRow
 	take int
 	segs []claimedSegment
+	// updated: claimOneSQL wrote the cursor for offsets
+	// cursor..cursor+take-1 (delivered under the pop's lease, or consumed
+	// with autoAck); popPartition queues no write of its own.
+	updated bool
+	// deleted: an offset at or past the cursor is deleted; segs is empty
+	// and popPartition reads with fetch.
+	deleted bool
 }
 
 type claimedSegment struct {
@@ -131,12 +214,22 @@ type claimResult struct {
 	cursors    []*claimedCursor
 }
 
-// claim begins the pop's transaction on conn and runs claimSQL, in one
-// round trip.
-func claim(ctx context.Context, conn dbtx, req PopRequest) (*claimResult, error) {
+// claim begins the pop's transaction on conn and runs claimSQL (or, for
+// one partition, claimOneSQL with the pop's lease, uuid.Nil for autoAck),
+// in one round trip. With commit (one partition only) the same round trip
+// also commits: see popOneTrip.
+func claim(ctx context.Context, conn *pgx.Conn, req PopRequest, lease uuid.UUID, commit bool) (*claimResult, error) {
 	var b pgx.Batch
 	b.Queue("BEGIN")
-	b.Queue(claimSQL, req.Queue, req.Group, req.Partitions*4+16, req.Partitions, req.Batch)
+	if req.Partitions == 1 {
+		b.Queue(claimOneSQL, req.Queue, req.Group, req.Partitions*4+16, req.Partitions, req.Batch, req.AutoAck,
+			pgtype.UUID{Bytes: lease, Valid: lease != uuid.Nil}, DefaultLeaseSeconds)
+	} else {
+		b.Queue(claimSQL, req.Queue, req.Group, req.Partitions*4+16, req.Partitions, req.Batch)
+	}
+	if commit {
+		b.Queue("COMMIT")
+	}
 	br := conn.SendBatch(ctx, &b)
 	defer br.Close()
 	if _, err := br.Exec(); err != nil {
@@ -155,12 +248,12 @@ func claim(ctx context.Context, conn dbtx, req PopRequest) (*claimResult, error)
 		var name *string
 		var next, cursor, leaseEnd, take, base, last *int64
 		var retries *int
-		var live *bool
+		var live, updated, deleted *bool
 		var c cursorRow
 		var body []byte
 		if err := rows.Scan(&qid, &q.name, &q.leaseTime, &q.retryLimit, &q.delayed, &q.windowBuffer, &res.fast, &res.candidates,
 			&pid, &name, &next, &cursor, &lease, &c.leaseExpires, &live, &leaseEnd, &retries, &c.acked, &take,
-			&base, &last, &body); err != nil {
+			&updated, &deleted, &base, &last, &body); err != nil {
 			return nil, err
 		}
 		if res.q == nil {
@@ -179,7 +272,8 @@ func claim(ctx context.Context, conn dbtx, req PopRequest) (*claimResult, error)
 				id := uuid.UUID(lease.Bytes)
 				c.leaseID = &id
 			}
-			cur = &claimedCursor{id: pid.Bytes, name: *name, cursorRow: c, take: int(*take)}
+			cur = &claimedCursor{id: pid.Bytes, name: *name, cursorRow: c, take: int(*take),
+				updated: updated != nil && *updated, deleted: deleted != nil && *deleted}
 			res.cursors = append(res.cursors, cur)
 		}
 		if base != nil {
@@ -188,6 +282,15 @@ func claim(ctx context.Context, conn dbtx, req PopRequest) (*claimResult, error)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
+	}
+	if commit {
+		rows.Close()
+		if err := br.Close(); err != nil {
+			return nil, err
+		}
+		if st := conn.PgConn().TxStatus(); st != 'I' {
+			return nil, fmt.Errorf("commit did not end the transaction (status %q)", st)
+		}
 	}
 	return res, nil
 }

@@ -67,6 +67,8 @@ type PopResult struct {
 	// (a lease lapses, a delayed message or a window buffer matures); a
 	// waiting pop sleeps until then or until it is woken.
 	NextCheck time.Time
+
+	leaseSeconds int // the queue's lease time (for the lease memo)
 }
 
 func (r *PopResult) checkAt(t time.Time) {
@@ -138,15 +140,19 @@ func (s *Store) Pop(ctx context.Context, req PopRequest) (*PopResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pg: pop: %w", err)
 	}
+	s.leases.rememberPop(res, req.Group, req.Queue, res.leaseSeconds)
 	return res, nil
 }
 
-// popTx runs one pop's transaction on a connection of its own. A wildcard
-// pop begins with claim (BEGIN and claimSQL, one round trip) and, in the
-// common case, ends with its cursor writes and COMMIT (a second); the
-// general path (a named partition, or the cases claimSQL leaves to it)
-// runs its statements one by one in the same transaction and ends the
-// same way.
+// popTx runs one pop's transaction on a connection of its own. A leased
+// wildcard pop of one partition first tries popOneTrip (BEGIN, the claim
+// that also writes the cursor, COMMIT: one round trip). Otherwise, or when
+// that wrote nothing, a wildcard pop begins with claim (BEGIN and
+// claimOneSQL or claimSQL, one round trip) and, in the common case, ends
+// with its cursor writes, if the claim did not do them, and COMMIT (a
+// second); the general path (a named partition, or the cases the claim
+// leaves to it) runs its statements one by one in the same transaction
+// and ends the same way.
 func (s *Store) popTx(ctx context.Context, req PopRequest, res *PopResult) error {
 	pc, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -156,17 +162,24 @@ func (s *Store) popTx(ctx context.Context, req PopRequest, res *PopResult) error
 	// closed by the pool, which rolls the transaction back.
 	defer pc.Release()
 	tx := pc.Conn()
+	if req.Partition == "" && req.Partitions == 1 && !req.AutoAck {
+		if done, err := s.popOneTrip(ctx, tx, req, res); err != nil || done {
+			return err
+		}
+		res.Messages, res.Claimed = nil, nil
+	}
 	var w pgx.Batch // cursor writes, sent with COMMIT
 	var q *queueRow
 	general, waitFirst := true, false
 	if req.Partition == "" {
-		c, err := claim(ctx, tx, req)
+		c, err := claim(ctx, tx, req, res.LeaseID, false)
 		if err != nil {
 			return err
 		}
 		if q = c.q; q == nil {
 			return commitPop(ctx, tx, &w)
 		}
+		res.leaseSeconds = q.leaseTime
 		if c.fast {
 			general = false
 			for _, cc := range c.cursors {
@@ -194,6 +207,7 @@ func (s *Store) popTx(ctx context.Context, req PopRequest, res *PopResult) error
 			}
 			return commitPop(ctx, tx, &w)
 		}
+		res.leaseSeconds = q.leaseTime
 	}
 	if general {
 		if err := s.popGeneral(ctx, tx, q, req, res, waitFirst, &w); err != nil {
@@ -214,6 +228,56 @@ func (s *Store) popTx(ctx context.Context, req PopRequest, res *PopResult) error
 		}
 	}
 	return commitPop(ctx, tx, &w)
+}
+
+// popOneTrip is a leased wildcard pop of one partition in one round trip
+// when claimOneSQL can write the cursor itself (the common case: see
+// claimOneSQL): BEGIN, the claim and COMMIT are sent together, and the
+// messages are decoded after the commit. done false: the claim wrote
+// nothing (no clean cursor, a fresh partition, every candidate locked by
+// other pops, delayed processing or a window buffer) and its transaction
+// changed nothing; the caller runs the pop again the general way. An
+// error after the commit (a segment that does not decode, a payload that
+// does not decrypt) gives the lease back (ReleaseLease: no delivery
+// attempt counted, as for a pop whose client left). autoAck pops never
+// come here: their cursor write cannot be given back, so they commit
+// only once the messages are decoded.
+func (s *Store) popOneTrip(ctx context.Context, tx *pgx.Conn, req PopRequest, res *PopResult) (bool, error) {
+	c, err := claim(ctx, tx, req, res.LeaseID, true)
+	if err != nil {
+		return false, err
+	}
+	q := c.q
+	if q == nil {
+		return true, nil
+	}
+	if !c.fast || len(c.cursors) == 0 {
+		return false, nil
+	}
+	for _, cc := range c.cursors {
+		if !cc.updated {
+			return false, nil
+		}
+	}
+	res.leaseSeconds = q.leaseTime
+	var w pgx.Batch // stays empty: every cursor was written by the claim
+	for _, cc := range c.cursors {
+		msgs, err := s.popPartition(ctx, tx, q, cc.id, cc.name, req, res, cc.take, true, false, cc, &w)
+		if err == nil && w.Len() > 0 {
+			err = fmt.Errorf("pop of partition %s queued a cursor write after its claim committed", cc.id)
+		}
+		if err != nil {
+			if _, rerr := s.ReleaseLease(ctx, res.LeaseID); rerr != nil {
+				s.log.Warn("pop: could not give back the lease of a failed pop; it lapses by itself", "err", rerr)
+			}
+			return false, err
+		}
+		if len(msgs) > 0 {
+			res.Claimed = append(res.Claimed, ClaimedPartition{cc.id, cc.name})
+			res.Messages = append(res.Messages, msgs...)
+		}
+	}
+	return true, nil
 }
 
 // commitPop sends the pop's cursor writes w with COMMIT, in one round
@@ -479,7 +543,7 @@ func (s *Store) popPartition(ctx context.Context, tx dbtx, q *queueRow, partID u
 	}
 	if cursor < c.nextOffset && !windowActive(q, c.lastMsgAt) {
 		to := min(cursor+int64(budget)-1, c.nextOffset-1)
-		if pre != nil {
+		if pre != nil && !pre.deleted {
 			msgs, err = pre.messages(cursor, to)
 		} else {
 			msgs, err = fetch(ctx, tx, partID, cursor, to)
@@ -515,6 +579,10 @@ func (s *Store) popPartition(ctx context.Context, tx dbtx, q *queueRow, partID u
 		}
 	}
 	if len(msgs) == 0 {
+		if pre != nil && pre.updated {
+			return nil, fmt.Errorf("claim wrote the cursor of partition %s for offsets %d..%d, but none were read",
+				partID, c.offset, c.offset+int64(pre.take)-1)
+		}
 		if cursor != c.offset || retries != c.retries || c.leaseID != nil || len(c.acked) > 0 {
 			w.Queue(`UPDATE queen.consumer_cursors SET cursor_offset = greatest(cursor_offset, $3),
 			retry_count = $4, lease_id = NULL, lease_expires_at = NULL, lease_end = NULL, acked = '{}'
@@ -536,7 +604,13 @@ func (s *Store) popPartition(ctx context.Context, tx dbtx, q *queueRow, partID u
 		}
 	}
 	first, last := msgs[0].Offset, msgs[len(msgs)-1].Offset
-	if req.AutoAck {
+	if pre != nil && pre.updated {
+		// claimOneSQL wrote the cursor for exactly these offsets.
+		if first != c.offset || last != c.offset+int64(pre.take)-1 || int64(len(msgs)) != last-first+1 {
+			return nil, fmt.Errorf("claim wrote the cursor of partition %s for offsets %d..%d, but %d..%d (%d messages) were read",
+				partID, c.offset, c.offset+int64(pre.take)-1, first, last, len(msgs))
+		}
+	} else if req.AutoAck {
 		w.Queue(`UPDATE queen.consumer_cursors SET cursor_offset = greatest(cursor_offset, $3), retry_count = 0,
 			lease_id = NULL, lease_expires_at = NULL, lease_end = NULL, acked = '{}',
 			last_consumed_at = now(), total_consumed = total_consumed + $4
@@ -667,6 +741,13 @@ const (
 // message and counts it as consumed; retry releases the lease without
 // counting.
 func (s *Store) Ack(ctx context.Context, reqs []AckRequest) ([]AckResult, error) {
+	// The common batch ack (a whole lease this broker handed out) in one
+	// statement; anything else, or a conflict there, the general way.
+	if res, ok, err := s.fastAck(ctx, reqs); err != nil && !retryable(err, true) {
+		return nil, fmt.Errorf("pg: ack: %w", err)
+	} else if ok {
+		return res, nil
+	}
 	out := make([]AckResult, len(reqs))
 	// As in Pop, a foreign-key violation is a concurrent queue delete: the
 	// rerun finds the partition gone (ErrTextNotFound per ack).

@@ -25,3 +25,6 @@ func RunsOf(pid uuid.UUID, base int64, msgs []Message) (bases []int64, hashes []
 	}
 	return bases, hashes, minted
 }
+
+// FastAcks is how many acks s completed with its lease memo (fastAck).
+func FastAcks(s *Store) int64 { return s.leases.applied.Load() }

@@ -66,6 +66,10 @@ type Store struct {
 	// legacyDedup: queen.dedup holds entries of versions before the hash
 	// sidecar, so every client key is probed there too (pg/dedup.go).
 	legacyDedup atomic.Bool
+
+	// leases remembers the transactionIds of the leases this broker
+	// handed out, so that an ack need not read them back (pg/fastack.go).
+	leases *leaseMemo
 }
 
 type partKey struct{ queue, partition string }
@@ -94,7 +98,8 @@ func Open(cfg Config) (*Store, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Store{pool: pool, key: cfg.EncryptionKey, log: cfg.Logger, partIDs: make(map[partKey]uuid.UUID)}, nil
+	return &Store{pool: pool, key: cfg.EncryptionKey, log: cfg.Logger, partIDs: make(map[partKey]uuid.UUID),
+		leases: newLeaseMemo(DefaultLeaseMemoBytes)}, nil
 }
 
 // Pool exposes the pool for tools and tests.

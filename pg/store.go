@@ -62,6 +62,10 @@ type Store struct {
 	mu       sync.Mutex
 	partIDs  map[partKey]uuid.UUID // (queue, partition) → partition id
 	schemaOK bool
+	// offsets: partition id → its next offset and queue encryption as of
+	// this Store's last committed projection batch (pg/project.go,
+	// projectPredicted); created on first use.
+	offsets map[uuid.UUID]offsetGuess
 
 	// legacyDedup: queen.dedup holds entries of versions before the hash
 	// sidecar, so every client key is probed there too (pg/dedup.go).

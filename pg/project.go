@@ -224,13 +224,15 @@ func (s *Store) projectTx(ctx context.Context, conn batcher, begin bool, items [
 		out, learned, err := s.projectPredicted(ctx, conn, items, ids, finish)
 		switch {
 		case err == nil:
+			s.predicted.Add(1)
 			return out, learned, nil
 		case errors.Is(err, errNoPrediction):
-		case isCode(err, codeOffsetsStale):
+		case isCode(err, codeOffsetsStale) || isCode(err, codeKeysNotNew):
+			s.predictedMiss.Add(1)
 			// Rolled back before anything was written (another broker, a
-			// transactional push or a queue delete moved a partition):
-			// the long way, and no predictions for these partitions for a
-			// while.
+			// transactional push or a queue delete moved a partition, or
+			// the sidecar knows a key): the long way, and no predictions
+			// for these partitions for a while.
 			s.holdOffsets(ids)
 			if _, rerr := conn.Exec(ctx, "ROLLBACK"); rerr != nil {
 				return nil, nil, errors.Join(err, rerr)
@@ -385,23 +387,27 @@ func (s *Store) projectTx(ctx context.Context, conn batcher, begin bool, items [
 }
 
 // projectPredicted writes a batch in ONE round trip (BEGIN, the writes,
-// the caller's checkpoint and COMMIT, pipelined) when nothing in it needs
-// the sidecar's answer first: every item carries its broker-minted id (a
-// freshly minted id is new: pg/dedup.go), no key repeats, and this Store
-// knows every partition's next offset and queue encryption from its own
-// last committed batch (learnOffsets) with no stale guess held. The
-// offsets are allocated from those predictions; write_segments locks the
-// partitions in id order and checks every prediction under the lock, so a
-// partition that another broker, a transactional push or a queue delete
-// moved (or removed) since raises SQLSTATE QN001 before anything is
-// written and the whole transaction rolls back: the same offsets, segments
-// and sidecar rows as the long way, or nothing. It returns errNoPrediction,
-// having sent nothing, when the batch does not qualify.
+// the caller's checkpoint and COMMIT, pipelined) when this Store knows
+// every partition's next offset and queue encryption from its own last
+// committed batch (learnOffsets; no stale guess held), no key repeats in
+// the batch, and no key needs more of the sidecar than a yes/no: a
+// broker-minted id is new (pg/dedup.go) and is not probed, a client
+// transactionId is probed by its key hash (not one in the minted form,
+// which the minted probe reads, nor while queen.dedup holds legacy
+// entries). The offsets are allocated from the predictions, every item
+// stored. In the pipeline, write_segments locks the partitions in id order
+// and checks every prediction under the lock (SQLSTATE QN001 if another
+// broker, a transactional push or a queue delete moved or removed one),
+// then assert_new_keys probes the sidecar for the client keys, after the
+// lock as the long way does, and raises QN002 on any hit (a duplicate, a
+// repeat outside its window, a hash collision: the long way decides it).
+// Either error rolls the whole transaction back before anything is
+// written, so the outcome is the long way's offsets, segments and sidecar
+// rows, or nothing. It returns errNoPrediction, having sent nothing, when
+// the batch does not qualify.
 func (s *Store) projectPredicted(ctx context.Context, conn batcher, items []ProjectItem, ids []uuid.UUID, finish func(*pgx.Batch)) ([]Outcome, []learnedOffset, error) {
-	for i := range items {
-		if !isMinted(items[i].Message.ID, items[i].Message.TransactionID) {
-			return nil, nil, errNoPrediction
-		}
+	if len(items) == 0 {
+		return nil, nil, errNoPrediction
 	}
 	parts := make(map[uuid.UUID]*partState)
 	var lockIDs []uuid.UUID
@@ -420,28 +426,39 @@ func (s *Store) projectPredicted(ctx context.Context, conn batcher, items []Proj
 		lockIDs = append(lockIDs, id)
 	}
 	s.mu.Unlock()
+	legacy := s.legacyDedup.Load()
 	known := make(map[dedupKey]*dedupEntry, len(items))
+	var hashes []int64
 	for i := range items {
-		k := dedupKey{ids[i], items[i].Message.TransactionID}
+		m := &items[i].Message
+		k := dedupKey{ids[i], m.TransactionID}
 		if _, ok := known[k]; ok {
 			return nil, nil, errNoPrediction // first-wins inside the batch: the long way decides it
 		}
 		known[k] = nil
+		if isMinted(m.ID, m.TransactionID) {
+			continue
+		}
+		if _, ok := mintedForm(m.TransactionID); ok || legacy {
+			return nil, nil, errNoPrediction
+		}
+		hashes = append(hashes, keyHash(k.pid, k.txid))
 	}
-	// Every key is new and unique, so every item is stored and the
-	// window (not predicted) never applies.
+	// Every key is new (or the pipeline rolls back) and unique, so every
+	// item is stored and the window (not predicted) never applies.
 	out, _ := decide(items, ids, parts, known)
 	w, err := s.buildWrites(lockIDs, parts)
 	if err != nil {
 		return nil, nil, err
 	}
+	w.newKeys = hashes
 	var b pgx.Batch
 	b.Queue("BEGIN")
 	w.queue(&b, items, out)
 	finish(&b)
 	if err := conn.SendBatch(ctx, &b).Close(); err != nil {
-		if isCode(err, codeOffsetsStale) {
-			return nil, nil, fmt.Errorf("pg: predicted offsets: %w", err)
+		if isCode(err, codeOffsetsStale) || isCode(err, codeKeysNotNew) {
+			return nil, nil, fmt.Errorf("pg: predicted batch: %w", err)
 		}
 		return nil, nil, fmt.Errorf("pg: write and commit (outcome unknown): %w", err)
 	}
@@ -455,9 +472,14 @@ func (s *Store) projectPredicted(ctx context.Context, conn batcher, items []Proj
 // errNoPrediction: projectPredicted does not apply to the batch.
 var errNoPrediction = errors.New("pg: batch offsets not predictable")
 
-// codeOffsetsStale is the SQLSTATE write_segments raises when a partition
-// is gone or not in the state the batch was built for.
-const codeOffsetsStale = "QN001"
+// SQLSTATEs of the projection functions (pg/schema.sql): write_segments
+// raises codeOffsetsStale when a partition is gone or not in the state the
+// batch was built for, assert_new_keys codeKeysNotNew when the sidecar
+// names an offset for one of the keys.
+const (
+	codeOffsetsStale = "QN001"
+	codeKeysNotNew   = "QN002"
+)
 
 // isCode reports whether err is a server error with SQLSTATE code.
 func isCode(err error, code string) bool {
@@ -589,6 +611,10 @@ type batchWrites struct {
 	segEnc   []bool
 	segBody  [][]byte
 	runs     dedupRuns
+	// newKeys: key hashes of client transactionIds the sidecar must not
+	// know yet (projectPredicted), checked after the segments lock their
+	// partitions and before the sidecar rows go in.
+	newKeys []int64
 }
 
 // queue appends the batch's writes to b: the segments with their
@@ -598,6 +624,9 @@ func (w *batchWrites) queue(b *pgx.Batch, items []ProjectItem, out []Outcome) {
 	if len(w.segPID) > 0 {
 		b.Queue(`SELECT queen.write_segments($1::uuid[], $2::bigint[], $3::integer[], $4::boolean[], $5::bytea[])`,
 			pgUUIDs(w.segPID), w.segBase, w.segCount, w.segEnc, w.segBody)
+	}
+	if len(w.newKeys) > 0 {
+		b.Queue(`SELECT queen.assert_new_keys($1::bigint[])`, w.newKeys)
 	}
 	w.runs.queue(b)
 	if notify := storedQueues(items, out); len(notify) > 0 {

@@ -249,6 +249,25 @@ BEGIN
 END
 $$;
 
+-- assert_new_keys: raises SQLSTATE QN002 when dedup_hash_probe names any
+-- offset for one of hashes. A batch whose offsets the broker predicted is
+-- sent in one pipeline with its COMMIT (pg/project.go, projectPredicted):
+-- it runs after write_segments has locked the batch's partitions and
+-- before the batch's own sidecar rows go in, and a hit (a duplicate, a key
+-- repeated after its window, a hash collision) rolls the batch back to be
+-- decided the long way.
+CREATE OR REPLACE FUNCTION queen.assert_new_keys(hashes bigint[])
+RETURNS void
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    PERFORM 1 FROM queen.dedup_hash_probe(hashes) LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'queen: the dedup sidecar names an offset for a key of the batch' USING ERRCODE = 'QN002';
+    END IF;
+END
+$$;
+
 -- dedup_minted_probe: for each (pid, id) (floor: the smallest minted_lo of
 -- a run that can hold id), the offset of the minted id in partition pid,
 -- with the key's ordinal.

@@ -66,6 +66,9 @@ type Store struct {
 	// this Store's last committed projection batch (pg/project.go,
 	// projectPredicted); created on first use.
 	offsets map[uuid.UUID]offsetGuess
+	// predicted counts the batches projectPredicted committed and those
+	// it sent but rolled back (a stale prediction or a known key).
+	predicted, predictedMiss atomic.Int64
 
 	// legacyDedup: queen.dedup holds entries of versions before the hash
 	// sidecar, so every client key is probed there too (pg/dedup.go).

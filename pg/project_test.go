@@ -178,10 +178,10 @@ func TestProjectPredictedMinted(t *testing.T) {
 		wantPredicted(t, x.a, committed, 0)
 		all, outs = append(all, items...), append(outs, out...)
 	}
-	step(batch("P0", "P1", "P0"), 0)            // learns P0, P1
+	step(batch("P0", "P1", "P0"), 0)             // learns P0, P1
 	step(batch("P1", "P0", "P0", "P1", "P1"), 1) // predicted
-	step(batch("P0", "P2"), 1)                  // P2 unknown: the long way
-	step(batch("P2", "P2", "P0", "P1"), 2)      // predicted
+	step(batch("P0", "P2"), 1)                   // P2 unknown: the long way
+	step(batch("P2", "P2", "P0", "P1"), 2)       // predicted
 	got := stored(t, x.a, "m")
 	wantStored(t, got, all, outs)
 	for p, n := range map[string]int{"P0": 6, "P1": 5, "P2": 3} {
@@ -199,7 +199,9 @@ func TestProjectPredictedStale(t *testing.T) {
 	x := setupBrokers(t, nil)
 	var all []pg.ProjectItem
 	var outs []pg.Outcome
-	add := func(items []pg.ProjectItem, out []pg.Outcome) { all, outs = append(all, items...), append(outs, out...) }
+	add := func(items []pg.ProjectItem, out []pg.Outcome) {
+		all, outs = append(all, items...), append(outs, out...)
+	}
 	items := []pg.ProjectItem{at("s", "P", ""), at("s", "P", "")}
 	add(items, x.projectA(t, items...))
 	items = []pg.ProjectItem{at("s", "P", ""), at("s", "P", ""), at("s", "P", "")}

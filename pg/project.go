@@ -81,10 +81,12 @@ type partState struct {
 // deadlocks between brokers), the dedup sidecar is probed for the batch's
 // keys, offsets are allocated consecutively in WAL order, one segment per
 // partition is written, and the sidecar and checkpoint are upserted. A
-// batch of broker-minted ids only (nothing to probe) whose partitions this
-// Store committed to last is written in one round trip, its offsets
-// predicted and checked under the lock (projectPredicted); any other batch
-// takes two (lock and probe, then the writes and COMMIT). Dedup
+// batch whose partitions this Store committed to last, and whose keys are
+// broker-minted ids or client transactionIds the sidecar does not know,
+// is written in one round trip, its offsets predicted and checked under
+// the lock (projectPredicted); any other batch takes two (lock and probe,
+// then the writes and COMMIT), or more when the sidecar names candidates
+// to confirm. Dedup
 // rules (spec/producing.md): per partition; an entry counts while its
 // acceptance time is within the queue's dedup_window_seconds of the item's
 // acceptance time (0 = off); first wins inside a batch; a repeat does not
@@ -99,8 +101,9 @@ type partState struct {
 // a deadlock or serialization failure (a queue delete racing the batch's
 // sidecar writes), or one whose queue's encryptionEnabled changed between
 // its lock and its writes (write_segments' check): such an error comes
-// from a statement before COMMIT, so nothing of the batch committed. Up to goneRetries attempts; a deleted
-// queue never holds up other queues' batches behind the projector's backoff.
+// from a statement before COMMIT, so nothing of the batch committed. Up to
+// goneRetries attempts; a deleted queue never holds up other queues'
+// batches behind the projector's backoff.
 //
 // An error means nothing of the batch may be assumed stored: the caller
 // re-reads the checkpoint before it retries (a failed COMMIT has an unknown
@@ -544,15 +547,17 @@ func (s *Store) holdOffsets(ids []uuid.UUID) {
 }
 
 // forgetOffsets drops the guesses of the partitions ids (a batch that
-// failed: its outcome may be unknown).
+// failed: its outcome may be unknown), except those on hold, which keep
+// their hold.
 func (s *Store) forgetOffsets(ids []uuid.UUID) {
+	now := time.Now().UnixNano()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.offsets) == 0 {
 		return
 	}
 	for _, id := range ids {
-		if g, ok := s.offsets[id]; ok && g.hold == 0 {
+		if g, ok := s.offsets[id]; ok && g.hold <= now {
 			delete(s.offsets, id)
 		}
 	}

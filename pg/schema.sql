@@ -115,7 +115,9 @@ BEGIN
 END
 $$;
 
--- Moves the partitions' next offsets ($1[i] to $2[i]) after a batch.
+-- Moves the partitions' next offsets ($1[i] to $2[i]) after a batch: what
+-- brokers before write_segments call (kept for a rolling upgrade; this
+-- version no longer does).
 CREATE OR REPLACE FUNCTION queen.advance_partitions(ids uuid[], nexts bigint[])
 RETURNS void
 LANGUAGE plpgsql VOLATILE

@@ -99,11 +99,10 @@ type partState struct {
 // looked up again, which recreates it as a push to a missing queue does, and
 // the batch is retried at once; so is a batch that PostgreSQL rolled back as
 // a deadlock or serialization failure (a queue delete racing the batch's
-// sidecar writes), or one whose queue's encryptionEnabled changed between
-// its lock and its writes (write_segments' check): such an error comes
-// from a statement before COMMIT, so nothing of the batch committed. Up to
-// goneRetries attempts; a deleted queue never holds up other queues'
-// batches behind the projector's backoff.
+// sidecar writes): such an error comes from a statement before COMMIT, so
+// nothing of the batch committed. Up to goneRetries attempts; a deleted
+// queue never holds up other queues' batches behind the projector's
+// backoff.
 //
 // An error means nothing of the batch may be assumed stored: the caller
 // re-reads the checkpoint before it retries (a failed COMMIT has an unknown
@@ -127,8 +126,7 @@ func (s *Store) Project(ctx context.Context, brokerID uuid.UUID, cp Checkpoint, 
 	}
 	for attempt := 1; ; attempt++ {
 		out, err := s.projectOnce(ctx, items, attempt > 1, finish)
-		if err == nil || !(errors.Is(err, ErrPartitionGone) || isCode(err, codeOffsetsStale) || retryable(err, true)) ||
-			attempt == goneRetries || ctx.Err() != nil {
+		if err == nil || !(errors.Is(err, ErrPartitionGone) || retryable(err, true)) || attempt == goneRetries || ctx.Err() != nil {
 			return out, err
 		}
 		s.log.Debug("pg: projection batch rolled back by a concurrent change (queue deleted, deadlock); retrying at once",
@@ -366,6 +364,9 @@ func (s *Store) projectTx(ctx context.Context, conn batcher, begin bool, items [
 	if err != nil {
 		return nil, nil, err
 	}
+	// The encryption flag was read under this transaction's lock: no
+	// check (a /configure committed since does not fail the batch).
+	w.segEnc = nil
 	var b pgx.Batch
 	w.queue(&b, items, out)
 	if finish != nil {
@@ -379,11 +380,6 @@ func (s *Store) projectTx(ctx context.Context, conn batcher, begin bool, items [
 		return out, learned, nil
 	}
 	if err := conn.SendBatch(ctx, &b).Close(); err != nil {
-		if isCode(err, codeOffsetsStale) {
-			// The queue's encryptionEnabled changed since the lock: rolled
-			// back, nothing written (Project retries it).
-			return nil, nil, fmt.Errorf("pg: write segments: %w", err)
-		}
 		return nil, nil, fmt.Errorf("pg: write and commit (outcome unknown): %w", err)
 	}
 	return out, learned, nil
@@ -613,9 +609,11 @@ type batchWrites struct {
 	segPID   []uuid.UUID
 	segBase  []int64
 	segCount []int32
-	segEnc   []bool
-	segBody  [][]byte
-	runs     dedupRuns
+	// segEnc: the encryptionEnabled each segment was built for, checked
+	// by write_segments; nil: no check.
+	segEnc  []bool
+	segBody [][]byte
+	runs    dedupRuns
 	// newKeys: key hashes of client transactionIds the sidecar must not
 	// know yet (projectPredicted), checked after the segments lock their
 	// partitions and before the sidecar rows go in.

@@ -133,7 +133,9 @@ $$;
 -- partitions ids in id order (NO KEY UPDATE, as lock_partitions: no
 -- deadlock between brokers; a no-op where the batch holds them already),
 -- checks that partition ids[i] is at next_offset bases[i] and that its
--- queue's encryption_enabled is encrypt[i], moves next_offset to bases[i] +
+-- queue's encryption_enabled is encrypt[i] (not checked where encrypt[i]
+-- is NULL, or encrypt is: the caller read it under the same lock), moves
+-- next_offset to bases[i] +
 -- counts[i] and stores bodies[i] as its segment of offsets bases[i] ..
 -- bases[i] + counts[i] - 1. A partition that is gone or not in that state
 -- raises SQLSTATE QN001 before anything is written, which rolls the
@@ -153,7 +155,7 @@ BEGIN
     UPDATE queen.partitions p SET next_offset = v.base + v.n, last_message_at = now()
     FROM unnest(ids, bases, counts, encrypt) AS v(id, base, n, enc)
     WHERE p.id = v.id AND p.next_offset = v.base
-      AND (SELECT q.encryption_enabled FROM queen.queues q WHERE q.id = p.queue_id) = v.enc;
+      AND (v.enc IS NULL OR (SELECT q.encryption_enabled FROM queen.queues q WHERE q.id = p.queue_id) = v.enc);
     GET DIAGNOSTICS moved = ROW_COUNT;
     IF moved <> cardinality(ids) THEN
         RAISE EXCEPTION 'queen: % of % partitions gone or not at the predicted offset', cardinality(ids) - moved, cardinality(ids)

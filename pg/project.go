@@ -230,6 +230,7 @@ func (s *Store) projectTx(ctx context.Context, conn batcher, begin bool, items [
 		case errors.Is(err, errNoPrediction):
 		case isCode(err, codeOffsetsStale) || isCode(err, codeKeysNotNew):
 			s.predictedMiss.Add(1)
+			s.log.Debug("pg: one-round-trip projection batch rolled back; projecting it the long way", "err", err)
 			// Rolled back before anything was written (another broker, a
 			// transactional push or a queue delete moved a partition, or
 			// the sidecar knows a key): the long way, and no predictions

@@ -28,3 +28,9 @@ func RunsOf(pid uuid.UUID, base int64, msgs []Message) (bases []int64, hashes []
 
 // FastAcks is how many acks s completed with its lease memo (fastAck).
 func FastAcks(s *Store) int64 { return s.leases.applied.Load() }
+
+// PredictedBatches returns how many batches s projected in one round trip
+// (predicted offsets) and how many such attempts rolled back to the long way.
+func PredictedBatches(s *Store) (committed, missed int64) {
+	return s.predicted.Load(), s.predictedMiss.Load()
+}

@@ -14,7 +14,7 @@ func TestMain(m *testing.M) { os.Exit(testenv.MainLeakChecked(m)) }
 
 // openStore opens a Store on a fresh database with the schema applied; it
 // is closed when the test ends.
-func openStore(t *testing.T) *pg.Store {
+func openStore(t testing.TB) *pg.Store {
 	t.Helper()
 	s, _ := testenv.OpenSchemaStore(t)
 	return s

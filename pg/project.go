@@ -80,7 +80,13 @@ type partState struct {
 // Per batch: the touched partition rows are locked in id order (no
 // deadlocks between brokers), the dedup sidecar is probed for the batch's
 // keys, offsets are allocated consecutively in WAL order, one segment per
-// partition is written, and the sidecar and checkpoint are upserted. Dedup
+// partition is written, and the sidecar and checkpoint are upserted. A
+// batch whose partitions this Store committed to last, and whose keys are
+// broker-minted ids or client transactionIds the sidecar does not know,
+// is written in one round trip, its offsets predicted and checked under
+// the lock (projectPredicted); any other batch takes two (lock and probe,
+// then the writes and COMMIT), or more when the sidecar names candidates
+// to confirm. Dedup
 // rules (spec/producing.md): per partition; an entry counts while its
 // acceptance time is within the queue's dedup_window_seconds of the item's
 // acceptance time (0 = off); first wins inside a batch; a repeat does not
@@ -95,7 +101,8 @@ type partState struct {
 // a deadlock or serialization failure (a queue delete racing the batch's
 // sidecar writes): such an error comes from a statement before COMMIT, so
 // nothing of the batch committed. Up to goneRetries attempts; a deleted
-// queue never holds up other queues' batches behind the projector's backoff.
+// queue never holds up other queues' batches behind the projector's
+// backoff.
 //
 // An error means nothing of the batch may be assumed stored: the caller
 // re-reads the checkpoint before it retries (a failed COMMIT has an unknown
@@ -166,7 +173,10 @@ func (s *Store) projectOnce(ctx context.Context, items []ProjectItem, retry bool
 			return nil, err
 		}
 	}
-	out, err := s.project(ctx, conn.Conn(), !retry, items, ids, finish)
+	out, learned, err := s.projectTx(ctx, conn.Conn(), !retry, items, ids, finish)
+	if err != nil {
+		s.forgetOffsets(ids)
+	}
 	if errors.Is(err, ErrPartitionGone) {
 		// Nothing was written: end the transaction here so the connection
 		// goes back to the pool instead of being closed.
@@ -179,8 +189,10 @@ func (s *Store) projectOnce(ctx context.Context, items []ProjectItem, retry bool
 		return nil, err
 	}
 	if st := conn.Conn().PgConn().TxStatus(); st != 'I' {
+		s.forgetOffsets(ids)
 		return nil, fmt.Errorf("pg: commit did not end the transaction (status %q)", st)
 	}
+	s.learnOffsets(learned)
 	return out, nil
 }
 
@@ -188,6 +200,7 @@ func (s *Store) projectOnce(ctx context.Context, items []ProjectItem, retry bool
 type batcher interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
 // project stores items in two round trips: lock + probe, then the writes,
@@ -196,8 +209,40 @@ type batcher interface {
 // segments, and one when exact entries of queen.dedup name duplicates
 // whose segment may be gone. begin puts BEGIN in front of the first batch; finish,
 // when set, appends the caller's statements (checkpoint, COMMIT) to the
-// second.
+// second. Transaction and the stream sink use it inside their own
+// transaction.
 func (s *Store) project(ctx context.Context, conn batcher, begin bool, items []ProjectItem, ids []uuid.UUID, finish func(*pgx.Batch)) ([]Outcome, error) {
+	out, _, err := s.projectTx(ctx, conn, begin, items, ids, finish)
+	return out, err
+}
+
+// projectTx is project, which with begin and finish set (a whole
+// transaction: Project's first attempt) first tries projectPredicted's
+// one round trip; it also returns every locked partition's next offset
+// for learnOffsets, to be applied once the COMMIT is confirmed.
+func (s *Store) projectTx(ctx context.Context, conn batcher, begin bool, items []ProjectItem, ids []uuid.UUID, finish func(*pgx.Batch)) ([]Outcome, []learnedOffset, error) {
+	if begin && finish != nil {
+		out, learned, err := s.projectPredicted(ctx, conn, items, ids, finish)
+		switch {
+		case err == nil:
+			s.predicted.Add(1)
+			return out, learned, nil
+		case errors.Is(err, errNoPrediction):
+		case isCode(err, codeOffsetsStale) || isCode(err, codeKeysNotNew):
+			s.predictedMiss.Add(1)
+			s.log.Debug("pg: one-round-trip projection batch rolled back; projecting it the long way", "err", err)
+			// Rolled back before anything was written (another broker, a
+			// transactional push or a queue delete moved a partition, or
+			// the sidecar knows a key): the long way, and no predictions
+			// for these partitions for a while.
+			s.holdOffsets(ids)
+			if _, rerr := conn.Exec(ctx, "ROLLBACK"); rerr != nil {
+				return nil, nil, errors.Join(err, rerr)
+			}
+		default:
+			return nil, nil, err
+		}
+	}
 	parts := make(map[uuid.UUID]*partState)
 	lockIDs := make([]uuid.UUID, 0, 8)
 	for _, id := range ids {
@@ -235,14 +280,14 @@ func (s *Store) project(ctx context.Context, conn batcher, begin bool, items []P
 	if begin {
 		if _, err := br.Exec(); err != nil {
 			br.Close()
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	locked := 0
 	rows, err := br.Query()
 	if err != nil {
 		br.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	for rows.Next() {
 		var id pgtype.UUID
@@ -252,7 +297,7 @@ func (s *Store) project(ctx context.Context, conn batcher, begin bool, items []P
 		if err := rows.Scan(&id, &next, &window, &encrypt); err != nil {
 			rows.Close()
 			br.Close()
-			return nil, err
+			return nil, nil, err
 		}
 		ps := parts[uuid.UUID(id.Bytes)]
 		ps.next, ps.base, ps.window, ps.encrypt = next, next, int64(window)*int64(time.Second/time.Microsecond), encrypt
@@ -261,24 +306,24 @@ func (s *Store) project(ctx context.Context, conn batcher, begin bool, items []P
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		br.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	if err := probe.read(br, known); err != nil {
 		br.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	if err := br.Close(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if locked != len(lockIDs) {
 		s.forgetPartitions(items)
-		return nil, fmt.Errorf("%w: locked %d of %d", ErrPartitionGone, locked, len(lockIDs))
+		return nil, nil, fmt.Errorf("%w: locked %d of %d", ErrPartitionGone, locked, len(lockIDs))
 	}
 
 	// 2. Confirm the sidecar's candidates against their segments (a round
 	// trip only when there are any: duplicates or hash collisions).
 	if err := confirm(ctx, conn, probe.pending, known); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 
 	// 3. Decide each item in WAL order and allocate offsets.
@@ -299,49 +344,220 @@ func (s *Store) project(ctx context.Context, conn batcher, begin bool, items []P
 					ORDER BY s.base_offset DESC LIMIT 1) seg
 				WHERE seg.last_offset >= k.off)`, pgUUIDs(pids), offs)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for rows.Next() {
 			var ord int64
 			if err := rows.Scan(&ord); err != nil {
 				rows.Close()
-				return nil, err
+				return nil, nil, err
 			}
 			out[checkSeg[ord-1]].MessageID = uuid.Nil
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 
 	// 5. Write segments, offsets, sidecar entries and the checkpoint.
 	w, err := s.buildWrites(lockIDs, parts)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	// The encryption flag was read under this transaction's lock: no
+	// check (a /configure committed since does not fail the batch).
+	w.segEnc = nil
 	var b pgx.Batch
-	segIDs := pgUUIDs(w.segPID)
-	if len(w.segPID) > 0 {
-		b.Queue(`SELECT queen.advance_partitions($1::uuid[], $2::bigint[])`, segIDs, w.segNext)
-		b.Queue(`INSERT INTO queen.segments (partition_id, base_offset, last_offset, body)
-			SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bytea[])`, segIDs, w.segBase, w.segLast, w.segBody)
-	}
-	w.runs.queue(&b)
-	if notify := storedQueues(items, out); len(notify) > 0 {
-		// Wake long-polling pops on every broker (pg/listen.go).
-		b.Queue(`SELECT pg_notify($1, q) FROM unnest($2::text[]) AS q`, NotifyChannel, notify)
-	}
+	w.queue(&b, items, out)
 	if finish != nil {
 		finish(&b)
 	}
+	learned := make([]learnedOffset, len(lockIDs))
+	for i, id := range lockIDs {
+		learned[i] = learnedOffset{id, parts[id].next, parts[id].encrypt}
+	}
 	if b.Len() == 0 {
-		return out, nil
+		return out, learned, nil
 	}
 	if err := conn.SendBatch(ctx, &b).Close(); err != nil {
-		return nil, fmt.Errorf("pg: write and commit (outcome unknown): %w", err)
+		return nil, nil, fmt.Errorf("pg: write and commit (outcome unknown): %w", err)
 	}
-	return out, nil
+	return out, learned, nil
+}
+
+// projectPredicted writes a batch in ONE round trip (BEGIN, the writes,
+// the caller's checkpoint and COMMIT, pipelined) when this Store knows
+// every partition's next offset and queue encryption from its own last
+// committed batch (learnOffsets; no stale guess held), no key repeats in
+// the batch, and no key needs more of the sidecar than a yes/no: a
+// broker-minted id is new (pg/dedup.go) and is not probed, a client
+// transactionId is probed by its key hash (not one in the minted form,
+// which the minted probe reads, nor while queen.dedup holds legacy
+// entries). The offsets are allocated from the predictions, every item
+// stored. In the pipeline, write_segments locks the partitions in id order
+// and checks every prediction under the lock (SQLSTATE QN001 if another
+// broker, a transactional push or a queue delete moved or removed one),
+// then assert_new_keys probes the sidecar for the client keys, after the
+// lock as the long way does, and raises QN002 on any hit (a duplicate, a
+// repeat outside its window, a hash collision: the long way decides it).
+// Either error rolls the whole transaction back before anything is
+// written, so the outcome is the long way's offsets, segments and sidecar
+// rows, or nothing. It returns errNoPrediction, having sent nothing, when
+// the batch does not qualify.
+func (s *Store) projectPredicted(ctx context.Context, conn batcher, items []ProjectItem, ids []uuid.UUID, finish func(*pgx.Batch)) ([]Outcome, []learnedOffset, error) {
+	if len(items) == 0 {
+		return nil, nil, errNoPrediction
+	}
+	parts := make(map[uuid.UUID]*partState)
+	var lockIDs []uuid.UUID
+	now := time.Now().UnixNano()
+	s.mu.Lock()
+	for _, id := range ids {
+		if _, ok := parts[id]; ok {
+			continue
+		}
+		g, ok := s.offsets[id]
+		if !ok || g.hold > now {
+			s.mu.Unlock()
+			return nil, nil, errNoPrediction
+		}
+		parts[id] = &partState{id: id, next: g.next, base: g.next, encrypt: g.encrypt}
+		lockIDs = append(lockIDs, id)
+	}
+	s.mu.Unlock()
+	legacy := s.legacyDedup.Load()
+	known := make(map[dedupKey]*dedupEntry, len(items))
+	var hashes []int64
+	for i := range items {
+		m := &items[i].Message
+		k := dedupKey{ids[i], m.TransactionID}
+		if _, ok := known[k]; ok {
+			return nil, nil, errNoPrediction // first-wins inside the batch: the long way decides it
+		}
+		known[k] = nil
+		if isMinted(m.ID, m.TransactionID) {
+			continue
+		}
+		if _, ok := mintedForm(m.TransactionID); ok || legacy {
+			return nil, nil, errNoPrediction
+		}
+		hashes = append(hashes, keyHash(k.pid, k.txid))
+	}
+	// Every key is new (or the pipeline rolls back) and unique, so every
+	// item is stored and the window (not predicted) never applies.
+	out, _ := decide(items, ids, parts, known)
+	w, err := s.buildWrites(lockIDs, parts)
+	if err != nil {
+		return nil, nil, err
+	}
+	w.newKeys = hashes
+	var b pgx.Batch
+	b.Queue("BEGIN")
+	w.queue(&b, items, out)
+	finish(&b)
+	if err := conn.SendBatch(ctx, &b).Close(); err != nil {
+		if isCode(err, codeOffsetsStale) || isCode(err, codeKeysNotNew) {
+			return nil, nil, fmt.Errorf("pg: predicted batch: %w", err)
+		}
+		return nil, nil, fmt.Errorf("pg: write and commit (outcome unknown): %w", err)
+	}
+	learned := make([]learnedOffset, len(lockIDs))
+	for i, id := range lockIDs {
+		learned[i] = learnedOffset{id, parts[id].next, parts[id].encrypt}
+	}
+	return out, learned, nil
+}
+
+// errNoPrediction: projectPredicted does not apply to the batch.
+var errNoPrediction = errors.New("pg: batch offsets not predictable")
+
+// SQLSTATEs of the projection functions (pg/schema.sql): write_segments
+// raises codeOffsetsStale when a partition is gone or not in the state the
+// batch was built for, assert_new_keys codeKeysNotNew when the sidecar
+// names an offset for one of the keys.
+const (
+	codeOffsetsStale = "QN001"
+	codeKeysNotNew   = "QN002"
+)
+
+// isCode reports whether err is a server error with SQLSTATE code.
+func isCode(err error, code string) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == code
+}
+
+// offsetGuess is what a Store remembers of a partition from its last
+// committed projection batch: the next offset to allocate and its queue's
+// encryptionEnabled; hold is a time (Unix ns) before which it is not used,
+// set when a guess proved stale.
+type offsetGuess struct {
+	next    int64
+	encrypt bool
+	hold    int64
+}
+
+// learnedOffset is a partition's state after a batch, for learnOffsets.
+type learnedOffset struct {
+	id      uuid.UUID
+	next    int64
+	encrypt bool
+}
+
+// Bounds of the prediction cache: at most maxOffsetGuesses partitions
+// (about 50 bytes each; the map starts over when full), and a partition
+// whose guess proved stale is not predicted for guessHold (brokers
+// writing the same partitions would otherwise waste a round trip on most
+// batches).
+const (
+	maxOffsetGuesses = 1 << 16
+	guessHold        = time.Second
+)
+
+// learnOffsets records partitions' state after a confirmed COMMIT,
+// keeping a hold in force.
+func (s *Store) learnOffsets(l []learnedOffset) {
+	if len(l) == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.offsets == nil || len(s.offsets)+len(l) > maxOffsetGuesses {
+		s.offsets = make(map[uuid.UUID]offsetGuess, len(l))
+	}
+	for _, o := range l {
+		s.offsets[o.id] = offsetGuess{next: o.next, encrypt: o.encrypt, hold: s.offsets[o.id].hold}
+	}
+}
+
+// holdOffsets keeps the partitions ids from predictions for guessHold.
+func (s *Store) holdOffsets(ids []uuid.UUID) {
+	until := time.Now().Add(guessHold).UnixNano()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range ids {
+		if g, ok := s.offsets[id]; ok {
+			g.hold = until
+			s.offsets[id] = g
+		}
+	}
+}
+
+// forgetOffsets drops the guesses of the partitions ids (a batch that
+// failed: its outcome may be unknown), except those on hold, which keep
+// their hold.
+func (s *Store) forgetOffsets(ids []uuid.UUID) {
+	now := time.Now().UnixNano()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.offsets) == 0 {
+		return
+	}
+	for _, id := range ids {
+		if g, ok := s.offsets[id]; ok && g.hold <= now {
+			delete(s.offsets, id)
+		}
+	}
 }
 
 // decide gives each item its Outcome in WAL order against the sidecar
@@ -391,10 +607,36 @@ func storedQueues(items []ProjectItem, out []Outcome) []string {
 // per touched partition and the dedup sidecar rows, as statement
 // arguments.
 type batchWrites struct {
-	segPID                    []uuid.UUID
-	segBase, segLast, segNext []int64
-	segBody                   [][]byte
-	runs                      dedupRuns
+	segPID   []uuid.UUID
+	segBase  []int64
+	segCount []int32
+	// segEnc: the encryptionEnabled each segment was built for, checked
+	// by write_segments; nil: no check.
+	segEnc  []bool
+	segBody [][]byte
+	runs    dedupRuns
+	// newKeys: key hashes of client transactionIds the sidecar must not
+	// know yet (projectPredicted), checked after the segments lock their
+	// partitions and before the sidecar rows go in.
+	newKeys []int64
+}
+
+// queue appends the batch's writes to b: the segments with their
+// partitions' offsets (write_segments), the sidecar rows and the pg_notify
+// of the queues that items stores messages in (out: their outcomes).
+func (w *batchWrites) queue(b *pgx.Batch, items []ProjectItem, out []Outcome) {
+	if len(w.segPID) > 0 {
+		b.Queue(`SELECT queen.write_segments($1::uuid[], $2::bigint[], $3::integer[], $4::boolean[], $5::bytea[])`,
+			pgUUIDs(w.segPID), w.segBase, w.segCount, w.segEnc, w.segBody)
+	}
+	if len(w.newKeys) > 0 {
+		b.Queue(`SELECT queen.assert_new_keys($1::bigint[])`, w.newKeys)
+	}
+	w.runs.queue(b)
+	if notify := storedQueues(items, out); len(notify) > 0 {
+		// Wake long-polling pops on every broker (pg/listen.go).
+		b.Queue(`SELECT pg_notify($1, q) FROM unnest($2::text[]) AS q`, NotifyChannel, notify)
+	}
 }
 
 // buildWrites encodes (and, for queues with encryptionEnabled, encrypts)
@@ -420,8 +662,8 @@ func (s *Store) buildWrites(lockIDs []uuid.UUID, parts map[uuid.UUID]*partState)
 		}
 		w.segPID = append(w.segPID, id)
 		w.segBase = append(w.segBase, ps.base)
-		w.segLast = append(w.segLast, ps.next-1)
-		w.segNext = append(w.segNext, ps.next)
+		w.segCount = append(w.segCount, int32(ps.next-ps.base))
+		w.segEnc = append(w.segEnc, ps.encrypt)
 		w.segBody = append(w.segBody, EncodeSegment(nil, ps.msgs))
 	}
 	return w, nil

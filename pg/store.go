@@ -62,6 +62,13 @@ type Store struct {
 	mu       sync.Mutex
 	partIDs  map[partKey]uuid.UUID // (queue, partition) → partition id
 	schemaOK bool
+	// offsets: partition id → its next offset and queue encryption as of
+	// this Store's last committed projection batch (pg/project.go,
+	// projectPredicted); created on first use.
+	offsets map[uuid.UUID]offsetGuess
+	// predicted counts the batches projectPredicted committed and those
+	// it sent but rolled back (a stale prediction or a known key).
+	predicted, predictedMiss atomic.Int64
 
 	// legacyDedup: queen.dedup holds entries of versions before the hash
 	// sidecar, so every client key is probed there too (pg/dedup.go).

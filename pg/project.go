@@ -412,7 +412,7 @@ func (s *Store) buildWrites(lockIDs []uuid.UUID, parts map[uuid.UUID]*partState)
 		}
 		// The sidecar reads transactionIds and ids, which encryption leaves
 		// alone; it goes first so that it sees the messages as pushed.
-		w.runs.add(id, ps.base, ps.msgs)
+		w.runs.add(id, ps.base, ps.window, ps.msgs)
 		if ps.encrypt {
 			if err := s.encrypt(ps.msgs); err != nil {
 				return nil, err

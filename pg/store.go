@@ -63,9 +63,10 @@ type Store struct {
 	partIDs  map[partKey]uuid.UUID // (queue, partition) → partition id
 	schemaOK bool
 
-	// legacyDedup: queen.dedup holds entries of versions before the hash
-	// sidecar, so every client key is probed there too (pg/dedup.go).
-	legacyDedup atomic.Bool
+	// legacyDedup: older versions' sidecar tables hold entries (exact
+	// entries in queen.dedup, or rows of queen.dedup_runs: legacyRuns), so
+	// every client key is probed there too (pg/dedup.go).
+	legacyDedup, legacyRuns atomic.Bool
 }
 
 type partKey struct{ queue, partition string }

@@ -151,7 +151,7 @@ type dedupRuns struct {
 	pid     []uuid.UUID
 	base    []int64
 	hashes  []int64
-	expires int64 // µs; valid when len(pid) > 0
+	expires int64   // µs; valid when len(pid) > 0
 	seconds []int64 // scratch: the minted seconds of the partition being added
 }
 

@@ -24,7 +24,7 @@ import (
 //	base_offsets  bigint[]    the base offset of the segment each one got
 //	key_hashes    bigint[]    keyHash(partition, transactionId) of every
 //	                          client transactionId the batch stored, and
-//	                          mintedKey(partition, second) of every second
+//	                          mintedKey(partition, tick) of every 10 ms tick
 //	                          in which a minted id the batch stored (the key
 //	                          of an item pushed without a transactionId) was
 //	                          minted; in no particular order
@@ -39,7 +39,7 @@ import (
 //
 // The probe stays exact. A batch probes the hashes of its client keys, and
 // for a client transactionId in the minted form (canonical lowercase
-// UUIDv7 text) also the minted key of that UUID's partition and second. A
+// UUIDv7 text) also the minted key of that UUID's partition and tick. A
 // hit only names a segment: the row's segment of the key's partition (a
 // row without the key's partition is another partition's hash); its
 // messages are compared with the key byte for byte, which gives the
@@ -82,17 +82,26 @@ var keyHash = func(pid uuid.UUID, txid string) int64 {
 	return h
 }
 
-// mintedKey is the sidecar key of the ids minted in Unix second sec and
+// mintedKey is the sidecar key of the ids minted in tick (mintedTick) and
 // stored in partition pid: XXH64 (seed 0) of the partition id's 16 bytes,
-// the byte 0xff (which no UTF-8 transactionId holds) and sec as 8
+// the byte 0xff (which no UTF-8 transactionId holds) and tick as 8
 // big-endian bytes. A variable so that tests can force collisions.
-var mintedKey = func(pid uuid.UUID, sec int64) int64 {
+var mintedKey = func(pid uuid.UUID, tick int64) int64 {
 	var b [25]byte
 	copy(b[:16], pid[:])
 	b[16] = 0xff
-	binary.BigEndian.PutUint64(b[17:], uint64(sec))
+	binary.BigEndian.PutUint64(b[17:], uint64(tick))
 	return int64(xxhash.Sum64(b[:]))
 }
+
+// mintedTickMillis is the time step of mintedKey. A batch's row holds one
+// minted key per partition and tick its minted ids span (a batch spans a
+// few milliseconds: one to three); a client transactionId in the minted
+// form that is not a minted id of its partition still names, as
+// candidates to read and compare, the segments of the batches that stored
+// minted ids in that partition and tick. Coarser ticks save keys of
+// minted ids, finer ones save those reads where a partition mixes both.
+const mintedTickMillis = 10
 
 // isMinted reports whether txid is the text of id, the key the broker
 // gives an item pushed without a transactionId.
@@ -126,9 +135,9 @@ func mintedMillis(u uuid.UUID) int64 {
 	return int64(binary.BigEndian.Uint64(b[:]))
 }
 
-// mintedSecond is the Unix second of a UUIDv7's time: the second of its
-// mintedKey.
-func mintedSecond(u uuid.UUID) int64 { return mintedMillis(u) / 1000 }
+// mintedTick is a UUIDv7's time in mintedTickMillis steps since the Unix
+// epoch: the tick of its mintedKey.
+func mintedTick(u uuid.UUID) int64 { return mintedMillis(u) / mintedTickMillis }
 
 // mintedFloor is the smallest UUID whose UUIDv7 time is mintedSpan before
 // u's: the lower bound of minted_lo for a run of queen.dedup_runs that may
@@ -152,7 +161,7 @@ type dedupRuns struct {
 	base    []int64
 	hashes  []int64
 	expires int64   // µs; valid when len(pid) > 0
-	seconds []int64 // scratch: the minted seconds of the partition being added
+	ticks   []int64 // scratch: the minted ticks of the partition being added
 }
 
 // add appends partition pid's messages msgs, stored at offsets base.. (one
@@ -164,7 +173,7 @@ func (r *dedupRuns) add(pid uuid.UUID, base, window int64, msgs []Message) {
 	}
 	r.pid = append(r.pid, pid)
 	r.base = append(r.base, base)
-	r.seconds = r.seconds[:0]
+	r.ticks = r.ticks[:0]
 	var at int64
 	for i := range msgs {
 		m := &msgs[i]
@@ -175,9 +184,9 @@ func (r *dedupRuns) add(pid uuid.UUID, base, window int64, msgs []Message) {
 			r.hashes = append(r.hashes, keyHash(pid, m.TransactionID))
 			continue
 		}
-		if sec := mintedSecond(m.ID); !slices.Contains(r.seconds, sec) {
-			r.seconds = append(r.seconds, sec)
-			r.hashes = append(r.hashes, mintedKey(pid, sec))
+		if tick := mintedTick(m.ID); !slices.Contains(r.ticks, tick) {
+			r.ticks = append(r.ticks, tick)
+			r.hashes = append(r.hashes, mintedKey(pid, tick))
 		}
 	}
 	if exp := at + window; len(r.pid) == 1 || exp > r.expires {
@@ -236,7 +245,7 @@ func (p *probeSet) want(h int64, k dedupKey) {
 func (p *probeSet) add(k dedupKey) {
 	p.want(keyHash(k.pid, k.txid), k)
 	if u, ok := mintedForm(k.txid); ok {
-		p.want(mintedKey(k.pid, mintedSecond(u)), k)
+		p.want(mintedKey(k.pid, mintedTick(u)), k)
 		if p.legacy {
 			p.mPID, p.mID, p.mFloor = append(p.mPID, k.pid), append(p.mID, u), append(p.mFloor, mintedFloor(u))
 			p.mKeys = append(p.mKeys, k)

@@ -138,7 +138,7 @@ func TestDedupLegacyEntriesKeepTheirWindow(t *testing.T) {
 
 // TestDedupBatchRow: a batch makes one sidecar row: its partitions with
 // their segments' base offsets, a hash per client key, one minted key per
-// partition and second of its minted ids, and the latest end of its
+// partition and tick of its minted ids, and the latest end of its
 // messages' windows.
 func TestDedupBatchRow(t *testing.T) {
 	p1, p2 := uuid.New(), uuid.New()
@@ -147,17 +147,18 @@ func TestDedupBatchRow(t *testing.T) {
 		id[0], id[1], id[2], id[3], id[4], id[5] = byte(ms>>40), byte(ms>>32), byte(ms>>24), byte(ms>>16), byte(ms>>8), byte(ms)
 		return pg.Message{ID: id, TransactionID: id.String(), CreatedAtMicros: ms * 1000}
 	}
-	base := int64(1_700_000_000_000) // ms, a whole second
+	base := int64(1_700_000_000_000) // ms, a whole tick
+	tick := int64(pg.MintedTickMillis)
 	client := pg.Message{ID: uuid.New(), TransactionID: "client", CreatedAtMicros: base*1000 + 5e6}
 	pids, bases, hashes, expires := pg.BatchRowOf(
-		pg.BatchPart{PID: p1, Base: 10, Window: time.Hour, Msgs: []pg.Message{mint(base), client, mint(base + 999), mint(base + 1000)}},
+		pg.BatchPart{PID: p1, Base: 10, Window: time.Hour, Msgs: []pg.Message{mint(base), client, mint(base + tick - 1), mint(base + tick)}},
 		pg.BatchPart{PID: p2, Base: 0, Window: 2 * time.Hour, Msgs: []pg.Message{mint(base)}},
 	)
 	if len(pids) != 2 || pids[0] != p1 || pids[1] != p2 || bases[0] != 10 || bases[1] != 0 {
 		t.Fatalf("partitions %v at %v", pids, bases)
 	}
-	sec := base / 1000
-	want := []int64{pg.MintedKey(p1, sec), pg.KeyHash(p1, "client"), pg.MintedKey(p1, sec+1), pg.MintedKey(p2, sec)}
+	first := base / tick
+	want := []int64{pg.MintedKey(p1, first), pg.KeyHash(p1, "client"), pg.MintedKey(p1, first+1), pg.MintedKey(p2, first)}
 	if len(hashes) != len(want) {
 		t.Fatalf("hashes %v, want %v", hashes, want)
 	}

@@ -141,7 +141,7 @@ END $$;
 
 -- Dedup sidecar (pg/dedup.go): one row per projection batch. key_hashes
 -- holds a 64-bit hash per client transactionId stored by the batch (of
--- partition and key) and one per partition and second of the batch's
+-- partition and key) and one per partition and 10 ms tick of the batch's
 -- broker-minted ids; partition_ids and base_offsets name the segment each
 -- of the batch's partitions got. A hash hit names a segment, whose messages
 -- are compared byte for byte with the probed key, so the probe stays

@@ -289,7 +289,7 @@ func (p *probeSet) read(br pgx.BatchResults, known map[dedupKey]*dedupEntry) err
 		k   dedupKey
 		off int64
 	}
-	dup := make(map[seen]bool)
+	var dup map[seen]bool // made on the first hit (most probes have none)
 	for rows.Next() {
 		var pids []pgtype.UUID
 		var bases, hashes []int64
@@ -308,6 +308,9 @@ func (p *probeSet) read(br pgx.BatchResults, known map[dedupKey]*dedupEntry) err
 						continue
 					}
 					if c := (seen{k, bases[j]}); !dup[c] {
+						if dup == nil {
+							dup = make(map[seen]bool)
+						}
 						dup[c] = true
 						p.pending = append(p.pending, candidate{k, bases[j]})
 					}

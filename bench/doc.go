@@ -181,7 +181,7 @@
 //     and (through the postmaster's cutime and cstime) every child that
 //     exited, sampled before and after; divided by the messages, in µs;
 //   - PostgreSQL bytes: pg_total_relation_size of queen.segments and
-//     the dedup sidecar (queen.dedup_runs and queen.dedup, partitions
+//     the dedup sidecar (queen.dedup_batches and queen.dedup, partitions
 //     included) per stored message, and the two
 //     less the payload size;
 //   - the verification above, of the stored queue and of what every group

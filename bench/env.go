@@ -160,7 +160,8 @@ func humanSetting(v, unit string) string {
 type StorageSizes struct {
 	// SegmentsBytes: queen.segments, the messages packed per segment.
 	SegmentsBytes int64 `json:"segments_bytes"`
-	// DedupBytes: the dedup window's sidecar, queen.dedup_runs plus
+	// DedupBytes: the dedup window's sidecar, queen.dedup_batches (and an
+	// upgraded database's queen.dedup_runs) plus
 	// queen.dedup (exact keys kept past a segment's retention).
 	DedupBytes int64 `json:"dedup_bytes"`
 	// SchemaBytes: every table of schema queen.
@@ -178,7 +179,7 @@ func readSizes(ctx context.Context, conn *pgx.Conn) (StorageSizes, error) {
 	if err := conn.QueryRow(ctx, tree, "queen.segments").Scan(&s.SegmentsBytes); err != nil {
 		return s, fmt.Errorf("bench: size of queen.segments: %w", err)
 	}
-	for _, table := range []string{"queen.dedup_runs", "queen.dedup"} {
+	for _, table := range []string{"queen.dedup_batches", "queen.dedup_runs", "queen.dedup"} {
 		var n int64
 		if err := conn.QueryRow(ctx, tree, table).Scan(&n); err != nil {
 			return s, fmt.Errorf("bench: size of %s: %w", table, err)

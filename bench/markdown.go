@@ -147,7 +147,7 @@ const methodText = `How each row is made (queen-bench, see README.md):
   postmaster's cutime/cstime). For push rows the phase ends when the projector has every accepted item in
   PostgreSQL, so projection CPU is included.
 - Broker RSS is VmHWM, the broker's peak resident set over the scenario.
-- Bytes per message are pg_total_relation_size of queen.segments and the dedup sidecar (queen.dedup_runs and queen.dedup, with indexes and TOAST) divided
+- Bytes per message are pg_total_relation_size of queen.segments and the dedup sidecar (queen.dedup_batches and queen.dedup, with indexes and TOAST) divided
   by the messages stored; "beyond payload" subtracts the payload size (negative when compression saves more).
 - Peak backlog is the largest projector backlog (WAL records not yet in PostgreSQL) sampled during the pushes;
   catch-up is how long the projector needed after the last answer. Together with the buffered count they show a

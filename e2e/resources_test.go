@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -219,10 +220,11 @@ func TestQueuesGroupsSeekAndDLQRoutes(t *testing.T) {
 	if n := len(readQueue(t, s.store, "rq")); n != 0 {
 		t.Fatalf("deleted queue still holds %d", n)
 	}
-	// No dedup entry outlives its partition (the sidecar has no foreign key).
+	// No exact dedup entry outlives its partition (no foreign key); the
+	// hash sidecar's rows span partitions and expire with their window,
+	// and a deleted partition's keys never match a new partition.
 	var orphans int
-	if err := s.store.Pool().QueryRow(context.Background(), `SELECT count(*) FROM
-		(SELECT partition_id FROM queen.dedup_runs UNION ALL SELECT partition_id FROM queen.dedup) d
+	if err := s.store.Pool().QueryRow(context.Background(), `SELECT count(*) FROM queen.dedup d
 		WHERE NOT EXISTS (SELECT 1 FROM queen.partitions p WHERE p.id = d.partition_id)`).Scan(&orphans); err != nil || orphans != 0 {
 		t.Fatalf("dedup entries without a partition after the queue delete: %d (%v)", orphans, err)
 	}
@@ -230,7 +232,8 @@ func TestQueuesGroupsSeekAndDLQRoutes(t *testing.T) {
 		t.Fatalf("delete a deleted queue: %d %s", code, b)
 	}
 	// Pushing to the deleted queue recreates it.
-	wantStatuses(t, push(t, s.base, body(item{"rq", "A", 1, "again"})), Q)
+	// The deleted queue's transactionIds are new in the recreated queue.
+	wantStatuses(t, push(t, s.base, body(item{"rq", "A", 1, "again"}, item{"rq", "A", 1, "m-1"}, item{"rq", "B", 1, "m-6"})), Q, Q, Q)
 }
 
 // TestCaseC03DeletedGroupAfterRestart: a deleted group does not come back
@@ -265,12 +268,15 @@ func TestDedupSweep(t *testing.T) {
 	s := setup(t, func(c *broker.Config) { c.Projector.DedupGrace = 100 * time.Millisecond })
 	configure(t, s.base, "sw", map[string]any{"dedupWindowSeconds": 1})
 	configure(t, s.base, "keep", nil) // default window: its entries stay
-	push(t, s.base, body(item{"sw", "P", 1, "T"}, item{"keep", "P", 1, "T"}))
+	// Two pushes, so two projection batches: a sidecar row expires with the
+	// longest window of its batch's queues.
+	push(t, s.base, body(item{"sw", "P", 1, "T"}))
+	push(t, s.base, body(item{"keep", "P", 1, "T"}))
 	count := func(queue string) int {
 		var n int
-		if err := s.store.Pool().QueryRow(context.Background(), `SELECT count(*) FROM queen.dedup_runs d
-			JOIN queen.partitions p ON p.id = d.partition_id JOIN queen.queues q ON q.id = p.queue_id
-			WHERE q.name = $1`, queue).Scan(&n); err != nil {
+		if err := s.store.Pool().QueryRow(context.Background(), `SELECT count(*) FROM queen.dedup_batches d
+			WHERE EXISTS (SELECT 1 FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+			              WHERE q.name = $1 AND p.id = ANY(d.partition_ids))`, queue).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n
@@ -279,11 +285,14 @@ func TestDedupSweep(t *testing.T) {
 	if count("keep") != 1 {
 		t.Fatalf("an entry inside its window was swept")
 	}
+	wantStatuses(t, push(t, s.base, body(item{"sw", "P", 1, "T"}, item{"keep", "P", 1, "T"})), Q, D)
 }
 
 // TestQueueDeleteUnderLoadLeavesNoSidecarOrphans deletes a queue five
-// times while producers keep pushing into it: the dedup sidecar (no
-// foreign key) never keeps an entry whose partition is gone.
+// times while producers keep pushing into it: the exact dedup entries (no
+// foreign key) never outlive their partition, and once the queue is gone
+// its transactionIds are new to the queue a push recreates (the hash
+// sidecar's rows still naming deleted partitions expire with their window).
 func TestQueueDeleteUnderLoadLeavesNoSidecarOrphans(t *testing.T) {
 	t.Parallel()
 	s := setup(t, nil)
@@ -300,13 +309,27 @@ func TestQueueDeleteUnderLoadLeavesNoSidecarOrphans(t *testing.T) {
 	cancel()
 	<-done
 	testenv.WaitFor(t, 20*time.Second, "drain", func() bool { return s.b.Projector.Backlog() == 0 })
+	if code, b := del(t, s.base+"/api/v1/resources/queues/dq"); code != 200 {
+		t.Fatalf("delete queue: %d %s", code, b)
+	}
 	var orphans, entries int
-	if err := s.store.Pool().QueryRow(context.Background(), `SELECT count(*) FILTER (WHERE NOT EXISTS
-		(SELECT 1 FROM queen.partitions p WHERE p.id = d.partition_id)), count(*) FROM queen.dedup_runs d`).Scan(&orphans, &entries); err != nil {
+	if err := s.store.Pool().QueryRow(context.Background(), `SELECT (SELECT count(*) FROM queen.dedup d WHERE NOT EXISTS
+		(SELECT 1 FROM queen.partitions p WHERE p.id = d.partition_id)), (SELECT count(*) FROM queen.dedup_batches)`).Scan(&orphans, &entries); err != nil {
 		t.Fatal(err)
 	}
 	if orphans != 0 || entries == 0 {
-		t.Fatalf("%d of %d dedup entries have no partition", orphans, entries)
+		t.Fatalf("%d exact dedup entries have no partition; %d sidecar rows", orphans, entries)
+	}
+	var again []item
+	for p := 0; p < l.producers; p++ {
+		for seq := 0; seq < 4; seq++ {
+			again = append(again, item{"dq", fmt.Sprintf("p%d", (p+seq)%l.partitions), 1, fmt.Sprintf("%d-%d", p, seq)})
+		}
+	}
+	for i, r := range push(t, s.base, body(again...)) {
+		if r.Status != Q {
+			t.Fatalf("%s in the recreated queue: %s", again[i].TransactionID, r.Status)
+		}
 	}
 	t.Logf("verdicts %v, %d sidecar entries", l.counts(), entries)
 }

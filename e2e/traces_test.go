@@ -395,7 +395,7 @@ func TestTraceFindsLeasedMessageAfterDedupSweep(t *testing.T) {
 	m1, m2 := popTwo(t, s.base, "tl")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := s.store.Pool().Exec(ctx, `DELETE FROM queen.dedup_runs`); err != nil { // what SweepDedup does later
+	if _, err := s.store.Pool().Exec(ctx, `DELETE FROM queen.dedup_batches`); err != nil { // what SweepDedup does later
 		t.Fatal(err)
 	}
 	mustTrace(t, s.base, map[string]any{"transactionId": m2.TransactionID, "partitionId": m2.PartitionID, "data": 1})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -13,42 +14,52 @@ import (
 )
 
 // The dedup sidecar (DESIGN.md §2, spec/producing.md "transactionId and
-// deduplication") is queen.dedup_runs, one row per run of consecutive
-// offsets of one partition stored by one projection batch:
+// deduplication") is queen.dedup_batches, one row per projection batch:
 //
-//	partition_id, base_offset  the run's first offset
-//	accepted_at                the newest acceptance time in the run: the row
-//	                           expires with it (SweepDedup)
-//	key_hashes bigint[]        one element per offset: keyHash(partition,
-//	                           transactionId) for a client transactionId, 0
-//	                           for a broker-minted id (transactionId = the
-//	                           message id's text)
-//	minted_lo, minted_hi uuid  smallest and largest minted id of the run
-//	                           (NULL without one); their UUIDv7 times are at
-//	                           most mintedSpan apart (longer runs are split)
-//	minted_ids uuid[]          the run's minted ids, in offset order
+//	expires_at                when the newest message of the row leaves the
+//	                          longest dedup window of its partitions' queues
+//	                          (as it was when the row was written); the
+//	                          sweep deletes the row a grace later (SweepDedup)
+//	partition_ids uuid[]      the batch's partitions and, in the same order,
+//	base_offsets  bigint[]    the base offset of the segment each one got
+//	key_hashes    bigint[]    keyHash(partition, transactionId) of every
+//	                          client transactionId the batch stored, and
+//	                          mintedKey(partition, tick) of every 10 ms tick
+//	                          in which a minted id the batch stored (the key
+//	                          of an item pushed without a transactionId) was
+//	                          minted; in no particular order
 //
 // indexed by a GIN index on key_hashes (fastupdate off: a pending list is
-// scanned whole by every probe), (partition_id, minted_lo) and accepted_at.
-// A message costs 8 bytes of array and one GIN entry for a client
-// transactionId, 24 bytes of arrays and no index entry for a minted id.
+// scanned whole by every probe) and a btree on expires_at. A client
+// transactionId costs 8 bytes of array and one GIN entry (about 40 bytes
+// in all), a minted id nothing of its own, a partition of a batch 24
+// bytes. The row of the layout before (queen.dedup_runs: one row per
+// partition and batch, with every minted id listed and three indexes)
+// cost 50 to 230 bytes per message at small batches.
 //
-// The probe stays exact. A key hash hit (or, for a client transactionId in
-// the minted form, canonical lowercase UUIDv7 text, a run whose minted ids
-// hold it) only names a candidate offset; the original's message is read
-// from its segment and its transactionId compared byte for byte, which also
-// gives its id and acceptance time. A freshly minted id is never probed: a
-// UUIDv7 with 74 random bits is taken to be new. When the original's
-// segment is gone (retention, RetentionPass), its exact key was copied
-// beforehand into queen.dedup (spilled = true), which is probed for the
-// candidates. queen.dedup also holds the exact entries written by versions
-// before this sidecar (spilled = false); while any is left, every client
-// key of a batch is probed there as well, and they expire by the same
-// sweep, so an upgraded database keeps every entry's window.
+// The probe stays exact. A batch probes the hashes of its client keys, and
+// for a client transactionId in the minted form (canonical lowercase
+// UUIDv7 text) also the minted key of that UUID's partition and tick. A
+// hit only names a segment: the row's segment of the key's partition (a
+// row without the key's partition is another partition's hash); its
+// messages are compared with the key byte for byte, which gives the
+// original's offset, id and acceptance time; the newest match wins. A
+// freshly minted id is never probed: a UUIDv7 with 74 random bits is taken
+// to be new. When the original's segment is gone (retention,
+// RetentionPass), its exact key was copied beforehand into queen.dedup
+// (spilled = true), which is probed for the candidates' keys. queen.dedup
+// also holds the exact entries written by versions before the hash sidecar
+// (spilled = false), and a database upgraded from the run layout keeps
+// queen.dedup_runs: while either holds entries of older versions, every
+// client key of a batch is probed there as well, and they expire by the
+// sweep of their own layout (the window of their queue, by accepted_at),
+// so an upgraded database keeps every entry's window. queen.dedup_runs is
+// never written and is left empty once swept.
 
-// mintedSpan bounds the UUIDv7 time between a run's minted_lo and
-// minted_hi, so a minted-form probe reads only the runs whose minted_lo
-// lies within mintedSpan before the probed id.
+// mintedSpan bounds the UUIDv7 time between a queen.dedup_runs row's
+// minted_lo and minted_hi (the run layout), so a minted-form probe of that
+// table reads only the runs whose minted_lo lies within mintedSpan before
+// the probed id.
 const mintedSpan = time.Second
 
 // spillGrace is how long past its queue's dedup window RetentionPass still
@@ -58,8 +69,8 @@ const spillGrace = time.Hour
 
 // keyHash is the sidecar key of (partition, client transactionId): XXH64
 // (seed 0) of the partition id's 16 bytes followed by the transactionId's
-// bytes, as a signed 64-bit integer; 0 is kept for minted ids and becomes
-// 1. A variable so that tests can force collisions.
+// bytes, as a signed 64-bit integer; 0 becomes 1 (the run layout keeps 0
+// for minted ids). A variable so that tests can force collisions.
 var keyHash = func(pid uuid.UUID, txid string) int64 {
 	d := xxhash.New()
 	_, _ = d.Write(pid[:])
@@ -70,6 +81,27 @@ var keyHash = func(pid uuid.UUID, txid string) int64 {
 	}
 	return h
 }
+
+// mintedKey is the sidecar key of the ids minted in tick (mintedTick) and
+// stored in partition pid: XXH64 (seed 0) of the partition id's 16 bytes,
+// the byte 0xff (which no UTF-8 transactionId holds) and tick as 8
+// big-endian bytes. A variable so that tests can force collisions.
+var mintedKey = func(pid uuid.UUID, tick int64) int64 {
+	var b [25]byte
+	copy(b[:16], pid[:])
+	b[16] = 0xff
+	binary.BigEndian.PutUint64(b[17:], uint64(tick))
+	return int64(xxhash.Sum64(b[:]))
+}
+
+// mintedTickMillis is the time step of mintedKey. A batch's row holds one
+// minted key per partition and tick its minted ids span (a batch spans a
+// few milliseconds: one to three); a client transactionId in the minted
+// form that is not a minted id of its partition still names, as
+// candidates to read and compare, the segments of the batches that stored
+// minted ids in that partition and tick. Coarser ticks save keys of
+// minted ids, finer ones save those reads where a partition mixes both.
+const mintedTickMillis = 10
 
 // isMinted reports whether txid is the text of id, the key the broker
 // gives an item pushed without a transactionId.
@@ -103,8 +135,13 @@ func mintedMillis(u uuid.UUID) int64 {
 	return int64(binary.BigEndian.Uint64(b[:]))
 }
 
+// mintedTick is a UUIDv7's time in mintedTickMillis steps since the Unix
+// epoch: the tick of its mintedKey.
+func mintedTick(u uuid.UUID) int64 { return mintedMillis(u) / mintedTickMillis }
+
 // mintedFloor is the smallest UUID whose UUIDv7 time is mintedSpan before
-// u's: the lower bound of minted_lo for a run that may hold u.
+// u's: the lower bound of minted_lo for a run of queen.dedup_runs that may
+// hold u.
 func mintedFloor(u uuid.UUID) uuid.UUID {
 	ms := mintedMillis(u) - mintedSpan.Milliseconds()
 	if ms < 0 {
@@ -117,122 +154,110 @@ func mintedFloor(u uuid.UUID) uuid.UUID {
 	return out
 }
 
-// dedupRuns is the sidecar rows of one batch as flat statement arguments:
-// row r's key_hashes are hashes[hashLo[r]-1 : hashHi[r]] (1-based SQL
-// slice bounds), its minted ids minted[mintLo[r]-1 : mintHi[r]].
+// dedupRuns is the sidecar row of one batch (queen.dedup_batches), built
+// partition by partition.
 type dedupRuns struct {
-	pid            []uuid.UUID
-	base           []int64
-	at             []time.Time
-	hashLo, hashHi []int32
-	lo, hi         []pgtype.UUID
-	mintLo, mintHi []int32
-	hashes         []int64
-	minted         []uuid.UUID
+	pid     []uuid.UUID
+	base    []int64
+	hashes  []int64
+	newest  int64   // µs, the newest acceptance time; valid when len(pid) > 0
+	ticks   []int64 // scratch: the minted ticks of the partition being added
 }
 
-// add appends the runs of msgs, stored at offsets base.. of partition pid.
+// add appends partition pid's messages msgs, stored at offsets base.. (one
+// segment).
 func (r *dedupRuns) add(pid uuid.UUID, base int64, msgs []Message) {
-	start := 0
-	for start < len(msgs) {
-		r.pid = append(r.pid, pid)
-		r.base = append(r.base, base+int64(start))
-		r.hashLo = append(r.hashLo, int32(len(r.hashes)+1))
-		r.mintLo = append(r.mintLo, int32(len(r.minted)+1))
-		var lo, hi uuid.UUID
-		var at int64
-		end := start
-		for ; end < len(msgs); end++ {
-			m := &msgs[end]
-			h := int64(0)
-			if isMinted(m.ID, m.TransactionID) {
-				nlo, nhi := lo, hi
-				if len(r.minted) < int(r.mintLo[len(r.mintLo)-1]) { // first minted id of the run
-					nlo, nhi = m.ID, m.ID
-				} else {
-					if string(m.ID[:]) < string(nlo[:]) {
-						nlo = m.ID
-					}
-					if string(m.ID[:]) > string(nhi[:]) {
-						nhi = m.ID
-					}
-					if end > start && mintedMillis(nhi)-mintedMillis(nlo) > mintedSpan.Milliseconds() {
-						break
-					}
-				}
-				lo, hi = nlo, nhi
-				r.minted = append(r.minted, m.ID)
-			} else {
-				h = keyHash(pid, m.TransactionID)
-			}
-			r.hashes = append(r.hashes, h)
-			if m.CreatedAtMicros > at || end == start {
-				at = m.CreatedAtMicros
-			}
+	if len(msgs) == 0 {
+		return
+	}
+	r.pid = append(r.pid, pid)
+	r.base = append(r.base, base)
+	r.ticks = r.ticks[:0]
+	var at int64
+	for i := range msgs {
+		m := &msgs[i]
+		if i == 0 || m.CreatedAtMicros > at {
+			at = m.CreatedAtMicros
 		}
-		r.hashHi = append(r.hashHi, int32(len(r.hashes)))
-		r.mintHi = append(r.mintHi, int32(len(r.minted)))
-		r.at = append(r.at, time.UnixMicro(at))
-		if len(r.minted) >= int(r.mintLo[len(r.mintLo)-1]) {
-			r.lo = append(r.lo, pgtype.UUID{Bytes: lo, Valid: true})
-			r.hi = append(r.hi, pgtype.UUID{Bytes: hi, Valid: true})
-		} else {
-			r.lo = append(r.lo, pgtype.UUID{})
-			r.hi = append(r.hi, pgtype.UUID{})
+		if !isMinted(m.ID, m.TransactionID) {
+			r.hashes = append(r.hashes, keyHash(pid, m.TransactionID))
+			continue
 		}
-		start = end
+		if tick := mintedTick(m.ID); !slices.Contains(r.ticks, tick) {
+			r.ticks = append(r.ticks, tick)
+			r.hashes = append(r.hashes, mintedKey(pid, tick))
+		}
+	}
+	if len(r.pid) == 1 || at > r.newest {
+		r.newest = at
 	}
 }
 
-// queue appends the sidecar insert to b.
+// queue appends the sidecar insert to b. The row expires at its newest
+// acceptance time plus the longest dedup window of its partitions'
+// queues, read in the statement itself (0 with dedup off: the keys are
+// kept for the sweep's grace), so it is right on both ways of
+// pg/project.go: the long way, which read the windows under the lock, and
+// the one-round-trip way, which sends the insert before it has read
+// anything; the partitions are locked by then either way.
 func (r *dedupRuns) queue(b *pgx.Batch) {
 	if len(r.pid) == 0 {
 		return
 	}
-	b.Queue(`INSERT INTO queen.dedup_runs (partition_id, base_offset, accepted_at, key_hashes, minted_lo, minted_hi, minted_ids)
-		SELECT k.pid, k.base, k.at, ($4::bigint[])[k.hlo:k.hhi], k.lo, k.hi, ($5::uuid[])[k.mlo:k.mhi]
-		FROM unnest($1::uuid[], $2::bigint[], $3::timestamptz[], $6::int[], $7::int[], $8::uuid[], $9::uuid[], $10::int[], $11::int[])
-			AS k(pid, base, at, hlo, hhi, lo, hi, mlo, mhi)`,
-		pgUUIDs(r.pid), r.base, r.at, r.hashes, pgUUIDs(r.minted), r.hashLo, r.hashHi, r.lo, r.hi, r.mintLo, r.mintHi)
+	b.Queue(`INSERT INTO queen.dedup_batches (expires_at, partition_ids, base_offsets, key_hashes)
+		SELECT $1::timestamptz + make_interval(secs => coalesce((SELECT max(q.dedup_window_seconds)
+			FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE p.id = ANY($2::uuid[])), 0)),
+			$2, $3, $4`,
+		time.UnixMicro(r.newest), pgUUIDs(r.pid), r.base, r.hashes)
 }
 
 // probeSet is what a batch asks the sidecar: the key hashes of its client
-// transactionIds, the minted-form ones among them, and (while queen.dedup
-// holds entries of older versions) all of them for the exact table.
+// transactionIds and the minted keys of the minted-form ones, and (while
+// older versions' tables hold entries) all of them for those tables.
 type probeSet struct {
-	hashes  []int64
-	byHash  map[int64][]dedupKey
-	mPID    []uuid.UUID
-	mID     []uuid.UUID
-	mFloor  []uuid.UUID
-	mKeys   []dedupKey
+	hashes []int64
+	byHash map[int64][]dedupKey // a hash (key or minted key) → the keys probing it
+	legacy bool
+	// For queen.dedup_runs (the run layout): the minted-form keys.
+	mPID, mID, mFloor []uuid.UUID
+	mKeys             []dedupKey
+	// For queen.dedup (exact entries).
 	exPID   []uuid.UUID
 	exTx    [][]byte
-	legacy  bool
 	pending []candidate // filled from the probe results
 }
 
-// candidate is a sidecar hit: the message at off of k's partition may be
-// k's original.
+// candidate is a sidecar hit: the segment of k's partition holding offset
+// off (a segment's base offset, or in the run layout the message's
+// offset) may hold k's original.
 type candidate struct {
 	k   dedupKey
 	off int64
 }
 
+// newProbeSet starts a batch's probe; legacy: older versions' sidecar
+// tables hold entries (Store.legacyDedup).
 func newProbeSet(legacy bool) *probeSet {
 	return &probeSet{byHash: make(map[int64][]dedupKey), legacy: legacy}
 }
 
-// add registers a client key (a minted id's own key is never probed).
-func (p *probeSet) add(k dedupKey) {
-	h := keyHash(k.pid, k.txid)
-	if _, ok := p.byHash[h]; !ok {
+func (p *probeSet) want(h int64, k dedupKey) {
+	ks, ok := p.byHash[h]
+	if !ok {
 		p.hashes = append(p.hashes, h)
 	}
-	p.byHash[h] = append(p.byHash[h], k)
+	p.byHash[h] = append(ks, k)
+}
+
+// add registers a client key (a minted id's own key is never probed).
+func (p *probeSet) add(k dedupKey) {
+	p.want(keyHash(k.pid, k.txid), k)
 	if u, ok := mintedForm(k.txid); ok {
-		p.mPID, p.mID, p.mFloor = append(p.mPID, k.pid), append(p.mID, u), append(p.mFloor, mintedFloor(u))
-		p.mKeys = append(p.mKeys, k)
+		p.want(mintedKey(k.pid, mintedTick(u)), k)
+		if p.legacy {
+			p.mPID, p.mID, p.mFloor = append(p.mPID, k.pid), append(p.mID, u), append(p.mFloor, mintedFloor(u))
+			p.mKeys = append(p.mKeys, k)
+		}
 	}
 	if p.legacy {
 		p.exPID, p.exTx = append(p.exPID, k.pid), append(p.exTx, []byte(k.txid))
@@ -242,48 +267,95 @@ func (p *probeSet) add(k dedupKey) {
 // queue appends the probe statements to b; read reads their results in
 // the same order.
 func (p *probeSet) queue(b *pgx.Batch) {
-	if len(p.hashes) > 0 {
-		b.Queue(`SELECT partition_id, msg_offset, key_hash FROM queen.dedup_hash_probe($1::bigint[])`, p.hashes)
+	if len(p.hashes) == 0 {
+		return
 	}
+	b.Queue(`SELECT partition_ids, base_offsets, key_hashes FROM queen.dedup_batch_probe($1::bigint[])`, p.hashes)
+	if !p.legacy {
+		return
+	}
+	b.Queue(`SELECT partition_id, msg_offset, key_hash FROM queen.dedup_hash_probe($1::bigint[])`, p.hashes)
 	if len(p.mID) > 0 {
 		b.Queue(`SELECT ord, msg_offset FROM queen.dedup_minted_probe($1::uuid[], $2::uuid[], $3::uuid[])`,
 			pgUUIDs(p.mPID), pgUUIDs(p.mID), pgUUIDs(p.mFloor))
 	}
-	if len(p.exPID) > 0 {
-		b.Queue(`SELECT partition_id, transaction_id, msg_offset, message_id, accepted_at
-			FROM queen.dedup_probe($1::uuid[], $2::bytea[])`, pgUUIDs(p.exPID), p.exTx)
-	}
+	b.Queue(`SELECT partition_id, transaction_id, msg_offset, message_id, accepted_at
+		FROM queen.dedup_probe($1::uuid[], $2::bytea[])`, pgUUIDs(p.exPID), p.exTx)
 }
 
 // read consumes the results of queue: candidates go to p.pending, exact
 // entries into known (the newest per key).
 func (p *probeSet) read(br pgx.BatchResults, known map[dedupKey]*dedupEntry) error {
-	if len(p.hashes) > 0 {
-		rows, err := br.Query()
-		if err != nil {
+	if len(p.hashes) == 0 {
+		return nil
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	type seen struct {
+		k   dedupKey
+		off int64
+	}
+	var dup map[seen]bool // made on the first hit (most probes have none)
+	for rows.Next() {
+		var pids []pgtype.UUID
+		var bases, hashes []int64
+		if err := rows.Scan(&pids, &bases, &hashes); err != nil {
+			rows.Close()
 			return err
 		}
-		for rows.Next() {
-			var pid pgtype.UUID
-			var off, h int64
-			if err := rows.Scan(&pid, &off, &h); err != nil {
-				rows.Close()
-				return err
-			}
+		if len(pids) != len(bases) {
+			rows.Close()
+			return fmt.Errorf("pg: dedup sidecar row with %d partitions and %d base offsets", len(pids), len(bases))
+		}
+		for _, h := range hashes {
 			for _, k := range p.byHash[h] {
-				if k.pid == pid.Bytes {
-					p.pending = append(p.pending, candidate{k, off})
+				for j := range pids {
+					if pids[j].Bytes != k.pid {
+						continue
+					}
+					if c := (seen{k, bases[j]}); !dup[c] {
+						if dup == nil {
+							dup = make(map[seen]bool)
+						}
+						dup[c] = true
+						p.pending = append(p.pending, candidate{k, bases[j]})
+					}
+					break
 				}
 			}
 		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if !p.legacy {
+		return nil
+	}
+	if rows, err = br.Query(); err != nil {
+		return err
+	}
+	for rows.Next() {
+		var pid pgtype.UUID
+		var off, h int64
+		if err := rows.Scan(&pid, &off, &h); err != nil {
+			rows.Close()
 			return err
 		}
+		for _, k := range p.byHash[h] {
+			if k.pid == pid.Bytes {
+				p.pending = append(p.pending, candidate{k, off})
+			}
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
 	}
 	if len(p.mID) > 0 {
-		rows, err := br.Query()
-		if err != nil {
+		if rows, err = br.Query(); err != nil {
 			return err
 		}
 		for rows.Next() {
@@ -299,12 +371,7 @@ func (p *probeSet) read(br pgx.BatchResults, known map[dedupKey]*dedupEntry) err
 			return err
 		}
 	}
-	if len(p.exPID) > 0 {
-		if err := readExact(br, known); err != nil {
-			return err
-		}
-	}
-	return nil
+	return readExact(br, known)
 }
 
 // readExact reads queen.dedup_probe rows into known, keeping the newest
@@ -331,39 +398,68 @@ func readExact(br pgx.BatchResults, known map[dedupKey]*dedupEntry) error {
 	return rows.Err()
 }
 
-// confirm reads the candidates' messages from their segments (and the
-// exact entries of their keys from queen.dedup, for originals whose
-// segment is gone) in one round trip and records in known, per key, the
-// newest original whose transactionId is the key's, byte for byte.
+// confirm reads the candidates' segments (and the exact entries of their
+// keys from queen.dedup, for originals whose segment is gone) in one round
+// trip and records in known, per key, the newest original whose
+// transactionId is the key's, byte for byte.
 func confirm(ctx context.Context, conn batcher, cands []candidate, known map[dedupKey]*dedupEntry) error {
+	return originals(ctx, conn, cands, func(k dedupKey, e dedupEntry) {
+		if old := known[k]; old == nil || old.offset < e.offset {
+			known[k] = &e
+		}
+	})
+}
+
+// originals calls found for every message of the candidates' segments
+// whose transactionId is its candidate's key, byte for byte (confirmed),
+// and for every exact entry of queen.dedup of the candidates' keys; one
+// round trip. A segment named by several candidates is read once.
+func originals(ctx context.Context, conn batcher, cands []candidate, found func(dedupKey, dedupEntry)) error {
 	if len(cands) == 0 {
 		return nil
 	}
-	pids := make([]uuid.UUID, len(cands))
-	offs := make([]int64, len(cands))
-	exTx := make([][]byte, len(cands))
-	for i, c := range cands {
-		pids[i], offs[i], exTx[i] = c.k.pid, c.off, []byte(c.k.txid)
+	type segRef struct {
+		pid uuid.UUID
+		off int64
+	}
+	refIdx := make(map[segRef]int)
+	var refPID []uuid.UUID
+	var refOff []int64
+	byRef := make(map[int][]dedupKey)
+	keyIdx := make(map[dedupKey]bool)
+	var exPID []uuid.UUID
+	var exTx [][]byte
+	for _, c := range cands {
+		r := segRef{c.k.pid, c.off}
+		i, ok := refIdx[r]
+		if !ok {
+			i = len(refPID)
+			refIdx[r] = i
+			refPID, refOff = append(refPID, r.pid), append(refOff, r.off)
+		}
+		if !slices.Contains(byRef[i], c.k) {
+			byRef[i] = append(byRef[i], c.k)
+		}
+		if !keyIdx[c.k] {
+			keyIdx[c.k] = true
+			exPID, exTx = append(exPID, c.k.pid), append(exTx, []byte(c.k.txid))
+		}
 	}
 	var b pgx.Batch
-	b.Queue(`SELECT k.ord, s.base_offset, s.last_offset, s.body
+	// DISTINCT: run-layout candidates of one segment name it once each.
+	b.Queue(`SELECT DISTINCT ON (k.pid, s.base_offset) k.ord, s.base_offset, s.last_offset, s.body
 		FROM unnest($1::uuid[], $2::bigint[]) WITH ORDINALITY AS k(pid, off, ord)
 		CROSS JOIN LATERAL (SELECT sg.base_offset, sg.last_offset, sg.body FROM queen.segments sg
 			WHERE sg.partition_id = k.pid AND sg.base_offset <= k.off ORDER BY sg.base_offset DESC LIMIT 1) s
-		WHERE s.last_offset >= k.off`, pgUUIDs(pids), offs)
+		WHERE s.last_offset >= k.off`, pgUUIDs(refPID), refOff)
 	b.Queue(`SELECT partition_id, transaction_id, msg_offset, message_id, accepted_at
-		FROM queen.dedup_probe($1::uuid[], $2::bytea[])`, pgUUIDs(pids), exTx)
+		FROM queen.dedup_probe($1::uuid[], $2::bytea[])`, pgUUIDs(exPID), exTx)
 	br := conn.SendBatch(ctx, &b)
 	defer br.Close()
 	rows, err := br.Query()
 	if err != nil {
 		return err
 	}
-	type segKey struct {
-		pid  uuid.UUID
-		base int64
-	}
-	decoded := make(map[segKey][]Message)
 	for rows.Next() {
 		var ord, base, last int64
 		var body []byte
@@ -371,64 +467,110 @@ func confirm(ctx context.Context, conn batcher, cands []candidate, known map[ded
 			rows.Close()
 			return err
 		}
-		c := cands[ord-1]
-		sk := segKey{c.k.pid, base}
-		msgs, ok := decoded[sk]
-		if !ok {
-			if msgs, err = decodeSegmentRange(c.k.pid, base, last, body); err != nil {
-				rows.Close()
-				return err
+		pid := refPID[ord-1]
+		msgs, err := decodeSegmentRange(pid, base, last, body)
+		if err != nil {
+			rows.Close()
+			return err
+		}
+		// Every candidate of this segment: the distinct row stands for
+		// all candidate offsets inside base..last.
+		var keys []dedupKey
+		for i := range refPID {
+			if refPID[i] == pid && refOff[i] >= base && refOff[i] <= last {
+				for _, k := range byRef[i] {
+					if !slices.Contains(keys, k) {
+						keys = append(keys, k)
+					}
+				}
 			}
-			decoded[sk] = msgs
 		}
-		m := &msgs[c.off-base]
-		if m.TransactionID != c.k.txid {
-			continue // a hash collision, or a minted id of another key
+		want := make(map[string]dedupKey, len(keys))
+		for _, k := range keys {
+			want[k.txid] = k
 		}
-		if e := known[c.k]; e == nil || e.offset < c.off {
-			known[c.k] = &dedupEntry{offset: c.off, id: m.ID, acceptedAt: m.CreatedAtMicros, confirmed: true}
+		for j := range msgs {
+			m := &msgs[j]
+			if k, ok := want[m.TransactionID]; ok { // else a hash collision, or a minted id of another key
+				found(k, dedupEntry{offset: base + int64(j), id: m.ID, acceptedAt: m.CreatedAtMicros, confirmed: true})
+			}
 		}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	if err := readExact(br, known); err != nil {
+	if rows, err = br.Query(); err != nil {
+		return err
+	}
+	for rows.Next() {
+		var pid, mid pgtype.UUID
+		var txid []byte
+		var off int64
+		var at time.Time
+		if err := rows.Scan(&pid, &txid, &off, &mid, &at); err != nil {
+			rows.Close()
+			return err
+		}
+		found(dedupKey{pid.Bytes, string(txid)}, dedupEntry{offset: off, id: mid.Bytes, acceptedAt: at.UnixMicro()})
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
 		return err
 	}
 	return br.Close()
 }
 
-// sidecarOffsets returns the offsets the sidecar names for partition pid's
-// key txid (candidates, to be confirmed against the segment, and exact
-// entries of queen.dedup), newest first.
+// sidecarOffsets returns the offsets of partition pid whose message the
+// sidecar names for key txid (confirmed against their segments) and the
+// exact entries of queen.dedup for it, newest first, without repeats.
 func sidecarOffsets(ctx context.Context, tx pgx.Tx, pid uuid.UUID, txid string) ([]int64, error) {
-	floor, mid := uuid.UUID{}, uuid.UUID{}
-	u, minted := mintedForm(txid)
-	if minted {
-		mid, floor = u, mintedFloor(u)
+	k := dedupKey{pid, txid}
+	p := newProbeSet(true) // the older layouts' probes cost little for one key
+	p.add(k)
+	var b pgx.Batch
+	p.queue(&b)
+	known := make(map[dedupKey]*dedupEntry)
+	br := tx.SendBatch(ctx, &b)
+	err := p.read(br, known)
+	if cerr := br.Close(); err == nil {
+		err = cerr
 	}
-	rows, err := tx.Query(ctx, `SELECT msg_offset FROM queen.dedup_hash_probe(ARRAY[$1::bigint]) WHERE partition_id = $2
-		UNION SELECT msg_offset FROM queen.dedup_minted_probe(ARRAY[$2::uuid], ARRAY[$3::uuid], ARRAY[$4::uuid]) WHERE $5
-		UNION SELECT msg_offset FROM queen.dedup WHERE partition_id = $2 AND transaction_id = $6
-		ORDER BY 1 DESC`, keyHash(pid, txid), pgtype.UUID{Bytes: pid, Valid: true}, pgtype.UUID{Bytes: mid, Valid: true},
-		pgtype.UUID{Bytes: floor, Valid: true}, minted, []byte(txid))
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, pgx.RowTo[int64])
+	var offs []int64
+	if e := known[k]; e != nil {
+		offs = append(offs, e.offset)
+	}
+	err = originals(ctx, tx, p.pending, func(_ dedupKey, e dedupEntry) { offs = append(offs, e.offset) })
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(offs)
+	offs = slices.Compact(offs)
+	slices.Reverse(offs)
+	return offs, nil
 }
 
-// refreshLegacy records whether queen.dedup still holds entries of
-// versions before the hash sidecar (see the sidecar description above).
+// refreshLegacy records whether older versions' sidecar tables hold
+// entries: exact entries of queen.dedup that were not spilled, or rows of
+// queen.dedup_runs (see the sidecar description above).
 func (s *Store) refreshLegacy(ctx context.Context, q interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
 }) error {
-	var legacy bool
-	if err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM queen.dedup WHERE NOT spilled)`).Scan(&legacy); err != nil {
+	var exact, runs bool
+	if err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM queen.dedup WHERE NOT spilled),
+		to_regclass('queen.dedup_runs') IS NOT NULL`).Scan(&exact, &runs); err != nil {
 		return fmt.Errorf("pg: dedup legacy entries: %w", err)
 	}
-	s.legacyDedup.Store(legacy)
+	if runs {
+		if err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM queen.dedup_runs)`).Scan(&runs); err != nil {
+			return fmt.Errorf("pg: dedup legacy runs: %w", err)
+		}
+	}
+	s.legacyRuns.Store(runs)
+	s.legacyDedup.Store(exact || runs)
 	return nil
 }
 
@@ -475,27 +617,38 @@ func spillKeys(ctx context.Context, tx pgx.Tx, pids []uuid.UUID, bases []int64, 
 	return err
 }
 
-// SweepDedup deletes sidecar rows (queen.dedup_runs, by their newest
-// acceptance time) and exact entries (queen.dedup) older than their
-// queue's window plus grace, at most limit rows of each per window value
-// per call; it returns how many it deleted. The grace keeps entries a
-// little past the window so that a WAL replay after a short outage still
-// sees them (DESIGN.md §3: replay gives the live verdicts). One range scan
-// of an accepted_at index per distinct window value, so the cost follows
-// what expires, not the table; a sidecar row covers a whole run of a
-// batch, so the sweep deletes one row per run, not per message.
+// SweepDedup deletes sidecar rows and entries past their window plus
+// grace, at most limit rows of each table per call (per window value for
+// the older layouts), and returns how many it deleted: rows of
+// queen.dedup_batches whose expires_at is older than grace (one range scan
+// of its expires_at index, one row per batch), and exact entries of
+// queen.dedup (and rows of an upgraded database's queen.dedup_runs) whose
+// accepted_at is older than their queue's window plus grace. The grace
+// keeps entries a little past the window so that a WAL replay after a
+// short outage still sees them (DESIGN.md §3: replay gives the live
+// verdicts).
 func (s *Store) SweepDedup(ctx context.Context, grace time.Duration, limit int) (int64, error) {
-	rows, err := s.pool.Query(ctx, `SELECT DISTINCT dedup_window_seconds FROM queen.queues`)
+	tag, err := s.pool.Exec(ctx, `DELETE FROM queen.dedup_batches d WHERE d.ctid IN (
+		SELECT d2.ctid FROM queen.dedup_batches d2 WHERE d2.expires_at < now() - make_interval(secs => $1) LIMIT $2)`,
+		grace.Seconds(), limit)
 	if err != nil {
 		return 0, err
+	}
+	n := tag.RowsAffected()
+	rows, err := s.pool.Query(ctx, `SELECT DISTINCT dedup_window_seconds FROM queen.queues`)
+	if err != nil {
+		return n, err
 	}
 	windows, err := pgx.CollectRows(rows, pgx.RowTo[int32])
 	if err != nil {
-		return 0, err
+		return n, err
 	}
-	var n int64
+	tables := []string{"queen.dedup"}
+	if s.legacyRuns.Load() {
+		tables = append(tables, "queen.dedup_runs")
+	}
 	for _, w := range windows {
-		for _, table := range []string{"queen.dedup_runs", "queen.dedup"} {
+		for _, table := range tables {
 			tag, err := s.pool.Exec(ctx, `DELETE FROM `+table+` d WHERE d.ctid IN (
 			SELECT d2.ctid FROM `+table+` d2
 			WHERE d2.accepted_at < now() - make_interval(secs => $2)

@@ -136,27 +136,172 @@ func TestDedupLegacyEntriesKeepTheirWindow(t *testing.T) {
 	wantDup(t, "legacy key after its sweep", got[0], false, uuid.Nil)
 }
 
-// TestDedupRunsSplitByMintedSpan: a batch's messages of one partition make
-// one sidecar row unless their minted ids span more than MintedSpan; rows
-// cover consecutive offsets, client keys hash, minted ids are listed.
-func TestDedupRunsSplitByMintedSpan(t *testing.T) {
-	pid := uuid.New()
+// TestDedupBatchRow: a batch makes one sidecar row: its partitions with
+// their segments' base offsets, a hash per client key, one minted key per
+// partition and tick of its minted ids, and its newest acceptance time
+// (TestDedupBatchRowExpiry checks the window the insert adds).
+func TestDedupBatchRow(t *testing.T) {
+	p1, p2 := uuid.New(), uuid.New()
 	mint := func(ms int64) pg.Message {
 		id, _ := uuid.NewV7()
 		id[0], id[1], id[2], id[3], id[4], id[5] = byte(ms>>40), byte(ms>>32), byte(ms>>24), byte(ms>>16), byte(ms>>8), byte(ms)
-		return pg.Message{ID: id, TransactionID: id.String()}
+		return pg.Message{ID: id, TransactionID: id.String(), CreatedAtMicros: ms * 1000}
 	}
-	base := int64(1_700_000_000_000)
-	span := pg.MintedSpan.Milliseconds()
-	msgs := []pg.Message{mint(base), {ID: uuid.New(), TransactionID: "client"}, mint(base + span), mint(base + span + 1), mint(base)}
-	bases, hashes, minted := pg.RunsOf(pid, 10, msgs)
-	if len(bases) != 3 || bases[0] != 10 || bases[1] != 13 || bases[2] != 14 {
-		t.Fatalf("rows at %v, want [10 13 14]", bases)
+	base := int64(1_700_000_000_000) // ms, a whole tick
+	tick := int64(pg.MintedTickMillis)
+	client := pg.Message{ID: uuid.New(), TransactionID: "client", CreatedAtMicros: base*1000 + 5e6}
+	pids, bases, hashes, newest := pg.BatchRowOf(
+		pg.BatchPart{PID: p1, Base: 10, Msgs: []pg.Message{mint(base), client, mint(base + tick - 1), mint(base + tick)}},
+		pg.BatchPart{PID: p2, Base: 0, Msgs: []pg.Message{mint(base)}},
+	)
+	if len(pids) != 2 || pids[0] != p1 || pids[1] != p2 || bases[0] != 10 || bases[1] != 0 {
+		t.Fatalf("partitions %v at %v", pids, bases)
 	}
-	if len(hashes[0]) != 3 || hashes[0][0] != 0 || hashes[0][1] == 0 || hashes[0][2] != 0 || len(minted[0]) != 2 {
-		t.Fatalf("first row: hashes %v minted %v", hashes[0], minted[0])
+	first := base / tick
+	want := []int64{pg.MintedKey(p1, first), pg.KeyHash(p1, "client"), pg.MintedKey(p1, first+1), pg.MintedKey(p2, first)}
+	if len(hashes) != len(want) {
+		t.Fatalf("hashes %v, want %v", hashes, want)
 	}
-	if len(minted[1]) != 1 || minted[1][0] != msgs[3].ID || len(minted[2]) != 1 || minted[2][0] != msgs[4].ID {
-		t.Fatalf("split rows: %v %v", minted[1], minted[2])
+	for i := range want {
+		if hashes[i] != want[i] {
+			t.Fatalf("hashes %v, want %v", hashes, want)
+		}
 	}
+	// The client message, 5 s after the minted ones, is the newest.
+	if got := time.UnixMilli(base).Add(5 * time.Second); !newest.Equal(got) {
+		t.Fatalf("newest %v, want %v", newest, got)
+	}
+}
+
+// TestDedupHashCollisionAcrossPartitionsIsExact: a key hash that is stored
+// for another partition only (the hash mixes the partition id, so a hit
+// there is a collision) names no candidate; minted keys colliding with a
+// client key's hash are confirmed byte for byte as well.
+func TestDedupHashCollisionAcrossPartitionsIsExact(t *testing.T) {
+	defer pg.SetKeyHash(func(uuid.UUID, string) int64 { return 7 })()
+	defer pg.SetMintedKey(func(uuid.UUID, int64) int64 { return 7 })()
+	b := setup(t)
+	a := item("x", "A", now())
+	other := item("x", "A", now())
+	other.Partition = "Q"
+	minted := item("x", "", now())
+	out := b.project(t, a, minted)
+	wantDup(t, "A", out[0], false, uuid.Nil)
+	out = b.project(t, other, item("x", "B", now()), item("x", "A", now()))
+	wantDup(t, "A in another partition", out[0], false, uuid.Nil)
+	wantDup(t, "B (collides with A and the minted id)", out[1], false, uuid.Nil)
+	wantDup(t, "A again", out[2], true, a.Message.ID)
+	// The minted id's text as a client transactionId: its minted key and
+	// every client key collide; only the minted message matches.
+	out = b.project(t, item("x", minted.Message.ID.String(), now()))
+	wantDup(t, "minted id as transactionId", out[0], true, minted.Message.ID)
+}
+
+// TestDedupSweepExpiresBatchRows: a row goes once its latest window end
+// plus grace has passed, and its keys stop deduplicating; rows inside
+// their window stay.
+func TestDedupSweepExpiresBatchRows(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	old := item("sw", "K", now())
+	b.project(t, old)
+	if n, err := b.store.SweepDedup(ctx, 0, 100); err != nil || n != 0 {
+		t.Fatalf("sweep inside the window: %d %v", n, err)
+	}
+	// As if written 2 hours ago (the default window is 1 hour).
+	if _, err := b.store.Pool().Exec(ctx, `UPDATE queen.dedup_batches SET expires_at = now() - interval '1 hour'`); err != nil {
+		t.Fatal(err)
+	}
+	l := item("sw", "L", now())
+	b.project(t, l)
+	if n, err := b.store.SweepDedup(ctx, 0, 100); err != nil || n != 1 {
+		t.Fatalf("sweep past the window: %d %v", n, err)
+	}
+	out := b.project(t, item("sw", "K", now()), item("sw", "L", now()))
+	wantDup(t, "K after its sweep", out[0], false, uuid.Nil)
+	wantDup(t, "L inside its window", out[1], true, l.Message.ID)
+}
+
+// runLayoutSQL is the sidecar table of the version before
+// queen.dedup_batches (one row per partition and batch).
+const runLayoutSQL = `CREATE TABLE queen.dedup_runs (
+    partition_id uuid NOT NULL,
+    base_offset  bigint NOT NULL,
+    accepted_at  timestamptz NOT NULL,
+    key_hashes   bigint[] NOT NULL,
+    minted_lo    uuid,
+    minted_hi    uuid,
+    minted_ids   uuid[] NOT NULL
+);
+CREATE INDEX dedup_runs_keys ON queen.dedup_runs USING gin (key_hashes) WITH (fastupdate = off);
+CREATE INDEX dedup_runs_minted ON queen.dedup_runs (partition_id, minted_lo);
+CREATE INDEX dedup_runs_accepted_at ON queen.dedup_runs (accepted_at);`
+
+// TestDedupUpgradeFromRunLayout: a database written by the version with
+// queen.dedup_runs keeps its entries' windows after the upgrade (client
+// keys and minted ids alike, also where a forced hash collision names
+// another offset), and they expire by their accepted_at.
+func TestDedupUpgradeFromRunLayout(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	client, other, minted := item("up", "K", now()), item("up", "J", now()), item("up", "", now())
+	out := b.project(t, client, other, minted) // offsets 0, 1, 2
+	// Rewrite the sidecar as the older version wrote it: one run row.
+	if _, err := b.store.Pool().Exec(ctx, runLayoutSQL+`
+		DELETE FROM queen.dedup_batches;`); err != nil {
+		t.Fatal(err)
+	}
+	pid := pgUUIDOf(t, b, "up")
+	if _, err := b.store.Pool().Exec(ctx, `INSERT INTO queen.dedup_runs VALUES ($1, 0, now() - interval '10 minutes',
+		ARRAY[$2::bigint, $3::bigint, 0], $4, $4, ARRAY[$4::uuid])`,
+		pid, pg.KeyHash(pid, "K"), pg.KeyHash(pid, "J"), minted.Message.ID); err != nil {
+		t.Fatal(err)
+	}
+	_ = out
+	s2, err := pg.Open(pg.Config{URL: b.store.Pool().Config().ConnString()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if err := s2.EnsureSchema(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.store = s2
+	got := b.project(t, item("up", "K", now()), item("up", minted.Message.ID.String(), now()), item("up", "new", now()))
+	wantDup(t, "client key of the run layout", got[0], true, client.Message.ID)
+	wantDup(t, "minted id of the run layout", got[1], true, minted.Message.ID)
+	wantDup(t, "a new key", got[2], false, uuid.Nil)
+	// A collision in the old rows: every key hashes to J's hash, so the
+	// old row names offset 1 for a key whose original is offset 0.
+	jh := pg.KeyHash(pid, "J")
+	restore := pg.SetKeyHash(func(uuid.UUID, string) int64 { return jh })
+	got = b.project(t, item("up", "K", now()), item("up", "J", now()), item("up", "fresh", now()))
+	restore()
+	wantDup(t, "K with every hash colliding", got[0], true, client.Message.ID)
+	wantDup(t, "J with every hash colliding", got[1], true, other.Message.ID)
+	wantDup(t, "a new key, colliding", got[2], false, uuid.Nil)
+	if n, err := s2.SweepDedup(ctx, 0, 100); err != nil || n != 0 {
+		t.Fatalf("sweep inside the window: %d %v", n, err)
+	}
+	if _, err := s2.Pool().Exec(ctx, `UPDATE queen.dedup_runs SET accepted_at = now() - interval '2 hours'`); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s2.SweepDedup(ctx, 0, 100); err != nil || n != 1 {
+		t.Fatalf("sweep past the window: %d %v", n, err)
+	}
+	// The old row is gone; the keys stored again after the upgrade (none:
+	// all were duplicates) are not, so K is new now.
+	got = b.project(t, item("up", "K", now()))
+	wantDup(t, "K after its run row's sweep", got[0], false, uuid.Nil)
+}
+
+// pgUUIDOf is the id of queue q's partition P.
+func pgUUIDOf(t *testing.T, b *bundle, q string) uuid.UUID {
+	t.Helper()
+	var id uuid.UUID
+	if err := b.store.Pool().QueryRow(context.Background(), `SELECT p.id FROM queen.partitions p
+		JOIN queen.queues qu ON qu.id = p.queue_id WHERE qu.name = $1 AND p.name = 'P'`, q).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	return id
 }

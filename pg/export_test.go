@@ -1,6 +1,10 @@
 package pg
 
-import "github.com/google/uuid"
+import (
+	"time"
+
+	"github.com/google/uuid"
+)
 
 // SetKeyHash replaces the sidecar's key hash (to force collisions) and
 // returns the function that restores it.
@@ -10,20 +14,39 @@ func SetKeyHash(f func(pid uuid.UUID, txid string) int64) (restore func()) {
 	return func() { keyHash = old }
 }
 
+// SetMintedKey replaces the sidecar's minted key (to force collisions) and
+// returns the function that restores it.
+func SetMintedKey(f func(pid uuid.UUID, tick int64) int64) (restore func()) {
+	old := mintedKey
+	mintedKey = f
+	return func() { mintedKey = old }
+}
+
+// KeyHash and MintedKey are the sidecar's hashes, for tests.
+func KeyHash(pid uuid.UUID, txid string) int64  { return keyHash(pid, txid) }
+func MintedKey(pid uuid.UUID, tick int64) int64 { return mintedKey(pid, tick) }
+
+// MintedTickMillis is mintedTickMillis, for tests.
+const MintedTickMillis = mintedTickMillis
+
 // MintedSpan is mintedSpan, for tests.
 const MintedSpan = mintedSpan
 
-// RunsOf returns the sidecar rows add builds for msgs stored at base:
-// each row's base offset, hashes and minted ids.
-func RunsOf(pid uuid.UUID, base int64, msgs []Message) (bases []int64, hashes [][]int64, minted [][]uuid.UUID) {
+// BatchPart is one partition's messages of a projection batch.
+type BatchPart struct {
+	PID  uuid.UUID
+	Base int64
+	Msgs []Message
+}
+
+// BatchRowOf returns the queen.dedup_batches row a batch of parts makes
+// and its newest acceptance time (the insert adds the longest window).
+func BatchRowOf(parts ...BatchPart) (pids []uuid.UUID, bases, hashes []int64, newest time.Time) {
 	var r dedupRuns
-	r.add(pid, base, msgs)
-	for i := range r.pid {
-		bases = append(bases, r.base[i])
-		hashes = append(hashes, r.hashes[r.hashLo[i]-1:r.hashHi[i]])
-		minted = append(minted, r.minted[r.mintLo[i]-1:r.mintHi[i]])
+	for _, p := range parts {
+		r.add(p.PID, p.Base, p.Msgs)
 	}
-	return bases, hashes, minted
+	return r.pid, r.base, r.hashes, time.UnixMicro(r.newest)
 }
 
 // FastAcks is how many acks s completed with its lease memo (fastAck).

@@ -361,3 +361,35 @@ func TestProjectPredictedConcurrentBrokers(t *testing.T) {
 		t.Logf("one round trip: %d committed, %d rolled back", c, m)
 	}
 }
+
+// TestProjectSidecarExpiryBothWays: the sidecar row of a batch expires at
+// its newest acceptance time plus its queue's dedup window as the window
+// is when the batch commits, on the long way and on the one-round-trip
+// way alike (the latter sends its insert before it has read the window).
+func TestProjectSidecarExpiryBothWays(t *testing.T) {
+	x := setupBrokers(t, nil)
+	ctx := context.Background()
+	expiry := func() time.Time {
+		t.Helper()
+		var e time.Time
+		if err := x.a.Pool().QueryRow(ctx, `SELECT max(expires_at) FROM queen.dedup_batches`).Scan(&e); err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	first := at("w", "P0", "k1")
+	x.projectA(t, first) // the long way: learns P0
+	wantPredicted(t, x.a, 0, 0)
+	if got, want := expiry(), time.UnixMicro(first.AcceptedAtMicros).Add(time.Hour); !got.Equal(want) {
+		t.Fatalf("long way: expires %v, want %v (default window 1 h)", got, want)
+	}
+	if _, err := x.a.Pool().Exec(ctx, `UPDATE queen.queues SET dedup_window_seconds = 7200 WHERE name = 'w'`); err != nil {
+		t.Fatal(err)
+	}
+	second := at("w", "P0", "k2")
+	x.projectA(t, second, at("w", "P0", "")) // predicted
+	wantPredicted(t, x.a, 1, 0)
+	if got, want := expiry(), time.UnixMicro(second.AcceptedAtMicros).Add(2*time.Hour); got.Before(want) {
+		t.Fatalf("one round trip: expires %v, want at least %v (window 2 h)", got, want)
+	}
+}

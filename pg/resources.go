@@ -228,8 +228,13 @@ func (s *Store) DeleteQueue(ctx context.Context, name string) (bool, error) {
 		if err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `DELETE FROM queen.dedup_runs WHERE partition_id = ANY($1)`, ids); err != nil {
-			return err
+		// queen.dedup_batches rows span queues: the deleted partitions' keys
+		// expire with them (pg/dedup.go). An upgraded database's run layout
+		// has a row per partition.
+		if s.legacyRuns.Load() {
+			if _, err := tx.Exec(ctx, `DELETE FROM queen.dedup_runs WHERE partition_id = ANY($1)`, ids); err != nil {
+				return err
+			}
 		}
 		if _, err := tx.Exec(ctx, `DELETE FROM queen.dedup WHERE partition_id = ANY($1)`, ids); err != nil {
 			return err

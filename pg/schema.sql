@@ -186,31 +186,43 @@ DO $$ BEGIN
 EXCEPTION WHEN feature_not_supported THEN NULL;
 END $$;
 
--- Dedup sidecar (pg/dedup.go): one row per run of consecutive offsets of
--- one partition stored by one projection batch. key_hashes holds, per
--- offset, the 64-bit hash of (partition, client transactionId), or 0 for a
--- broker-minted id, whose ids are in minted_ids (minted_lo..minted_hi). A
--- hash hit is confirmed against the message in its segment, so the probe
--- stays exact. Per message: 8 bytes of array and one GIN entry (client
--- transactionId) or 24 bytes and no index entry (minted id), against about
--- 200 bytes for the exact-key table below. GIN fastupdate is off: its
--- pending list would be scanned whole by every probe (measured: 27 us per
--- probed key instead of 3). No foreign key (as for queen.dedup below).
-CREATE TABLE IF NOT EXISTS queen.dedup_runs (
-    partition_id uuid NOT NULL,
-    base_offset  bigint NOT NULL,
-    accepted_at  timestamptz NOT NULL,
-    key_hashes   bigint[] NOT NULL,
-    minted_lo    uuid,
-    minted_hi    uuid,
-    minted_ids   uuid[] NOT NULL
+-- Dedup sidecar (pg/dedup.go): one row per projection batch. key_hashes
+-- holds a 64-bit hash per client transactionId stored by the batch (of
+-- partition and key) and one per partition and 10 ms tick of the batch's
+-- broker-minted ids; partition_ids and base_offsets name the segment each
+-- of the batch's partitions got. A hash hit names a segment, whose messages
+-- are compared byte for byte with the probed key, so the probe stays
+-- exact. Per message: 8 bytes of array and one GIN entry for a client
+-- transactionId, nothing for a minted id; per partition of a batch 24
+-- bytes. expires_at is when the newest of its messages leaves the longest
+-- dedup window of its queues (as it was when the row was written); the
+-- sweep deletes the row a grace later. GIN fastupdate is off: its pending
+-- list would be scanned whole by every probe (measured: 27 us per probed
+-- key instead of 3). No statistics on the arrays: the probes pin their
+-- plans, and ANALYZE of 800-element arrays took 0.2 s per run. No foreign
+-- key (a row spans partitions and queues): a deleted queue's keys stay in
+-- the rows they share until those expire, and a deleted partition's id
+-- never names a new one.
+CREATE TABLE IF NOT EXISTS queen.dedup_batches (
+    expires_at    timestamptz NOT NULL,
+    partition_ids uuid[] NOT NULL,
+    base_offsets  bigint[] NOT NULL,
+    key_hashes    bigint[] NOT NULL
 );
-CREATE INDEX IF NOT EXISTS dedup_runs_keys ON queen.dedup_runs USING gin (key_hashes) WITH (fastupdate = off);
-CREATE INDEX IF NOT EXISTS dedup_runs_minted ON queen.dedup_runs (partition_id, minted_lo);
-CREATE INDEX IF NOT EXISTS dedup_runs_accepted_at ON queen.dedup_runs (accepted_at);
+CREATE INDEX IF NOT EXISTS dedup_batches_keys ON queen.dedup_batches USING gin (key_hashes) WITH (fastupdate = off);
+CREATE INDEX IF NOT EXISTS dedup_batches_expires_at ON queen.dedup_batches (expires_at);
+ALTER TABLE queen.dedup_batches ALTER COLUMN key_hashes SET STATISTICS 0,
+    ALTER COLUMN partition_ids SET STATISTICS 0, ALTER COLUMN base_offsets SET STATISTICS 0;
+
+-- queen.dedup_runs is the sidecar layout before queen.dedup_batches (one
+-- row per partition and batch, indexed by a GIN on key_hashes and a btree
+-- on (partition_id, minted_lo)). It is not created any more; in a
+-- database upgraded from it, it is probed (dedup_hash_probe,
+-- dedup_minted_probe below) and swept by its accepted_at while it holds
+-- rows, so that its entries keep their windows; it is never written.
 
 -- Exact dedup entries, (partition, transactionId) -> the latest stored
--- message: written by versions before queen.dedup_runs (spilled = false;
+-- message: written by versions before the hash sidecar (spilled = false;
 -- probed for every client key while any is left, swept by the same window
 -- rule) and by retention, which copies here the keys of deleted segments'
 -- messages still inside their window (spilled = true; probed for sidecar
@@ -237,8 +249,23 @@ ALTER TABLE queen.dedup ADD COLUMN IF NOT EXISTS spilled boolean NOT NULL DEFAUL
 -- sequential scans reading 21 M rows in an 8 s bench, the probe at 18 ms
 -- of a 24 ms batch). Index lookups are right at every size.
 --
--- dedup_hash_probe: the (partition, offset, hash) of every sidecar offset
--- whose key hash is one of hashes: candidates, to be confirmed.
+-- dedup_batch_probe: the rows of queen.dedup_batches that hold any of
+-- hashes (candidates, to be confirmed against their segments).
+CREATE OR REPLACE FUNCTION queen.dedup_batch_probe(hashes bigint[])
+RETURNS TABLE (partition_ids uuid[], base_offsets bigint[], key_hashes bigint[])
+LANGUAGE plpgsql STABLE
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+        SELECT d.partition_ids, d.base_offsets, d.key_hashes FROM queen.dedup_batches d WHERE d.key_hashes && hashes;
+END
+$$;
+
+-- dedup_hash_probe (queen.dedup_runs of an upgraded database; nothing
+-- without it): the (partition, offset, hash) of every offset whose key
+-- hash is one of hashes.
 CREATE OR REPLACE FUNCTION queen.dedup_hash_probe(hashes bigint[])
 RETURNS TABLE (partition_id uuid, msg_offset bigint, key_hash bigint)
 LANGUAGE plpgsql STABLE
@@ -246,6 +273,9 @@ SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 BEGIN
+    IF to_regclass('queen.dedup_runs') IS NULL THEN
+        RETURN;
+    END IF;
     RETURN QUERY
         SELECT d.partition_id, d.base_offset + x.i - 1, x.h
         FROM queen.dedup_runs d CROSS JOIN LATERAL unnest(d.key_hashes) WITH ORDINALITY AS x(h, i)
@@ -253,28 +283,35 @@ BEGIN
 END
 $$;
 
--- assert_new_keys: raises SQLSTATE QN002 when dedup_hash_probe names any
--- offset for one of hashes. A batch whose offsets the broker predicted is
--- sent in one pipeline with its COMMIT (pg/project.go, projectPredicted):
--- it runs after write_segments has locked the batch's partitions and
--- before the batch's own sidecar rows go in, and a hit (a duplicate, a key
--- repeated after its window, a hash collision) rolls the batch back to be
--- decided the long way.
+-- assert_new_keys: raises SQLSTATE QN002 when the dedup sidecar names a
+-- candidate for any of hashes: a row of queen.dedup_batches holding one of
+-- them (dedup_batch_probe), or, in a database upgraded from the run
+-- layout, an offset of queen.dedup_runs (dedup_hash_probe). A batch whose
+-- offsets the broker predicted is sent in one pipeline with its COMMIT
+-- (pg/project.go, projectPredicted): this runs after write_segments has
+-- locked the batch's partitions and before the batch's own sidecar row goes
+-- in, and a hit (a duplicate, a key repeated after its window, a hash
+-- collision, a minted tick key equal to a client key's hash) rolls the
+-- batch back to be decided the long way.
 CREATE OR REPLACE FUNCTION queen.assert_new_keys(hashes bigint[])
 RETURNS void
 LANGUAGE plpgsql STABLE
 AS $$
 BEGIN
-    PERFORM 1 FROM queen.dedup_hash_probe(hashes) LIMIT 1;
+    PERFORM 1 FROM queen.dedup_batch_probe(hashes) LIMIT 1;
+    IF NOT FOUND THEN
+        PERFORM 1 FROM queen.dedup_hash_probe(hashes) LIMIT 1;
+    END IF;
     IF FOUND THEN
         RAISE EXCEPTION 'queen: the dedup sidecar names an offset for a key of the batch' USING ERRCODE = 'QN002';
     END IF;
 END
 $$;
 
--- dedup_minted_probe: for each (pid, id) (floor: the smallest minted_lo of
--- a run that can hold id), the offset of the minted id in partition pid,
--- with the key's ordinal.
+-- dedup_minted_probe (queen.dedup_runs of an upgraded database; nothing
+-- without it): for each (pid, id) (floor: the smallest minted_lo of a run
+-- that can hold id), the offset of the minted id in partition pid, with
+-- the key's ordinal.
 CREATE OR REPLACE FUNCTION queen.dedup_minted_probe(pids uuid[], ids uuid[], floors uuid[])
 RETURNS TABLE (ord bigint, msg_offset bigint)
 LANGUAGE plpgsql STABLE
@@ -282,6 +319,9 @@ SET enable_hashjoin = off SET enable_mergejoin = off SET enable_seqscan = off SE
 AS $$
 #variable_conflict use_column
 BEGIN
+    IF to_regclass('queen.dedup_runs') IS NULL THEN
+        RETURN;
+    END IF;
     RETURN QUERY
         SELECT k.ord, d.base_offset + x.i - 1
         FROM unnest(pids, ids, floors) WITH ORDINALITY AS k(pid, id, floor, ord)

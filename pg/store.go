@@ -70,9 +70,10 @@ type Store struct {
 	// it sent but rolled back (a stale prediction or a known key).
 	predicted, predictedMiss atomic.Int64
 
-	// legacyDedup: queen.dedup holds entries of versions before the hash
-	// sidecar, so every client key is probed there too (pg/dedup.go).
-	legacyDedup atomic.Bool
+	// legacyDedup: older versions' sidecar tables hold entries (exact
+	// entries in queen.dedup, or rows of queen.dedup_runs: legacyRuns), so
+	// every client key is probed there too (pg/dedup.go).
+	legacyDedup, legacyRuns atomic.Bool
 
 	// leases remembers the transactionIds of the leases this broker
 	// handed out, so that an ack need not read them back (pg/fastack.go).

@@ -53,69 +53,6 @@ type Result struct {
 	Status        Status `json:"status"`
 }
 
-// Registry connects pushes waiting for a verdict with the projector that
-// delivers it, keyed by WAL index. It is safe for concurrent use.
-type Registry struct {
-	mu      sync.Mutex
-	waiters map[uint64]chan []Verdict
-}
-
-// NewRegistry returns an empty Registry.
-func NewRegistry() *Registry { return &Registry{waiters: make(map[uint64]chan []Verdict)} }
-
-func (r *Registry) register(index uint64) chan []Verdict {
-	ch := make(chan []Verdict, 1)
-	r.mu.Lock()
-	r.waiters[index] = ch
-	r.mu.Unlock()
-	return ch
-}
-
-// release drops the waiter for index if it is still ch: after a failed
-// write the index is reused by the next record, whose waiter must stay.
-func (r *Registry) release(index uint64, ch chan []Verdict) {
-	r.mu.Lock()
-	if r.waiters[index] == ch {
-		delete(r.waiters, index)
-	}
-	r.mu.Unlock()
-}
-
-// Deliver hands the verdicts of the WAL record at index (one per item, in
-// item order) to its waiting push, if any. A nil slice means "not stored
-// yet" and the push answers buffered.
-func (r *Registry) Deliver(index uint64, v []Verdict) {
-	r.mu.Lock()
-	ch, ok := r.waiters[index]
-	delete(r.waiters, index)
-	r.mu.Unlock()
-	if ok {
-		ch <- v
-	}
-}
-
-// Waiting reports whether a push still waits for the verdicts of the WAL
-// record at index (the projector keeps a large record's verdicts piece by
-// piece only while someone will read them).
-func (r *Registry) Waiting(index uint64) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	_, ok := r.waiters[index]
-	return ok
-}
-
-// FailAll answers every waiting push "buffered" (the projector calls it
-// when PostgreSQL fails or it pauses).
-func (r *Registry) FailAll() {
-	r.mu.Lock()
-	w := r.waiters
-	r.waiters = make(map[uint64]chan []Verdict)
-	r.mu.Unlock()
-	for _, ch := range w {
-		ch <- nil
-	}
-}
-
 // Gate tells the pipeline whether waiting for a verdict is worthwhile.
 type Gate interface {
 	// Accepting is false while the projector is paused (maintenance mode)
@@ -148,6 +85,9 @@ type Pipeline struct {
 // client mistake (nothing written); ErrMaintenanceWrite when the WAL append
 // failed in maintenance mode (nothing written). A WAL failure outside
 // maintenance mode is not an error: every item is answered "failed".
+//
+// Nothing Push returns aliases body: the caller may reuse body once Push
+// has returned.
 func (p *Pipeline) Push(ctx context.Context, body []byte, producerSub *string) ([]Result, error) {
 	parsed, err := ParseBodyLimit(body, p.MaxItems)
 	if err != nil {
@@ -176,8 +116,11 @@ func (p *Pipeline) Push(ctx context.Context, body []byte, producerSub *string) (
 	}
 	// The record is encoded once, from the body's payload slices, behind
 	// room for the WAL envelope: body → this buffer is the payload's only
-	// copy on the way to the WAL.
-	buf := EncodeRecord(make([]byte, wal.HeaderSize, wal.HeaderSize+rec.EncodedLen()), &rec)
+	// copy on the way to the WAL. The buffer is the WAL's only until
+	// AppendEnveloped returns, then reused by a later push (recordBufs).
+	bp := getRecordBuf(wal.HeaderSize + rec.EncodedLen())
+	buf := EncodeRecord(append((*bp)[:0], make([]byte, wal.HeaderSize)...), &rec)
+	defer putRecordBuf(bp, buf)
 
 	if p.Maintenance() {
 		if _, err := p.WAL.AppendEnveloped(buf, nil); err != nil {
@@ -185,32 +128,28 @@ func (p *Pipeline) Push(ctx context.Context, body []byte, producerSub *string) (
 		}
 		return setAll(res, StatusBuffered), nil
 	}
-	var ch chan []Verdict
-	var assigned uint64
-	index, err := p.WAL.AppendEnveloped(buf, func(i uint64) { assigned, ch = i, p.Registry.register(i) })
-	if err != nil {
-		if ch != nil {
-			p.Registry.release(assigned, ch)
-		}
-		return setAll(res, StatusFailed), nil
-	}
-	if !p.Gate.Accepting() || p.Maintenance() {
-		p.Registry.release(index, ch)
-		return setAll(res, StatusBuffered), nil
-	}
 	timeout := p.VerdictTimeout
 	if timeout <= 0 {
 		timeout = DefaultVerdictTimeout
 	}
-	t := time.NewTimer(timeout)
-	defer t.Stop()
+	w := p.Registry.newWaiter()
+	if _, err := p.WAL.AppendEnveloped(buf, w.assign); err != nil {
+		w.release()
+		return setAll(res, StatusFailed), nil
+	}
+	if !p.Gate.Accepting() || p.Maintenance() {
+		w.release()
+		return setAll(res, StatusBuffered), nil
+	}
+	// The wait for the verdict is bounded from here, once the record is
+	// durable: a slow fsync does not eat the projector's time.
+	w.expireAt(time.Now().Add(timeout))
 	var verdicts []Verdict
 	select {
-	case verdicts = <-ch:
-	case <-t.C:
-		p.Registry.release(index, ch)
+	case verdicts = <-w.ch:
+		w.done()
 	case <-ctx.Done():
-		p.Registry.release(index, ch)
+		w.release()
 	}
 	if len(verdicts) != len(res) {
 		return setAll(res, StatusBuffered), nil
@@ -226,6 +165,31 @@ func (p *Pipeline) Push(ctx context.Context, body []byte, producerSub *string) (
 	return res, nil
 }
 
+// recordBufs holds push record buffers for reuse; keepRecordBuf is the
+// largest one kept (a huge push's buffer goes to the collector).
+var recordBufs sync.Pool
+
+const keepRecordBuf = 256 << 10
+
+func getRecordBuf(n int) *[]byte {
+	if bp, ok := recordBufs.Get().(*[]byte); ok {
+		if cap(*bp) >= n {
+			return bp
+		}
+		*bp = make([]byte, 0, max(n, cap(*bp)*2))
+		return bp
+	}
+	b := make([]byte, 0, n)
+	return &b
+}
+
+func putRecordBuf(bp *[]byte, used []byte) {
+	if cap(used) > keepRecordBuf {
+		return
+	}
+	*bp = used[:0]
+	recordBufs.Put(bp)
+}
 func setAll(res []Result, s Status) []Result {
 	for i := range res {
 		res[i].Status = s

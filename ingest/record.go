@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -57,12 +58,20 @@ type Item struct {
 // when the body gave none, as the push route's contract says) and
 // producerSub (the validated JWT sub, or nil). It is the one place a push
 // item is built. Payloads keep aliasing the parsed body. The error is
-// uuid's (no randomness).
+// uuid's or crypto/rand's (no randomness).
+//
+// The random bits of all the push's ids are read from crypto/rand in one
+// call (one getrandom, not one per id); uuid.NewV7FromReader lays them out
+// with its monotonic millisecond clock, as uuid.NewV7 does.
 func NewItems(parsed []ParsedItem, producerSub *string) ([]Item, error) {
 	items := make([]Item, len(parsed))
+	src := &randBytes{b: make([]byte, 16*len(parsed))}
+	if _, err := rand.Read(src.b); err != nil {
+		return nil, err
+	}
 	for i := range parsed {
 		p := &parsed[i]
-		id, err := uuid.NewV7()
+		id, err := uuid.NewV7FromReader(src)
 		if err != nil {
 			return nil, err
 		}
@@ -74,6 +83,18 @@ func NewItems(parsed []ParsedItem, producerSub *string) ([]Item, error) {
 			ProducerSub: producerSub, Payload: p.Payload, TraceID: p.TraceID}
 	}
 	return items, nil
+}
+
+// randBytes is an io.Reader over random bytes read beforehand.
+type randBytes struct{ b []byte }
+
+func (r *randBytes) Read(p []byte) (int, error) {
+	if len(r.b) == 0 {
+		return 0, io.ErrUnexpectedEOF
+	}
+	n := copy(p, r.b)
+	r.b = r.b[n:]
+	return n, nil
 }
 
 // AppendProjectItems appends the items of r as pg.Store stores them (the

@@ -314,17 +314,31 @@ func (l *Log) AppendEnveloped(rec []byte, onAssign func(uint64)) (uint64, error)
 	if len(rec)-headerSize > l.opts.MaxRecordBytes {
 		return 0, ErrRecordTooLarge
 	}
-	r := &appendReq{rec: rec, onAssign: onAssign, done: make(chan error, 1)}
+	r, _ := appendReqs.Get().(*appendReq)
+	if r == nil {
+		r = &appendReq{done: make(chan error, 1)}
+	}
+	r.rec, r.onAssign, r.index = rec, onAssign, 0
 	select {
 	case l.reqs <- r:
 	case <-l.stop:
+		r.rec, r.onAssign = nil, nil
+		appendReqs.Put(r)
 		return 0, ErrClosed
 	}
-	if err := <-r.done; err != nil {
+	err := <-r.done // the writer's one send; it does not touch r after it
+	index := r.index
+	r.rec, r.onAssign = nil, nil
+	appendReqs.Put(r)
+	if err != nil {
 		return 0, err
 	}
-	return r.index, nil
+	return index, nil
 }
+
+// appendReqs holds appendReqs for reuse (with their done channel): an
+// append allocates neither.
+var appendReqs sync.Pool
 
 func (l *Log) writer() {
 	defer close(l.done)

@@ -319,8 +319,8 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		// syscall: with fasthttp's 4 KiB default, bufio sends the head and
 		// the body's first 4 KiB, then the rest, in two or more.
 		WriteBufferSize: responseBufferBytes,
-		ErrorHandler:   s.errorHandler,
-		ExpectHandler:  s.expect,
+		ErrorHandler:    s.errorHandler,
+		ExpectHandler:   s.expect,
 		// fasthttp's errors quote the request head (credentials included)
 		// unless told not to; its log lines go through slog, redacted.
 		SecureErrorLogMessage: true,

@@ -89,17 +89,21 @@ type Pipeline struct {
 // Nothing Push returns aliases body: the caller may reuse body once Push
 // has returned.
 func (p *Pipeline) Push(ctx context.Context, body []byte, producerSub *string) ([]Result, error) {
-	parsed, err := ParseBodyLimit(body, p.MaxItems)
+	sc := getScratch()
+	defer putScratch(sc)
+	parsed, err := parseBodyInto(sc.parsed, body, p.MaxItems)
 	if err != nil {
 		return nil, err
 	}
+	sc.parsed = parsed
 	if len(parsed) == 0 {
 		return []Result{}, nil
 	}
-	items, err := NewItems(parsed, producerSub)
+	items, err := newItemsInto(sc.items, parsed, producerSub)
 	if err != nil {
 		return nil, err
 	}
+	sc.items = items
 	now := time.Now
 	if p.Now != nil {
 		now = p.Now
@@ -163,6 +167,38 @@ func (p *Pipeline) Push(ctx context.Context, body []byte, producerSub *string) (
 		}
 	}
 	return res, nil
+}
+
+// pushScratch is the parsed items and minted items of one push, reused by
+// later pushes (scratches): nothing of them outlives Push (the results
+// hold strings, the WAL its own copy of the record).
+type pushScratch struct {
+	parsed []ParsedItem
+	items  []Item
+}
+
+var scratches sync.Pool
+
+// keepScratchItems is the most items a kept scratch holds.
+const keepScratchItems = 4096
+
+func getScratch() *pushScratch {
+	if sc, ok := scratches.Get().(*pushScratch); ok {
+		return sc
+	}
+	return new(pushScratch)
+}
+
+// putScratch clears sc (it must not keep bodies or names alive) and keeps
+// it unless it grew past keepScratchItems.
+func putScratch(sc *pushScratch) {
+	if cap(sc.parsed) > keepScratchItems || cap(sc.items) > keepScratchItems {
+		return
+	}
+	clear(sc.parsed[:cap(sc.parsed)])
+	clear(sc.items[:cap(sc.items)])
+	sc.parsed, sc.items = sc.parsed[:0], sc.items[:0]
+	scratches.Put(sc)
 }
 
 // recordBufs holds push record buffers for reuse; keepRecordBuf is the

@@ -64,7 +64,17 @@ type Item struct {
 // call (one getrandom, not one per id); uuid.NewV7FromReader lays them out
 // with its monotonic millisecond clock, as uuid.NewV7 does.
 func NewItems(parsed []ParsedItem, producerSub *string) ([]Item, error) {
-	items := make([]Item, len(parsed))
+	return newItemsInto(nil, parsed, producerSub)
+}
+
+// newItemsInto is NewItems building the items in dst's memory when it is
+// large enough (the push path's reused slice).
+func newItemsInto(dst []Item, parsed []ParsedItem, producerSub *string) ([]Item, error) {
+	items := dst[:0]
+	if cap(items) < len(parsed) {
+		items = make([]Item, len(parsed))
+	}
+	items = items[:len(parsed)]
 	src := &randBytes{b: make([]byte, 16*len(parsed))}
 	if _, err := rand.Read(src.b); err != nil {
 		return nil, err

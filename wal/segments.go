@@ -62,10 +62,19 @@ type span struct{ start, end int }
 // segmentSlack is the room a tail buffer has beyond SegmentSize: the
 // record that fills a segment is still appended to it (the roll comes
 // after), and only a record larger than the slack reallocates the buffer.
-const segmentSlack = 64 << 10
+// maxPrealloc bounds the capacity allocated up front: a segment size
+// configured larger than it grows its buffer by append past that point,
+// so a huge QUEEN_WAL_SEGMENT_BYTES does not reserve its whole size in
+// the heap at every roll.
+const (
+	segmentSlack = 64 << 10
+	maxPrealloc  = 16 << 20
+)
 
 // tailCap is the capacity a new tail buffer is made with.
-func (s *segStore) tailCap() int { return s.segSize + min(s.segSize, segmentSlack) }
+func (s *segStore) tailCap() int {
+	return min(s.segSize, maxPrealloc) + min(s.segSize, segmentSlack)
+}
 
 // openSegStore opens the segment files of dir (already repaired) for
 // appending, creating the first segment of an empty log. A truncation

@@ -223,9 +223,6 @@ func (s *segStore) tailIndex() uint64 {
 	return s.segs[len(s.segs)-1].index
 }
 
-// tailBytes is the tail segment's size in bytes (writer goroutine).
-func (s *segStore) tailBytes() int { return len(s.segs[len(s.segs)-1].buf) }
-
 // writeBatch appends the records of batch (envelopes sealed, indexes
 // last+1...) to the tail segment and writes them with one write call per
 // segment touched, rolling to a new segment as tidwall did: before the

@@ -232,7 +232,9 @@ func (s *segStore) tailIndex() uint64 {
 // from (its last bytes; the caller fsyncs the tail). On error the store
 // must not be written again (the Log reopens the directory).
 func (s *segStore) writeBatch(batch []*appendReq) (rolled bool, err error) {
-	t := s.segs[len(s.segs)-1] // the writer is the only one to change segs
+	s.mu.Lock() // truncateFront replaces segs (never removing the tail)
+	t := s.segs[len(s.segs)-1]
+	s.mu.Unlock()
 	if len(t.buf) > s.segSize {
 		if t, err = s.roll(t); err != nil {
 			return false, err

@@ -110,11 +110,25 @@ func (p *Pipeline) Push(ctx context.Context, body []byte, producerSub *string) (
 	}
 	rec := Record{AcceptedAt: now().UnixMicro(), Items: items}
 	res := make([]Result, len(items))
+	// The message id's text is the transactionId's where the broker minted
+	// it; for the items with a client transactionId it is encoded into one
+	// buffer and sliced (one allocation per push).
+	var text []byte
+	for i := range items {
+		if parsed[i].TransactionID != "" {
+			if text == nil {
+				text = make([]byte, 0, 36*(len(items)-i))
+			}
+			text = text[:len(text)+36]
+			encodeUUID(text[len(text)-36:], items[i].MessageID)
+		}
+	}
+	ids := string(text)
 	for i := range items {
 		it := &items[i]
-		mid := it.TransactionID // the minted id's text when the body gave no transactionId
+		mid := it.TransactionID
 		if parsed[i].TransactionID != "" {
-			mid = it.MessageID.String()
+			mid, ids = ids[:36], ids[36:]
 		}
 		res[i] = Result{Index: i, MessageID: mid, TransactionID: it.TransactionID, QueueName: it.Queue}
 	}

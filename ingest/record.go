@@ -79,18 +79,33 @@ func newItemsInto(dst []Item, parsed []ParsedItem, producerSub *string) ([]Item,
 	if _, err := rand.Read(src.b); err != nil {
 		return nil, err
 	}
+	// The text of the minted ids that stand for absent transactionIds is
+	// encoded into one buffer, made one string, and sliced: one allocation
+	// per push, not one per item.
+	var text []byte
 	for i := range parsed {
 		p := &parsed[i]
 		id, err := uuid.NewV7FromReader(src)
 		if err != nil {
 			return nil, err
 		}
-		txid := p.TransactionID
-		if txid == "" {
-			txid = id.String()
+		if p.TransactionID == "" {
+			if text == nil {
+				text = make([]byte, 0, 36*(len(parsed)-i))
+			}
+			text = text[:len(text)+36]
+			encodeUUID(text[len(text)-36:], id)
 		}
-		items[i] = Item{Queue: p.Queue, Partition: p.Partition, TransactionID: txid, MessageID: id,
+		items[i] = Item{Queue: p.Queue, Partition: p.Partition, TransactionID: p.TransactionID, MessageID: id,
 			ProducerSub: producerSub, Payload: p.Payload, TraceID: p.TraceID}
+	}
+	if text != nil {
+		all := string(text)
+		for i := range items {
+			if items[i].TransactionID == "" {
+				items[i].TransactionID, all = all[:36], all[36:]
+			}
+		}
 	}
 	return items, nil
 }

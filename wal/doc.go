@@ -30,7 +30,10 @@
 // is built behind HeaderSize free bytes (AppendEnveloped), so the envelope
 // is sealed in place: the payload is copied from the request body once by
 // package ingest, then once into the tail segment's memory, which one
-// write call hands to the file.
+// write call hands to the file. Reads of the tail and of the segment
+// rolled from last (what the projector reads) are served from that memory
+// as written; only a sealed segment read back from its file is verified
+// first (see Recovery on open).
 //
 // # Group commit
 //

@@ -55,6 +55,11 @@ type segment struct {
 	// pos[i] is where record index+i sits in buf (without its length
 	// prefix).
 	pos []span
+	// resident is true for the buffers this process built: the tail (from
+	// the repaired, fully verified tail file at open, then by the writer)
+	// and the segments rolled from it. Their pos map indexes to records
+	// exactly as written, so reads from them need no check of the file.
+	resident bool
 }
 
 type span struct{ start, end int }
@@ -96,7 +101,7 @@ func openSegStore(dir string, segSize int, noSync bool) (*segStore, error) {
 			return nil, err
 		}
 		s.f = f
-		s.segs = []*segment{{index: 1, name: segName(1), buf: make([]byte, 0, s.tailCap())}}
+		s.segs = []*segment{{index: 1, name: segName(1), buf: make([]byte, 0, s.tailCap()), resident: true}}
 		s.first, s.last = 1, 0
 		return s, nil
 	}
@@ -115,7 +120,7 @@ func openSegStore(dir string, segSize int, noSync bool) (*segStore, error) {
 	if n != len(buf) {
 		return nil, fmt.Errorf("%w: tail segment %s does not parse at byte %d after repair", ErrCorruptRecord, tail.name, n)
 	}
-	tail.buf, tail.pos = buf, pos
+	tail.buf, tail.pos, tail.resident = buf, pos, true
 	f, err := os.OpenFile(path, os.O_RDWR, 0o640)
 	if err != nil {
 		return nil, err
@@ -280,7 +285,7 @@ func (s *segStore) roll(t *segment) (*segment, error) {
 		return nil, err
 	}
 	s.f = nil
-	next := &segment{index: s.last + 1, name: segName(s.last + 1)}
+	next := &segment{index: s.last + 1, name: segName(s.last + 1), resident: true}
 	f, err := os.OpenFile(filepath.Join(s.dir, next.name), os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o640)
 	if err != nil {
 		return nil, err
@@ -298,7 +303,7 @@ func (s *segStore) roll(t *segment) (*segment, error) {
 // one before (caller holds mu).
 func (s *segStore) setCached(sg *segment) {
 	if s.cached != nil && s.cached != sg {
-		s.cached.buf, s.cached.pos = nil, nil
+		s.cached.buf, s.cached.pos, s.cached.resident = nil, nil, false
 	}
 	s.cached = sg
 }
@@ -334,6 +339,26 @@ func (s *segStore) read(index uint64) ([]byte, error) {
 	}
 	p := sg.pos[k]
 	return sg.buf[p.start:p.end:p.end], nil
+}
+
+// readResident is read for a record of a resident segment (the tail or
+// the segment rolled from last, as this process wrote them); ok is false
+// for any other index.
+func (s *segStore) readResident(index uint64) (rec []byte, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if index < s.first || index > s.last {
+		return nil, false
+	}
+	sg := s.segs[len(s.segs)-1]
+	if index < sg.index {
+		sg = s.cached
+	}
+	if sg == nil || !sg.resident || index < sg.index || index-sg.index >= uint64(len(sg.pos)) {
+		return nil, false
+	}
+	p := sg.pos[index-sg.index]
+	return sg.buf[p.start:p.end:p.end], true
 }
 
 // truncateFront removes the segment files before the segment that starts

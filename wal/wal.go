@@ -483,6 +483,24 @@ func (l *Log) Read(index uint64) ([]byte, error) {
 	if index > l.durable.Load() || index < l.first.Load() {
 		return nil, ErrNotFound
 	}
+	// The records the projector reads next are in the segments this
+	// process wrote and still holds (the tail and the one rolled from):
+	// served from that memory, with no check of the file (checkSealed reads
+	// and verifies a whole sealed segment from disk).
+	l.lgMu.RLock()
+	var rec []byte
+	ok := false
+	if l.st != nil {
+		rec, ok = l.st.readResident(index)
+	}
+	l.lgMu.RUnlock()
+	if ok {
+		p, err := DecodeRecord(rec)
+		if err != nil {
+			return nil, fmt.Errorf("wal: read %d: %w", index, err)
+		}
+		return p, nil
+	}
 	damaged, err := l.checkSealed(index)
 	if err != nil {
 		return nil, fmt.Errorf("wal: read %d: %w", index, err)
@@ -503,7 +521,7 @@ func (l *Log) Read(index uint64) ([]byte, error) {
 	if l.st == nil {
 		return nil, ErrClosed
 	}
-	rec, err := l.st.read(index)
+	rec, err = l.st.read(index)
 	if errors.Is(err, ErrNotFound) {
 		return nil, ErrNotFound
 	}

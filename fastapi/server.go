@@ -130,6 +130,8 @@ func (d Deps) missing() []string {
 // Pusher runs POST /api/v1/push.
 type Pusher interface {
 	// Push runs a push body through the pipeline (see ingest.Pipeline.Push).
+	// Nothing it returns may alias body: the handler reuses the body's
+	// buffer for a later request once Push has returned.
 	Push(ctx context.Context, body []byte, producerSub *string) ([]ingest.Result, error)
 }
 
@@ -204,6 +206,9 @@ type Config struct {
 	Console *console.Handler
 	Logger  *slog.Logger
 }
+
+// responseBufferBytes is each connection's response write buffer.
+const responseBufferBytes = 32 << 10
 
 // Server is the HTTP server.
 type Server struct {
@@ -309,8 +314,13 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		DisableHeaderNamesNormalizing: false,
 		// The head buffer is the head limit (headlimit.go).
 		ReadBufferSize: cfg.MaxHeaderBytes,
-		ErrorHandler:   s.errorHandler,
-		ExpectHandler:  s.expect,
+		// A connection's write buffer holds a whole 100-item push answer
+		// (about 17 KB with its head), so that it leaves in one write
+		// syscall: with fasthttp's 4 KiB default, bufio sends the head and
+		// the body's first 4 KiB, then the rest, in two or more.
+		WriteBufferSize: responseBufferBytes,
+		ErrorHandler:    s.errorHandler,
+		ExpectHandler:   s.expect,
 		// fasthttp's errors quote the request head (credentials included)
 		// unless told not to; its log lines go through slog, redacted.
 		SecureErrorLogMessage: true,
@@ -327,11 +337,22 @@ func (s *Server) Serve(ln net.Listener) error {
 // Shutdown stops accepting, waits for in-flight requests (until ctx ends).
 func (s *Server) Shutdown(ctx context.Context) error { return s.srv.ShutdownWithContext(ctx) }
 
+// The CORS headers every answer carries, in canonical form (set without
+// fasthttp's per-call normalisation).
+var (
+	corsOriginKey    = []byte("Access-Control-Allow-Origin")
+	corsOriginValue  = []byte("*")
+	corsMethodsKey   = []byte("Access-Control-Allow-Methods")
+	corsMethodsValue = []byte("GET, POST, PUT, DELETE, OPTIONS")
+	corsHeadersKey   = []byte("Access-Control-Allow-Headers")
+	corsHeadersValue = []byte("Content-Type, Authorization")
+)
+
 func cors(ctx *fasthttp.RequestCtx) {
 	h := &ctx.Response.Header
-	h.Set("Access-Control-Allow-Origin", "*")
-	h.Set("Access-Control-Allow-Methods", "GET, POST, PUT, DELETE, OPTIONS")
-	h.Set("Access-Control-Allow-Headers", "Content-Type, Authorization")
+	h.SetCanonical(corsOriginKey, corsOriginValue)
+	h.SetCanonical(corsMethodsKey, corsMethodsValue)
+	h.SetCanonical(corsHeadersKey, corsHeadersValue)
 }
 
 func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
@@ -354,7 +375,13 @@ func writeErr(ctx *fasthttp.RequestCtx, status int, msg string) {
 // QUEEN_READ_TIMEOUT_MS, e.g. a Content-Length longer than what is sent)
 // or 400, and returns false.
 func (s *Server) readBodyOrAnswer(ctx *fasthttp.RequestCtx) ([]byte, bool) {
-	body, err := s.readBody(ctx)
+	return s.readBodyOrAnswerInto(ctx, nil)
+}
+
+// readBodyOrAnswerInto is readBodyOrAnswer reading into buf's memory when
+// it is large enough (the push handler's pooled buffers).
+func (s *Server) readBodyOrAnswerInto(ctx *fasthttp.RequestCtx, buf []byte) ([]byte, bool) {
+	body, err := s.readBody(ctx, buf)
 	if errors.Is(err, errTooLarge) {
 		writeErr(ctx, fasthttp.StatusRequestEntityTooLarge, "request body exceeds QUEEN_MAX_BODY_BYTES")
 		return nil, false
@@ -377,7 +404,10 @@ var errTooLarge = errors.New("request body too large")
 // readBody reads the request body up to MaxBodyBytes. Over the limit it
 // drains (bounded) what the client still sends, so the 413 is readable and
 // not lost to a connection reset, then marks the connection to close.
-func (s *Server) readBody(ctx *fasthttp.RequestCtx) ([]byte, error) {
+//
+// buf, when its capacity suffices, is where the body is read (from its
+// start); otherwise a new buffer is made.
+func (s *Server) readBody(ctx *fasthttp.RequestCtx, buf []byte) ([]byte, error) {
 	limit := s.cfg.MaxBodyBytes
 	if cl := ctx.Request.Header.ContentLength(); cl > limit {
 		s.drain(ctx)
@@ -387,8 +417,10 @@ func (s *Server) readBody(ctx *fasthttp.RequestCtx) ([]byte, error) {
 	if stream == nil {
 		return ctx.Request.Body(), nil
 	}
-	buf := make([]byte, 0, min(max(ctx.Request.Header.ContentLength(), 512), limit+1))
-	buf, err := readAtMost(stream, buf, limit+1)
+	if want := min(max(ctx.Request.Header.ContentLength(), 512), limit+1); cap(buf) < want {
+		buf = make([]byte, 0, want)
+	}
+	buf, err := readAtMost(stream, buf[:0], limit+1)
 	if err != nil {
 		return nil, err
 	}
@@ -424,11 +456,21 @@ func (s *Server) drain(ctx *fasthttp.RequestCtx) {
 }
 
 func (s *Server) push(ctx *fasthttp.RequestCtx) {
-	body, ok := s.readBodyOrAnswer(ctx)
+	bp, _ := pushBodies.Get().(*[]byte)
+	if bp == nil {
+		bp = new([]byte)
+	}
+	body, ok := s.readBodyOrAnswerInto(ctx, (*bp)[:0])
 	if !ok {
+		pushBodies.Put(bp)
 		return
 	}
 	res, err := s.deps.Pusher.Push(ctx, body, producerSub(ctx))
+	// Push keeps nothing that aliases body once it returns (Pusher).
+	if cap(body) <= keepPushBody && ctx.RequestBodyStream() != nil {
+		*bp = body[:0]
+	}
+	pushBodies.Put(bp)
 	var verr *ingest.ValidationError
 	switch {
 	case errors.As(err, &verr):
@@ -440,7 +482,7 @@ func (s *Server) push(ctx *fasthttp.RequestCtx) {
 		s.failLog.Error("push failed", "err", err)
 		writeErr(ctx, fasthttp.StatusInternalServerError, "internal error")
 	default:
-		writeJSON(ctx, fasthttp.StatusCreated, res)
+		writePushAnswer(ctx, res)
 	}
 }
 

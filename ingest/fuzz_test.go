@@ -5,6 +5,7 @@ import (
 	stdjson "encoding/json"
 	"errors"
 	"io"
+	"reflect"
 	"testing"
 	"unicode/utf8"
 
@@ -208,6 +209,16 @@ func FuzzParseBody(f *testing.F) {
 			if !bytes.Contains(body, it.Payload) {
 				t.Fatalf("items[%d]: payload %q is not taken from the body", i, it.Payload)
 			}
+		}
+		// The push path parses into a reused slice that still holds the
+		// items of an earlier push: the result must be the same.
+		dirty := make([]ParsedItem, 3, 8)
+		for i := range dirty {
+			dirty[i] = ParsedItem{Queue: "stale", Partition: "stale", TransactionID: "stale", Payload: []byte("1")}
+		}
+		again, err := parseBodyInto(dirty, body, 0)
+		if err != nil || !reflect.DeepEqual(again, items) {
+			t.Fatalf("parseBodyInto a reused slice: %v, %d items, want %d", err, len(again), len(items))
 		}
 	})
 }

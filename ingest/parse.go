@@ -72,7 +72,13 @@ func ParseBody(body []byte) ([]ParsedItem, error) { return ParseBodyLimit(body, 
 // only checked for syntax, never decoded, so the work and memory a refused
 // push costs are bounded by the limit.
 func ParseBodyLimit(body []byte, maxItems int) ([]ParsedItem, error) {
-	p := itemParser{s: scanner{b: body}, maxItems: maxItems}
+	return parseBodyInto(nil, body, maxItems)
+}
+
+// parseBodyInto is ParseBodyLimit appending the items to dst[:0] (the
+// push path's reused slice).
+func parseBodyInto(dst []ParsedItem, body []byte, maxItems int) ([]ParsedItem, error) {
+	p := itemParser{s: scanner{b: body}, maxItems: maxItems, dst: dst}
 	s := &p.s
 	switch s.peek() {
 	case 0:
@@ -162,6 +168,8 @@ type itemParser struct {
 	scratch []byte
 	// maxItems is the most items the array may hold (0 = no limit).
 	maxItems int
+	// dst, when not nil, is where items are appended (from dst[:0]).
+	dst []ParsedItem
 }
 
 const maxInterned = 16
@@ -225,7 +233,10 @@ func (p *itemParser) items(allowTrace bool) (items []ParsedItem, verr error) {
 	}
 	s.enter()
 	s.pos++
-	items = []ParsedItem{}
+	items = p.dst[:0]
+	if items == nil {
+		items = []ParsedItem{}
+	}
 	if s.peek() == ']' {
 		s.pos++
 		s.depth--

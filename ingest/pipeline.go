@@ -53,69 +53,6 @@ type Result struct {
 	Status        Status `json:"status"`
 }
 
-// Registry connects pushes waiting for a verdict with the projector that
-// delivers it, keyed by WAL index. It is safe for concurrent use.
-type Registry struct {
-	mu      sync.Mutex
-	waiters map[uint64]chan []Verdict
-}
-
-// NewRegistry returns an empty Registry.
-func NewRegistry() *Registry { return &Registry{waiters: make(map[uint64]chan []Verdict)} }
-
-func (r *Registry) register(index uint64) chan []Verdict {
-	ch := make(chan []Verdict, 1)
-	r.mu.Lock()
-	r.waiters[index] = ch
-	r.mu.Unlock()
-	return ch
-}
-
-// release drops the waiter for index if it is still ch: after a failed
-// write the index is reused by the next record, whose waiter must stay.
-func (r *Registry) release(index uint64, ch chan []Verdict) {
-	r.mu.Lock()
-	if r.waiters[index] == ch {
-		delete(r.waiters, index)
-	}
-	r.mu.Unlock()
-}
-
-// Deliver hands the verdicts of the WAL record at index (one per item, in
-// item order) to its waiting push, if any. A nil slice means "not stored
-// yet" and the push answers buffered.
-func (r *Registry) Deliver(index uint64, v []Verdict) {
-	r.mu.Lock()
-	ch, ok := r.waiters[index]
-	delete(r.waiters, index)
-	r.mu.Unlock()
-	if ok {
-		ch <- v
-	}
-}
-
-// Waiting reports whether a push still waits for the verdicts of the WAL
-// record at index (the projector keeps a large record's verdicts piece by
-// piece only while someone will read them).
-func (r *Registry) Waiting(index uint64) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	_, ok := r.waiters[index]
-	return ok
-}
-
-// FailAll answers every waiting push "buffered" (the projector calls it
-// when PostgreSQL fails or it pauses).
-func (r *Registry) FailAll() {
-	r.mu.Lock()
-	w := r.waiters
-	r.waiters = make(map[uint64]chan []Verdict)
-	r.mu.Unlock()
-	for _, ch := range w {
-		ch <- nil
-	}
-}
-
 // Gate tells the pipeline whether waiting for a verdict is worthwhile.
 type Gate interface {
 	// Accepting is false while the projector is paused (maintenance mode)
@@ -148,36 +85,60 @@ type Pipeline struct {
 // client mistake (nothing written); ErrMaintenanceWrite when the WAL append
 // failed in maintenance mode (nothing written). A WAL failure outside
 // maintenance mode is not an error: every item is answered "failed".
+//
+// Nothing Push returns aliases body: the caller may reuse body once Push
+// has returned.
 func (p *Pipeline) Push(ctx context.Context, body []byte, producerSub *string) ([]Result, error) {
-	parsed, err := ParseBodyLimit(body, p.MaxItems)
+	sc := getScratch()
+	defer putScratch(sc)
+	parsed, err := parseBodyInto(sc.parsed, body, p.MaxItems)
 	if err != nil {
 		return nil, err
 	}
+	sc.parsed = parsed
 	if len(parsed) == 0 {
 		return []Result{}, nil
 	}
-	items, err := NewItems(parsed, producerSub)
+	items, err := newItemsInto(sc.items, parsed, producerSub)
 	if err != nil {
 		return nil, err
 	}
+	sc.items = items
 	now := time.Now
 	if p.Now != nil {
 		now = p.Now
 	}
 	rec := Record{AcceptedAt: now().UnixMicro(), Items: items}
 	res := make([]Result, len(items))
+	// The message id's text is the transactionId's where the broker minted
+	// it; for the items with a client transactionId it is encoded into one
+	// buffer and sliced (one allocation per push).
+	var text []byte
+	for i := range items {
+		if parsed[i].TransactionID != "" {
+			if text == nil {
+				text = make([]byte, 0, 36*(len(items)-i))
+			}
+			text = text[:len(text)+36]
+			encodeUUID(text[len(text)-36:], items[i].MessageID)
+		}
+	}
+	ids := string(text)
 	for i := range items {
 		it := &items[i]
-		mid := it.TransactionID // the minted id's text when the body gave no transactionId
+		mid := it.TransactionID
 		if parsed[i].TransactionID != "" {
-			mid = it.MessageID.String()
+			mid, ids = ids[:36], ids[36:]
 		}
 		res[i] = Result{Index: i, MessageID: mid, TransactionID: it.TransactionID, QueueName: it.Queue}
 	}
 	// The record is encoded once, from the body's payload slices, behind
 	// room for the WAL envelope: body → this buffer is the payload's only
-	// copy on the way to the WAL.
-	buf := EncodeRecord(make([]byte, wal.HeaderSize, wal.HeaderSize+rec.EncodedLen()), &rec)
+	// copy on the way to the WAL. The buffer is the WAL's only until
+	// AppendEnveloped returns, then reused by a later push (recordBufs).
+	bp := getRecordBuf(wal.HeaderSize + rec.EncodedLen())
+	buf := EncodeRecord(append((*bp)[:0], make([]byte, wal.HeaderSize)...), &rec)
+	defer putRecordBuf(bp, buf)
 
 	if p.Maintenance() {
 		if _, err := p.WAL.AppendEnveloped(buf, nil); err != nil {
@@ -185,32 +146,28 @@ func (p *Pipeline) Push(ctx context.Context, body []byte, producerSub *string) (
 		}
 		return setAll(res, StatusBuffered), nil
 	}
-	var ch chan []Verdict
-	var assigned uint64
-	index, err := p.WAL.AppendEnveloped(buf, func(i uint64) { assigned, ch = i, p.Registry.register(i) })
-	if err != nil {
-		if ch != nil {
-			p.Registry.release(assigned, ch)
-		}
-		return setAll(res, StatusFailed), nil
-	}
-	if !p.Gate.Accepting() || p.Maintenance() {
-		p.Registry.release(index, ch)
-		return setAll(res, StatusBuffered), nil
-	}
 	timeout := p.VerdictTimeout
 	if timeout <= 0 {
 		timeout = DefaultVerdictTimeout
 	}
-	t := time.NewTimer(timeout)
-	defer t.Stop()
+	w := p.Registry.newWaiter()
+	if _, err := p.WAL.AppendEnveloped(buf, w.assign); err != nil {
+		w.release()
+		return setAll(res, StatusFailed), nil
+	}
+	if !p.Gate.Accepting() || p.Maintenance() {
+		w.release()
+		return setAll(res, StatusBuffered), nil
+	}
+	// The wait for the verdict is bounded from here, once the record is
+	// durable: a slow fsync does not eat the projector's time.
+	w.expireAt(time.Now().Add(timeout))
 	var verdicts []Verdict
 	select {
-	case verdicts = <-ch:
-	case <-t.C:
-		p.Registry.release(index, ch)
+	case verdicts = <-w.ch:
+		w.done()
 	case <-ctx.Done():
-		p.Registry.release(index, ch)
+		w.release()
 	}
 	if len(verdicts) != len(res) {
 		return setAll(res, StatusBuffered), nil
@@ -226,6 +183,63 @@ func (p *Pipeline) Push(ctx context.Context, body []byte, producerSub *string) (
 	return res, nil
 }
 
+// pushScratch is the parsed items and minted items of one push, reused by
+// later pushes (scratches): nothing of them outlives Push (the results
+// hold strings, the WAL its own copy of the record).
+type pushScratch struct {
+	parsed []ParsedItem
+	items  []Item
+}
+
+var scratches sync.Pool
+
+// keepScratchItems is the most items a kept scratch holds.
+const keepScratchItems = 4096
+
+func getScratch() *pushScratch {
+	if sc, ok := scratches.Get().(*pushScratch); ok {
+		return sc
+	}
+	return new(pushScratch)
+}
+
+// putScratch clears sc (it must not keep bodies or names alive) and keeps
+// it unless it grew past keepScratchItems.
+func putScratch(sc *pushScratch) {
+	if cap(sc.parsed) > keepScratchItems || cap(sc.items) > keepScratchItems {
+		return
+	}
+	clear(sc.parsed[:cap(sc.parsed)])
+	clear(sc.items[:cap(sc.items)])
+	sc.parsed, sc.items = sc.parsed[:0], sc.items[:0]
+	scratches.Put(sc)
+}
+
+// recordBufs holds push record buffers for reuse; keepRecordBuf is the
+// largest one kept (a huge push's buffer goes to the collector).
+var recordBufs sync.Pool
+
+const keepRecordBuf = 256 << 10
+
+func getRecordBuf(n int) *[]byte {
+	if bp, ok := recordBufs.Get().(*[]byte); ok {
+		if cap(*bp) >= n {
+			return bp
+		}
+		*bp = make([]byte, 0, max(n, cap(*bp)*2))
+		return bp
+	}
+	b := make([]byte, 0, n)
+	return &b
+}
+
+func putRecordBuf(bp *[]byte, used []byte) {
+	if cap(used) > keepRecordBuf {
+		return
+	}
+	*bp = used[:0]
+	recordBufs.Put(bp)
+}
 func setAll(res []Result, s Status) []Result {
 	for i := range res {
 		res[i].Status = s

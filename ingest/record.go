@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -57,23 +58,68 @@ type Item struct {
 // when the body gave none, as the push route's contract says) and
 // producerSub (the validated JWT sub, or nil). It is the one place a push
 // item is built. Payloads keep aliasing the parsed body. The error is
-// uuid's (no randomness).
+// uuid's or crypto/rand's (no randomness).
+//
+// The random bits of all the push's ids are read from crypto/rand in one
+// call (one getrandom, not one per id); uuid.NewV7FromReader lays them out
+// with its monotonic millisecond clock, as uuid.NewV7 does.
 func NewItems(parsed []ParsedItem, producerSub *string) ([]Item, error) {
-	items := make([]Item, len(parsed))
+	return newItemsInto(nil, parsed, producerSub)
+}
+
+// newItemsInto is NewItems building the items in dst's memory when it is
+// large enough (the push path's reused slice).
+func newItemsInto(dst []Item, parsed []ParsedItem, producerSub *string) ([]Item, error) {
+	items := dst[:0]
+	if cap(items) < len(parsed) {
+		items = make([]Item, len(parsed))
+	}
+	items = items[:len(parsed)]
+	src := &randBytes{b: make([]byte, 16*len(parsed))}
+	if _, err := rand.Read(src.b); err != nil {
+		return nil, err
+	}
+	// The text of the minted ids that stand for absent transactionIds is
+	// encoded into one buffer, made one string, and sliced: one allocation
+	// per push, not one per item.
+	var text []byte
 	for i := range parsed {
 		p := &parsed[i]
-		id, err := uuid.NewV7()
+		id, err := uuid.NewV7FromReader(src)
 		if err != nil {
 			return nil, err
 		}
-		txid := p.TransactionID
-		if txid == "" {
-			txid = id.String()
+		if p.TransactionID == "" {
+			if text == nil {
+				text = make([]byte, 0, 36*(len(parsed)-i))
+			}
+			text = text[:len(text)+36]
+			encodeUUID(text[len(text)-36:], id)
 		}
-		items[i] = Item{Queue: p.Queue, Partition: p.Partition, TransactionID: txid, MessageID: id,
+		items[i] = Item{Queue: p.Queue, Partition: p.Partition, TransactionID: p.TransactionID, MessageID: id,
 			ProducerSub: producerSub, Payload: p.Payload, TraceID: p.TraceID}
 	}
+	if text != nil {
+		all := string(text)
+		for i := range items {
+			if items[i].TransactionID == "" {
+				items[i].TransactionID, all = all[:36], all[36:]
+			}
+		}
+	}
 	return items, nil
+}
+
+// randBytes is an io.Reader over random bytes read beforehand.
+type randBytes struct{ b []byte }
+
+func (r *randBytes) Read(p []byte) (int, error) {
+	if len(r.b) == 0 {
+		return 0, io.ErrUnexpectedEOF
+	}
+	n := copy(p, r.b)
+	r.b = r.b[n:]
+	return n, nil
 }
 
 // AppendProjectItems appends the items of r as pg.Store stores them (the

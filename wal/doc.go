@@ -3,15 +3,16 @@
 //
 // # Files
 //
-// The log is a directory of segment files managed by github.com/tidwall/wal
-// (binary format). A segment is named by the index of its first entry as 20
-// decimal digits ("00000000000000000001"); indexes start at 1 and grow by one
-// with no gaps. Each tidwall entry on disk is
+// The log is a directory of segment files (the binary layout of
+// github.com/tidwall/wal, which earlier builds wrote through; this package
+// now writes and reads them itself, segments.go, and opens their
+// directories unchanged). A segment is named by the index of its first
+// entry as 20 decimal digits ("00000000000000000001"); indexes start at 1
+// and grow by one with no gaps. Each entry on disk is
 //
 //	uvarint(len(record)) | record
 //
-// and this package wraps every record in its own envelope, because tidwall
-// itself has no checksum:
+// and every record is wrapped in an envelope with a checksum:
 //
 //	byte 0      version (1)
 //	bytes 1..4  CRC-32C (Castagnoli), little endian, over version | payload
@@ -19,36 +20,45 @@
 //
 // # Memory
 //
-// tidwall keeps the tail segment and the last sealed segment it read in
-// memory (Options.SegmentSize bounds both; a record larger than a segment
-// makes its segment that large). Read returns slices of that memory, which
-// tidwall only ever appends to; callers must not modify them. A push
-// record is built behind HeaderSize free bytes (AppendEnveloped), so the
-// envelope is sealed in place: the payload is copied from the request body
-// once by package ingest, then by tidwall into its batch and its segment
-// memory on the way to the file.
+// The tail segment and the last sealed segment read (or rolled from) are
+// kept in memory (Options.SegmentSize bounds both; a record larger than a
+// segment makes its segment that large). Read returns slices of that
+// memory, which is only ever appended to; callers must not modify them. A
+// tail's buffer is allocated once, with room for a whole segment, so it is
+// never reallocated and copied as it fills (tidwall's grew by append: each
+// byte was copied about four more times, into fresh pages). A push record
+// is built behind HeaderSize free bytes (AppendEnveloped), so the envelope
+// is sealed in place: the payload is copied from the request body once by
+// package ingest, then once into the tail segment's memory, which one
+// write call hands to the file. Reads of the tail and of the segment
+// rolled from last (what the projector reads) are served from that memory
+// as written; only a sealed segment read back from its file is verified
+// first (see Recovery on open).
 //
 // # Group commit
 //
 // One writer goroutine owns appends. Concurrent Append calls that arrive
-// while a write is in progress are collected into one tidwall batch (up to
-// Options.MaxBatchBytes), written with one write call and made durable with
-// one fsync of the tail segment. No Append returns before that fsync; an
-// index becomes visible to readers (DurableIndex, Notify) only after it.
-// When tidwall rolls to a new segment inside a batch, the directory is
-// fsynced too, so the new file's name survives a power cut.
+// while a write is in progress are collected into one batch (up to
+// Options.MaxBatchBytes), written with one write call per segment it
+// touches and made durable with one fsync of the tail segment. No Append
+// returns before that fsync; an index becomes visible to readers
+// (DurableIndex, Notify) only after it. A segment rolls (as tidwall's
+// did) before a batch when the tail is already past SegmentSize, and after
+// the record that takes it to SegmentSize or more; the segment rolled from
+// is fsynced before the next file is created, and the directory is fsynced
+// with the batch, so the new file's name survives a power cut.
 //
 // # Failure (fail-stop)
 //
-// A failed write or fsync fails every Append of that batch. The tidwall
-// handle is then closed and never written again: the log is repaired back to
+// A failed write or fsync fails every Append of that batch. The segment
+// files are then closed and never written through that handle again: the log is repaired back to
 // the last durable index (see below) and reopened before the next append.
 // Entries of a failed batch can therefore never be read later, so an item
 // answered "failed" is never projected.
 //
 // # Recovery on open
 //
-// Before tidwall opens the directory, Open scans the tail segment record by
+// Before the segments are opened, Open scans the tail segment record by
 // record (length prefix, envelope version, checksum). At the first record
 // that is incomplete or does not verify (a torn write, a zero-filled tail),
 // the segment is cut: the bytes from that point on are first copied to
@@ -59,9 +69,9 @@
 // repaired: Read returns ErrCorruptRecord from the first damaged record to
 // the segment's end, and serves the records before it from the file with
 // this package's own verified reader (ReadRecordAt). A damaged segment is
-// never handed to tidwall: tidwall refuses all of it, and once it had loaded
-// one it was seen to serve that segment's records for the indexes of the
-// next segment, with valid checksums.
+// never loaded into memory for reads. A truncation that a crash interrupted
+// inside tidwall in an earlier build (a "<segment>.START" or ".END" file)
+// is finished on open, as tidwall did.
 //
 // # Byte cap
 //
@@ -74,10 +84,12 @@
 // TruncateProjected removes whole sealed segments whose every entry is at or
 // below the projector's checkpoint and whose file is older than a retention
 // period, so that a PostgreSQL restored from an older backup can still be
-// re-projected from the WAL within that period (DESIGN.md §5).
+// re-projected from the WAL within that period (DESIGN.md §5). Whole files
+// are removed, oldest first; the first kept segment is not touched.
 //
 // # Concurrency
 //
-// tidwall/wal is not safe for concurrent readers, so reads are serialised
-// here; one writer goroutine, any number of Read callers.
+// One writer goroutine, any number of Read callers (serialised with
+// truncation; the segment store takes a mutex around its in-memory state,
+// never around file I/O of the writer).
 package wal

@@ -10,15 +10,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	twal "github.com/tidwall/wal"
-
 	"github.com/queenmq/queen-go/internal/ratelog"
 )
 
 // Defaults applied where an Options field is zero.
 const (
-	// DefaultSegmentSize is the target segment file size: 4 MiB. tidwall
-	// keeps the tail segment and the last sealed one in memory, so this
+	// DefaultSegmentSize is the target segment file size: 4 MiB. The tail
+	// segment and the last sealed one read are kept in memory, so this
 	// bounds the broker's WAL memory (about 2 × SegmentSize, plus any
 	// single record larger than it).
 	DefaultSegmentSize = 4 << 20
@@ -28,9 +26,6 @@ const (
 	// DefaultMaxBatchBytes bounds one group commit: 8 MiB. A single record
 	// larger than this is written alone.
 	DefaultMaxBatchBytes = 8 << 20
-	// keepBatchBytes: a group commit's buffer above this size is dropped
-	// after the write rather than reused.
-	keepBatchBytes = 1 << 20
 	// slowSync is the fsync duration above which a warning is logged.
 	slowSync = time.Second
 )
@@ -108,19 +103,16 @@ type Log struct {
 	dir  string
 	opts Options
 
-	// lgMu guards lg: writes and reads hold it shared (tidwall serialises
-	// them itself, and reads are further serialised by readMu); a reopen
-	// after a failure holds it exclusively.
+	// lgMu guards st: writes and reads hold it shared (the segment store
+	// serialises them itself; truncation is serialised with reads by
+	// readMu); a reopen after a failure holds it exclusively.
 	lgMu   sync.RWMutex
 	readMu sync.Mutex
-	lg     *twal.Log
+	st     *segStore
 
 	// writer-goroutine state
-	last      uint64 // last index written and fsynced
-	tailStart uint64 // index of the tail segment's first entry
-	tailBytes int    // bytes in the tail segment, mirroring tidwall's roll rule
-	tailFile  *os.File
-	broken    error // set after a failed write until a reopen succeeds
+	last   uint64 // last index written and fsynced
+	broken error  // set after a failed write until a reopen succeeds
 
 	first   atomic.Uint64
 	durable atomic.Uint64
@@ -141,11 +133,6 @@ type Log struct {
 	// writes (a full or read-only disk, the byte cap): the first is logged,
 	// then one line per ratelog.DefaultInterval with a count.
 	failLog *ratelog.Logger
-
-	// batch is reused by every group commit (writer goroutine only): its
-	// buffer, tidwall's copy of the batch's records, is kept while it holds
-	// at most keepBatchBytes.
-	batch twal.Batch
 
 	reqs     chan *appendReq
 	notify   chan struct{}
@@ -177,7 +164,7 @@ func Open(dir string, opts Options) (*Log, *RepairReport, error) {
 }
 
 // openLocked repairs (rolling back past keep when keep >= 0) and opens the
-// tidwall log; the caller holds lgMu exclusively or owns l alone.
+// segment files; the caller holds lgMu exclusively or owns l alone.
 func (l *Log) openLocked(keep int64) (*RepairReport, error) {
 	rep, err := repair(l.dir, keep)
 	switch {
@@ -189,63 +176,31 @@ func (l *Log) openLocked(keep int64) (*RepairReport, error) {
 	if err != nil {
 		return rep, fmt.Errorf("wal: repair: %w", err)
 	}
-	lg, err := twal.Open(l.dir, &twal.Options{
-		NoSync:           true, // this package fsyncs itself, outside tidwall's lock
-		SegmentSize:      l.opts.SegmentSize,
-		LogFormat:        twal.Binary,
-		SegmentCacheSize: 1,
-		NoCopy:           true, // Read aliases tidwall's segment memory; see Read
-		AllowEmpty:       true,
-		DirPerms:         0o750,
-		FilePerms:        0o640,
-	})
+	st, err := openSegStore(l.dir, l.opts.SegmentSize, l.opts.NoSync)
 	if err != nil {
 		return rep, fmt.Errorf("wal: open: %w", err)
 	}
-	first, err1 := lg.FirstIndex()
-	last, err2 := lg.LastIndex()
-	if err := errors.Join(err1, err2); err != nil {
-		lg.Close()
-		return rep, fmt.Errorf("wal: open: %w", err)
+	first, last := st.bounds()
+	if err := syncDir(l.dir); err != nil { // a first segment may have been created
+		st.close(false)
+		return rep, err
 	}
 	segs, err := listSegments(l.dir)
-	if err != nil || len(segs) == 0 {
-		lg.Close()
-		return rep, fmt.Errorf("wal: list segments after open: %v", err)
-	}
-	tail := segs[len(segs)-1]
-	st, err := os.Stat(filepath.Join(l.dir, tail.name))
 	if err != nil {
-		lg.Close()
-		return rep, fmt.Errorf("wal: stat tail: %w", err)
-	}
-	if err := syncDir(l.dir); err != nil { // tidwall may have created segment 1
-		lg.Close()
-		return rep, err
+		st.close(false)
+		return rep, fmt.Errorf("wal: list segments after open: %v", err)
 	}
 	size, err := segmentFileBytes(l.dir, segs)
 	if err != nil {
-		lg.Close()
+		st.close(false)
 		return rep, err
 	}
 	l.size.Store(size)
-	l.lg, l.last, l.tailStart, l.tailBytes = lg, last, tail.index, int(st.Size())
-	l.tail.Store(tail.index)
-	l.setTailFile()
+	l.st, l.last = st, last
+	l.tail.Store(st.tailIndex())
 	l.first.Store(first)
 	l.durable.Store(last)
 	return rep, nil
-}
-
-func (l *Log) setTailFile() {
-	if l.tailFile != nil {
-		l.tailFile.Close()
-		l.tailFile = nil
-	}
-	f, err := os.Open(filepath.Join(l.dir, segName(l.tailStart)))
-	if err == nil {
-		l.tailFile = f
-	}
 }
 
 func segName(index uint64) string { return fmt.Sprintf("%020d", index) }
@@ -314,17 +269,31 @@ func (l *Log) AppendEnveloped(rec []byte, onAssign func(uint64)) (uint64, error)
 	if len(rec)-headerSize > l.opts.MaxRecordBytes {
 		return 0, ErrRecordTooLarge
 	}
-	r := &appendReq{rec: rec, onAssign: onAssign, done: make(chan error, 1)}
+	r, _ := appendReqs.Get().(*appendReq)
+	if r == nil {
+		r = &appendReq{done: make(chan error, 1)}
+	}
+	r.rec, r.onAssign, r.index = rec, onAssign, 0
 	select {
 	case l.reqs <- r:
 	case <-l.stop:
+		r.rec, r.onAssign = nil, nil
+		appendReqs.Put(r)
 		return 0, ErrClosed
 	}
-	if err := <-r.done; err != nil {
+	err := <-r.done // the writer's one send; it does not touch r after it
+	index := r.index
+	r.rec, r.onAssign = nil, nil
+	appendReqs.Put(r)
+	if err != nil {
 		return 0, err
 	}
-	return r.index, nil
+	return index, nil
 }
+
+// appendReqs holds appendReqs for reuse (with their done channel): an
+// append allocates neither.
+var appendReqs sync.Pool
 
 func (l *Log) writer() {
 	defer close(l.done)
@@ -393,10 +362,10 @@ func (l *Log) admit(batch []*appendReq) []*appendReq {
 // writeBatch writes and fsyncs one group commit. On failure the handle is
 // failed, the log is rolled back to l.last and reopened (fail-stop).
 func (l *Log) writeBatch(batch []*appendReq) error {
-	// broken and lg are written only by this goroutine (and by Close, after
+	// broken and st are written only by this goroutine (and by Close, after
 	// it has exited), so they are read here without the lock; the exclusive
 	// lock, which waits for readers, is taken only for a reopen.
-	if l.broken != nil || l.lg == nil {
+	if l.broken != nil || l.st == nil {
 		l.lgMu.Lock()
 		err := l.reopenLocked()
 		l.lgMu.Unlock()
@@ -406,42 +375,22 @@ func (l *Log) writeBatch(batch []*appendReq) error {
 	}
 
 	l.lgMu.RLock()
-	b := &l.batch
-	b.Clear() // tidwall clears it after a successful write only
 	idx := l.last
-	bytes := l.tailBytes
-	tailStart := l.tailStart
-	rolled := false
 	var written int64
-	// Mirror tidwall's roll rule to learn which segment the batch ends in.
-	if bytes > l.opts.SegmentSize {
-		bytes, tailStart, rolled = 0, idx+1, true
-	}
 	for _, r := range batch {
 		idx++
 		r.index = idx
 		sealEnvelope(r.rec)
-		b.Write(idx, r.rec)
-		n := uvarintLen(uint64(len(r.rec))) + len(r.rec)
-		bytes += n
-		written += int64(n)
-		if bytes >= l.opts.SegmentSize {
-			bytes, tailStart, rolled = 0, idx+1, true
-		}
+		written += int64(uvarintLen(uint64(len(r.rec))) + len(r.rec))
 		if r.onAssign != nil {
 			r.onAssign(idx)
 		}
 	}
-	err := l.lg.WriteBatch(b)
+	rolled, err := l.st.writeBatch(batch)
 	l.lgMu.RUnlock()
-	if written > keepBatchBytes {
-		l.batch = twal.Batch{} // do not hold a large group commit's copy
-	}
 	if err == nil {
-		if rolled || tailStart != l.tailStart {
-			l.tailStart = tailStart
-			l.tail.Store(tailStart)
-			l.setTailFile()
+		if rolled {
+			l.tail.Store(l.st.tailIndex())
 		}
 		err = l.sync(rolled)
 	}
@@ -457,7 +406,7 @@ func (l *Log) writeBatch(batch []*appendReq) error {
 		return err
 	}
 	l.size.Add(written)
-	l.last, l.tailBytes = idx, bytes
+	l.last = idx
 	l.durable.Store(idx)
 	select {
 	case l.notify <- struct{}{}:
@@ -471,10 +420,7 @@ func (l *Log) sync(dir bool) error {
 		return nil
 	}
 	start := time.Now()
-	if l.tailFile == nil {
-		return errors.New("tail segment not open")
-	}
-	if err := l.tailFile.Sync(); err != nil {
+	if err := l.st.sync(); err != nil {
 		return err
 	}
 	if dir {
@@ -495,12 +441,9 @@ func (l *Log) sync(dir bool) error {
 // reopenLocked closes the current handle (never written again) and reopens
 // the log rolled back to the last durable index. Caller holds lgMu.
 func (l *Log) reopenLocked() error {
-	if l.lg != nil {
-		// tidwall's Close returns early, leaving its segment file open,
-		// when its own fsync fails: after a disk-full failure this can leak
-		// one file handle per reopen. Known and left; see the closing note.
-		_ = l.lg.Close()
-		l.lg = nil
+	if l.st != nil {
+		_ = l.st.close(false) // never written again; the repair cuts what was not durable
+		l.st = nil
 	}
 	if _, err := l.openLocked(int64(l.last)); err != nil {
 		l.broken = err
@@ -531,24 +474,40 @@ func (l *Log) FirstIndex() uint64 { return l.first.Load() }
 func (l *Log) Notify() <-chan struct{} { return l.notify }
 
 // Read returns the payload of the record at index. The slice may share
-// memory with the log's in-memory copy of its segment (tidwall NoCopy:
-// tidwall only ever appends to that copy, so the bytes stay as read): the
-// caller must not modify it. Errors: ErrNotFound (outside [FirstIndex,
+// memory with the log's in-memory copy of its segment (segments.go: that
+// memory is only ever appended to, so the bytes stay as read): the caller
+// must not modify it. Errors: ErrNotFound (outside [FirstIndex,
 // DurableIndex]), ErrCorruptRecord, ErrUnknownVersion, ErrClosed, or an I/O
 // error.
 func (l *Log) Read(index uint64) ([]byte, error) {
 	if index > l.durable.Load() || index < l.first.Load() {
 		return nil, ErrNotFound
 	}
+	// The records the projector reads next are in the segments this
+	// process wrote and still holds (the tail and the one rolled from):
+	// served from that memory, with no check of the file (checkSealed reads
+	// and verifies a whole sealed segment from disk).
+	l.lgMu.RLock()
+	var rec []byte
+	ok := false
+	if l.st != nil {
+		rec, ok = l.st.readResident(index)
+	}
+	l.lgMu.RUnlock()
+	if ok {
+		p, err := DecodeRecord(rec)
+		if err != nil {
+			return nil, fmt.Errorf("wal: read %d: %w", index, err)
+		}
+		return p, nil
+	}
 	damaged, err := l.checkSealed(index)
 	if err != nil {
 		return nil, fmt.Errorf("wal: read %d: %w", index, err)
 	}
 	if damaged {
-		// Never hand a damaged segment to tidwall: it refuses the whole
-		// segment, and a failed load was seen to leave wrong records in its
-		// segment cache, later served for other indexes of other segments.
-		// The records before the damage verify; read them from the file.
+		// A damaged segment is never loaded into the segment store: the
+		// records before the damage verify; read them from the file.
 		p, err := ReadRecordAt(l.dir, index)
 		if err != nil {
 			return nil, fmt.Errorf("wal: read %d: %w", index, err)
@@ -559,11 +518,11 @@ func (l *Log) Read(index uint64) ([]byte, error) {
 	defer l.readMu.Unlock()
 	l.lgMu.RLock()
 	defer l.lgMu.RUnlock()
-	if l.lg == nil {
+	if l.st == nil {
 		return nil, ErrClosed
 	}
-	rec, err := safeRead(l.lg, index)
-	if errors.Is(err, twal.ErrNotFound) {
+	rec, err = l.st.read(index)
+	if errors.Is(err, ErrNotFound) {
 		return nil, ErrNotFound
 	}
 	if err == nil {
@@ -572,14 +531,10 @@ func (l *Log) Read(index uint64) ([]byte, error) {
 			return p, nil
 		}
 		err = derr
-	} else if errors.Is(err, twal.ErrCorrupt) {
-		err = fmt.Errorf("%w: tidwall: %v", ErrCorruptRecord, err)
 	}
-	// tidwall parses a whole segment on load and refuses all of it when any
-	// frame in it is damaged, so records of a sealed segment before the
-	// damage (checkSealed let this index through: they verify) would be
-	// lost to a damage behind them. Read those from the file instead; a
-	// sealed segment is never written again.
+	// A record of a sealed segment that checkSealed let through verifies
+	// in the file; should the in-memory copy fail to serve it, read it
+	// from the file instead (a sealed segment is never written again).
 	if index < l.tail.Load() {
 		if p, ferr := ReadRecordAt(l.dir, index); ferr == nil {
 			return p, nil
@@ -588,23 +543,12 @@ func (l *Log) Read(index uint64) ([]byte, error) {
 	return nil, fmt.Errorf("wal: read %d: %w", index, err)
 }
 
-// safeRead turns a tidwall panic (it trusts a segment's entry count) into
-// ErrCorruptRecord.
-func safeRead(lg *twal.Log, index uint64) (rec []byte, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			rec, err = nil, fmt.Errorf("%w: tidwall: %v", ErrCorruptRecord, r)
-		}
-	}()
-	return lg.Read(index)
-}
-
 // checkSealed verifies, once per segment, the records of the sealed
-// segment holding index: tidwall maps an index to a record by position, so
-// a sealed segment that lost or merged records would otherwise be read as
-// the wrong records (the checksum does not cover the index). Records before
-// the first problem are served (damaged reports that the segment has a
-// problem, so that Read serves them from the file, not through tidwall);
+// segment holding index: a segment maps an index to a record by position,
+// so a sealed segment that lost or merged records would otherwise be read
+// as the wrong records (the checksum does not cover the index). Records
+// before the first problem are served (damaged reports that the segment has
+// a problem, so that Read serves them from the file, not from memory);
 // from it on, and past a short segment's end, Read returns
 // ErrCorruptRecord.
 func (l *Log) checkSealed(index uint64) (damaged bool, err error) {
@@ -663,9 +607,9 @@ func (l *Log) checkSealed(index uint64) (damaged bool, err error) {
 
 // TruncateProjected removes sealed segments whose entries are all <=
 // checkpoint and whose file was last written more than retention ago. The
-// newest sealed segment and the tail are always kept (tidwall rewrites the
-// first kept segment, and the tail must never be rewritten under the
-// writer). It returns how many segments it removed.
+// newest sealed segment and the tail are always kept (the tail is the
+// writer's; the newest sealed one is where a lagging projector reads). It
+// returns how many segments it removed.
 func (l *Log) TruncateProjected(checkpoint uint64, retention time.Duration) (int, error) {
 	segs, err := listSegments(l.dir)
 	if err != nil {
@@ -697,21 +641,16 @@ func (l *Log) TruncateProjected(checkpoint uint64, retention time.Duration) (int
 	defer l.readMu.Unlock()
 	l.lgMu.RLock()
 	defer l.lgMu.RUnlock()
-	if l.lg == nil {
+	if l.st == nil {
 		return 0, ErrClosed
 	}
 	if keepFrom >= l.tail.Load() {
-		return 0, nil // never rewrite the tail (the writer fsyncs it by its own handle)
+		return 0, nil // never remove the tail
 	}
-	// tidwall rewrites the first kept segment; keep its mtime, which is
-	// the age retention is judged by.
-	keptPath := filepath.Join(l.dir, segName(keepFrom))
-	st, statErr := os.Stat(keptPath)
-	if err := l.lg.TruncateFront(keepFrom); err != nil {
-		return 0, fmt.Errorf("wal: truncate front to %d: %w", keepFrom, err)
-	}
-	if statErr == nil {
-		_ = os.Chtimes(keptPath, st.ModTime(), st.ModTime())
+	// Whole segment files are removed; the first kept one is not touched
+	// (its mtime stays the age retention is judged by).
+	if err := l.st.truncateFront(keepFrom); err != nil {
+		return 0, err
 	}
 	l.first.Store(keepFrom)
 	l.sealedMu.Lock()
@@ -735,12 +674,9 @@ func (l *Log) Close() error {
 		<-l.done
 		l.lgMu.Lock()
 		defer l.lgMu.Unlock()
-		if l.tailFile != nil {
-			l.tailFile.Close()
-		}
-		if l.lg != nil {
-			err = l.lg.Close()
-			l.lg = nil
+		if l.st != nil {
+			err = l.st.close(true)
+			l.st = nil
 		}
 	})
 	return err

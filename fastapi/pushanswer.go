@@ -1,0 +1,97 @@
+package fastapi
+
+import (
+	"slices"
+	"strconv"
+	"sync"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/queenmq/queen-go/ingest"
+)
+
+// The push answer (201) is the JSON array of ingest.Result, one per item:
+//
+//	[{"index":0,"message_id":"…","transaction_id":"…","queueName":"…","status":"queued"},…]
+//
+// appended in one pass into the response's own pooled body buffer, sized
+// once: the field names are constant fragments, the strings are escaped as
+// goccy/go-json escapes them (appendJSONString), so the bytes are those
+// json.Marshal([]ingest.Result) gives (TestPushAnswerMatchesMarshal).
+
+// pushItemOverhead bounds the bytes of one result beyond its three strings
+// (unescaped): field names, quotes, the index and the status.
+const pushItemOverhead = 96
+
+// writePushAnswer writes res as the 201 answer of POST /api/v1/push.
+func writePushAnswer(ctx *fasthttp.RequestCtx, res []ingest.Result) {
+	n := 2
+	for i := range res {
+		r := &res[i]
+		n += pushItemOverhead + len(r.MessageID) + len(r.TransactionID) + len(r.QueueName)
+	}
+	b := ctx.Response.SwapBody(nil)[:0]
+	b = appendPushAnswer(slices.Grow(b, n), res)
+	cors(ctx)
+	ctx.SetContentType("application/json")
+	ctx.SetStatusCode(fasthttp.StatusCreated)
+	ctx.Response.SwapBody(b)
+}
+
+// appendPushAnswer appends the JSON array of res to b.
+func appendPushAnswer(b []byte, res []ingest.Result) []byte {
+	b = append(b, '[')
+	for i := range res {
+		r := &res[i]
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"index":`...)
+		b = strconv.AppendInt(b, int64(r.Index), 10)
+		b = append(b, `,"message_id":`...)
+		b = appendSafeString(b, r.MessageID)
+		b = append(b, `,"transaction_id":`...)
+		b = appendSafeString(b, r.TransactionID)
+		b = append(b, `,"queueName":`...)
+		b = appendSafeString(b, r.QueueName)
+		switch r.Status {
+		case ingest.StatusQueued:
+			b = append(b, `,"status":"queued"}`...)
+		default:
+			b = append(b, `,"status":`...)
+			b = appendJSONString(b, string(r.Status))
+			b = append(b, '}')
+		}
+	}
+	return append(b, ']')
+}
+
+// jsonPlain marks the bytes appendJSONString copies as they are (printable
+// ASCII but '"', '\\', '<', '>', '&').
+var jsonPlain = func() (t [256]bool) {
+	for c := 0x20; c <= 0x7e; c++ {
+		t[c] = c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
+	}
+	return t
+}()
+
+// appendSafeString is appendJSONString with a table lookup per byte: ids
+// and names are plain, and this is the loop every byte of them takes.
+func appendSafeString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if !jsonPlain[s[i]] {
+			return appendJSONString(b, s)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
+
+// pushBodies holds push request body buffers for reuse: the push path
+// keeps nothing that aliases the body once Pipeline.Push has returned
+// (the WAL has its own copy by then). keepPushBody is the largest buffer
+// kept, so a huge push does not pin its memory.
+var pushBodies sync.Pool
+
+const keepPushBody = 256 << 10

@@ -1,0 +1,111 @@
+package ingest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/queenmq/queen-go/wal"
+)
+
+// TestPipelinePushResults: a push of items with and without a
+// transactionId, through a real WAL and a stand-in projector that answers
+// the first item duplicate: every result names its own item's ids, the
+// record in the WAL holds the same ids, and reused buffers (a second push
+// right after) do not leak into the first push's answer.
+func TestPipelinePushResults(t *testing.T) {
+	l, _, err := wal.Open(t.TempDir(), wal.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	reg := NewRegistry()
+	orig := uuid.New()
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		next := uint64(1)
+		for {
+			select {
+			case <-l.Notify():
+			case <-stop:
+				return
+			}
+			for ; next <= l.DurableIndex(); next++ {
+				p, err := l.Read(next)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				n := ItemCount(p)
+				v := make([]Verdict, n)
+				v[0] = Verdict{Duplicate: true, MessageID: orig}
+				reg.Deliver(next, v)
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	p := &Pipeline{WAL: l, Registry: reg, Gate: openGate{}, Maintenance: func() bool { return false },
+		VerdictTimeout: 10 * time.Second}
+	body := []byte(`{"items":[
+		{"queue":"q","payload":1,"transactionId":"dup-1"},
+		{"queue":"q","partition":"p","payload":2},
+		{"queue":"r","payload":3,"transactionId":"tx-3"},
+		{"queue":"q","payload":4}]}`)
+	res, err := p.Push(context.Background(), body, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Push(context.Background(), []byte(`{"items":[{"queue":"z","payload":0,"transactionId":"other"}]}`), nil); err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		status Status
+		txid   string
+		queue  string
+	}{{StatusDuplicate, "dup-1", "q"}, {StatusQueued, "", "q"}, {StatusQueued, "tx-3", "r"}, {StatusQueued, "", "q"}}
+	if len(res) != len(want) {
+		t.Fatalf("%d results", len(res))
+	}
+	rec, err := l.Read(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := DecodeRecord(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for i, w := range want {
+		g := res[i]
+		if g.Index != i || g.Status != w.status || g.QueueName != w.queue {
+			t.Errorf("result %d: %+v", i, g)
+		}
+		id, err := uuid.Parse(g.MessageID)
+		if err != nil {
+			t.Fatalf("result %d: message_id %q: %v", i, g.MessageID, err)
+		}
+		if w.status == StatusDuplicate {
+			if id != orig || g.TransactionID != w.txid {
+				t.Errorf("result %d: duplicate names %s / %q, want the original %s", i, id, g.TransactionID, orig)
+			}
+			continue
+		}
+		if id.Version() != 7 || id != r.Items[i].MessageID || seen[g.MessageID] {
+			t.Errorf("result %d: message_id %s (version %d), record has %s", i, id, id.Version(), r.Items[i].MessageID)
+		}
+		seen[g.MessageID] = true
+		switch {
+		case w.txid == "" && g.TransactionID != g.MessageID:
+			t.Errorf("result %d: minted transaction_id %q is not the message_id %q", i, g.TransactionID, g.MessageID)
+		case w.txid != "" && g.TransactionID != w.txid:
+			t.Errorf("result %d: transaction_id %q, want %q", i, g.TransactionID, w.txid)
+		}
+		if r.Items[i].TransactionID != g.TransactionID {
+			t.Errorf("result %d: record's transaction id %q, answer's %q", i, r.Items[i].TransactionID, g.TransactionID)
+		}
+	}
+}

@@ -1,0 +1,418 @@
+package wal
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// segStore is the segment files of one open log: the on-disk layout
+// tidwall/wal's binary format defined and earlier builds wrote through it
+// (doc.go, "Files"), written and read by this package itself, so that a
+// group commit is one copy of each record into the tail segment's memory
+// and one write call, with no batch copy and no buffer that grows by
+// reallocation.
+//
+// The tail segment's bytes are kept in memory, in a buffer allocated once
+// with room for SegmentSize (plus slack), and so is the sealed segment read
+// (or rolled from) last: read returns slices of that memory, which is only
+// ever appended to.
+//
+// Concurrency: one writer (the Log's writer goroutine) calls writeBatch;
+// read, bounds and truncateFront may be called from any goroutine. mu
+// guards segs, the segments' buf and pos headers, first and last; the
+// writer writes the file outside it (readers never read bytes that are not
+// yet durable).
+type segStore struct {
+	dir     string
+	segSize int
+	noSync  bool
+
+	mu   sync.Mutex
+	segs []*segment // index order; the last is the tail
+	// first is the index of the first kept record; last that of the last
+	// written one (first-1 when the log is empty).
+	first, last uint64
+	// cached is the sealed segment whose bytes are in memory (nil: none).
+	cached *segment
+
+	// f is the tail segment's file (writer goroutine and close only).
+	f *os.File
+}
+
+// segment is one segment file; buf and pos are nil unless it is the tail
+// or cached.
+type segment struct {
+	index uint64 // index of its first record
+	name  string
+	buf   []byte
+	// pos[i] is where record index+i sits in buf (without its length
+	// prefix).
+	pos []span
+	// resident is true for the buffers this process built: the tail (from
+	// the repaired, fully verified tail file at open, then by the writer)
+	// and the segments rolled from it. Their pos map indexes to records
+	// exactly as written, so reads from them need no check of the file.
+	resident bool
+}
+
+type span struct{ start, end int }
+
+// segmentSlack is the room a tail buffer has beyond SegmentSize: the
+// record that fills a segment is still appended to it (the roll comes
+// after), and only a record larger than the slack reallocates the buffer.
+// maxPrealloc bounds the capacity allocated up front: a segment size
+// configured larger than it grows its buffer by append past that point,
+// so a huge QUEEN_WAL_SEGMENT_BYTES does not reserve its whole size in
+// the heap at every roll.
+const (
+	segmentSlack = 64 << 10
+	maxPrealloc  = 16 << 20
+)
+
+// tailCap is the capacity a new tail buffer is made with.
+func (s *segStore) tailCap() int {
+	return min(s.segSize, maxPrealloc) + min(s.segSize, segmentSlack)
+}
+
+// openSegStore opens the segment files of dir (already repaired) for
+// appending, creating the first segment of an empty log. A truncation
+// that a crash interrupted inside an earlier build's tidwall (a
+// "<segment>.START" or "<segment>.END" file) is finished first, as tidwall
+// did on open.
+func openSegStore(dir string, segSize int, noSync bool) (*segStore, error) {
+	if err := finishTruncation(dir); err != nil {
+		return nil, err
+	}
+	files, err := listSegments(dir)
+	if err != nil {
+		return nil, err
+	}
+	s := &segStore{dir: dir, segSize: segSize, noSync: noSync}
+	if len(files) == 0 {
+		f, err := os.OpenFile(filepath.Join(dir, segName(1)), os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o640)
+		if err != nil {
+			return nil, err
+		}
+		s.f = f
+		s.segs = []*segment{{index: 1, name: segName(1), buf: make([]byte, 0, s.tailCap()), resident: true}}
+		s.first, s.last = 1, 0
+		return s, nil
+	}
+	for _, fl := range files {
+		s.segs = append(s.segs, &segment{index: fl.index, name: fl.name})
+	}
+	tail := s.segs[len(s.segs)-1]
+	path := filepath.Join(dir, tail.name)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	buf := make([]byte, len(data), max(len(data)+segmentSlack, s.tailCap()))
+	copy(buf, data)
+	pos, n := indexFrames(buf)
+	if n != len(buf) {
+		return nil, fmt.Errorf("%w: tail segment %s does not parse at byte %d after repair", ErrCorruptRecord, tail.name, n)
+	}
+	tail.buf, tail.pos, tail.resident = buf, pos, true
+	f, err := os.OpenFile(path, os.O_RDWR, 0o640)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := f.Seek(0, 2); err != nil {
+		f.Close()
+		return nil, err
+	}
+	s.f = f
+	s.first = s.segs[0].index
+	s.last = tail.index + uint64(len(pos)) - 1
+	return s, nil
+}
+
+// indexFrames returns where each length-prefixed frame of data sits and
+// the offset after the last whole frame.
+func indexFrames(data []byte) (pos []span, end int) {
+	for end < len(data) {
+		size, k := binary.Uvarint(data[end:])
+		if k <= 0 || size > uint64(len(data)-end-k) {
+			break
+		}
+		start := end + k
+		end = start + int(size)
+		pos = append(pos, span{start, end})
+	}
+	return pos, end
+}
+
+// finishTruncation completes a TruncateFront or TruncateBack of an earlier
+// build (tidwall) that a crash interrupted: a "<first>.START" file is the
+// new first segment, written in full before any older segment was
+// removed, so the segments before it are removed and it takes its name; a
+// "<index>.END" file is the new last segment, so the segments after it go.
+func finishTruncation(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	var start, end string
+	for _, e := range ents {
+		n := e.Name()
+		if e.IsDir() || len(n) < 20 {
+			continue
+		}
+		if _, err := strconv.ParseUint(n[:20], 10, 64); err != nil {
+			continue
+		}
+		switch {
+		case len(n) == 26 && strings.HasSuffix(n, ".START"):
+			start = n
+		case len(n) == 24 && strings.HasSuffix(n, ".END") && end == "":
+			end = n
+		}
+	}
+	if start == "" && end == "" {
+		return nil
+	}
+	if start != "" && end != "" {
+		return fmt.Errorf("%w: both %s and %s exist", ErrCorruptRecord, start, end)
+	}
+	segs, err := listSegments(dir)
+	if err != nil {
+		return err
+	}
+	if start != "" {
+		idx, _ := strconv.ParseUint(start[:20], 10, 64)
+		for _, sg := range segs {
+			if sg.index <= idx {
+				if err := os.Remove(filepath.Join(dir, sg.name)); err != nil {
+					return err
+				}
+			}
+		}
+		if err := os.Rename(filepath.Join(dir, start), filepath.Join(dir, start[:20])); err != nil {
+			return err
+		}
+	} else {
+		idx, _ := strconv.ParseUint(end[:20], 10, 64)
+		for _, sg := range segs {
+			if sg.index >= idx {
+				if err := os.Remove(filepath.Join(dir, sg.name)); err != nil {
+					return err
+				}
+			}
+		}
+		if err := os.Rename(filepath.Join(dir, end), filepath.Join(dir, end[:20])); err != nil {
+			return err
+		}
+	}
+	return syncDir(dir)
+}
+
+// bounds returns the first kept index and the last written one.
+func (s *segStore) bounds() (first, last uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.first, s.last
+}
+
+// tailIndex is the index of the tail segment's first record.
+func (s *segStore) tailIndex() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.segs[len(s.segs)-1].index
+}
+
+// writeBatch appends the records of batch (envelopes sealed, indexes
+// last+1...) to the tail segment and writes them with one write call per
+// segment touched, rolling to a new segment as tidwall did: before the
+// batch when the tail is already past SegmentSize, and after the record
+// that takes it to SegmentSize or more. rolled reports a roll (the caller
+// fsyncs the directory). Nothing is fsynced here except a segment rolled
+// from (its last bytes; the caller fsyncs the tail). On error the store
+// must not be written again (the Log reopens the directory).
+func (s *segStore) writeBatch(batch []*appendReq) (rolled bool, err error) {
+	s.mu.Lock() // truncateFront replaces segs (never removing the tail)
+	t := s.segs[len(s.segs)-1]
+	s.mu.Unlock()
+	if len(t.buf) > s.segSize {
+		if t, err = s.roll(t); err != nil {
+			return false, err
+		}
+		rolled = true
+	}
+	mark := len(t.buf)
+	for _, r := range batch {
+		s.mu.Lock()
+		t.buf = binary.AppendUvarint(t.buf, uint64(len(r.rec)))
+		start := len(t.buf)
+		t.buf = append(t.buf, r.rec...)
+		t.pos = append(t.pos, span{start, len(t.buf)})
+		s.last++
+		s.mu.Unlock()
+		if len(t.buf) >= s.segSize {
+			if _, err := s.f.Write(t.buf[mark:]); err != nil {
+				return rolled, err
+			}
+			if t, err = s.roll(t); err != nil {
+				return rolled, err
+			}
+			rolled, mark = true, 0
+		}
+	}
+	if len(t.buf) > mark {
+		if _, err := s.f.Write(t.buf[mark:]); err != nil {
+			return rolled, err
+		}
+	}
+	return rolled, nil
+}
+
+// roll seals the tail t (fsynced, unless noSync, and closed; its bytes
+// stay in memory as the cached segment) and starts a new, empty tail.
+func (s *segStore) roll(t *segment) (*segment, error) {
+	if !s.noSync {
+		if err := s.f.Sync(); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.f.Close(); err != nil {
+		return nil, err
+	}
+	s.f = nil
+	next := &segment{index: s.last + 1, name: segName(s.last + 1), resident: true}
+	f, err := os.OpenFile(filepath.Join(s.dir, next.name), os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o640)
+	if err != nil {
+		return nil, err
+	}
+	s.f = f
+	next.buf = make([]byte, 0, s.tailCap())
+	s.mu.Lock()
+	s.setCached(t)
+	s.segs = append(s.segs, next)
+	s.mu.Unlock()
+	return next, nil
+}
+
+// setCached makes sg the cached sealed segment, dropping the memory of the
+// one before (caller holds mu).
+func (s *segStore) setCached(sg *segment) {
+	if s.cached != nil && s.cached != sg {
+		s.cached.buf, s.cached.pos, s.cached.resident = nil, nil, false
+	}
+	s.cached = sg
+}
+
+// read returns the record (envelope and payload) at index, aliasing the
+// segment's memory; a sealed segment not in memory is loaded from its
+// file and becomes the cached one. Errors: ErrNotFound outside
+// [first, last]; ErrCorruptRecord when the segment holding index ends (or
+// stops parsing) before it; an I/O error.
+func (s *segStore) read(index uint64) ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if index < s.first || index > s.last {
+		return nil, ErrNotFound
+	}
+	i := sort.Search(len(s.segs), func(i int) bool { return s.segs[i].index > index }) - 1
+	if i < 0 {
+		return nil, ErrNotFound
+	}
+	sg := s.segs[i]
+	if sg.buf == nil {
+		data, err := os.ReadFile(filepath.Join(s.dir, sg.name))
+		if err != nil {
+			return nil, err
+		}
+		sg.pos, _ = indexFrames(data)
+		sg.buf = data
+		s.setCached(sg)
+	}
+	k := index - sg.index
+	if k >= uint64(len(sg.pos)) {
+		return nil, fmt.Errorf("%w: segment %s holds %d records, not record %d", ErrCorruptRecord, sg.name, len(sg.pos), index)
+	}
+	p := sg.pos[k]
+	return sg.buf[p.start:p.end:p.end], nil
+}
+
+// readResident is read for a record of a resident segment (the tail or
+// the segment rolled from last, as this process wrote them); ok is false
+// for any other index.
+func (s *segStore) readResident(index uint64) (rec []byte, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if index < s.first || index > s.last {
+		return nil, false
+	}
+	sg := s.segs[len(s.segs)-1]
+	if index < sg.index {
+		sg = s.cached
+	}
+	if sg == nil || !sg.resident || index < sg.index || index-sg.index >= uint64(len(sg.pos)) {
+		return nil, false
+	}
+	p := sg.pos[index-sg.index]
+	return sg.buf[p.start:p.end:p.end], true
+}
+
+// truncateFront removes the segment files before the segment that starts
+// at keepFrom, oldest first (a crash leaves a contiguous run). keepFrom
+// must be the first index of a segment other than the tail.
+func (s *segStore) truncateFront(keepFrom uint64) error {
+	s.mu.Lock()
+	k := -1
+	for i, sg := range s.segs {
+		if sg.index == keepFrom {
+			k = i
+			break
+		}
+	}
+	if k < 0 || k == len(s.segs)-1 {
+		s.mu.Unlock()
+		return fmt.Errorf("wal: truncate front to %d: not the start of a sealed segment", keepFrom)
+	}
+	gone := append([]*segment(nil), s.segs[:k]...)
+	s.segs = append([]*segment(nil), s.segs[k:]...)
+	s.first = keepFrom
+	for _, sg := range gone {
+		if s.cached == sg {
+			s.cached = nil
+		}
+	}
+	s.mu.Unlock()
+	var errs []error
+	for _, sg := range gone {
+		if err := os.Remove(filepath.Join(s.dir, sg.name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// sync fsyncs the tail segment's file.
+func (s *segStore) sync() error {
+	if s.f == nil {
+		return errors.New("tail segment not open")
+	}
+	return s.f.Sync()
+}
+
+// close closes the tail file, fsyncing it first when flush is set.
+func (s *segStore) close(flush bool) error {
+	if s.f == nil {
+		return nil
+	}
+	var err error
+	if flush && !s.noSync {
+		err = s.f.Sync()
+	}
+	err = errors.Join(err, s.f.Close())
+	s.f = nil
+	return err
+}

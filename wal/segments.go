@@ -44,6 +44,16 @@ type segStore struct {
 
 	// f is the tail segment's file (writer goroutine and close only).
 	f *os.File
+	// fsync syncs f (nil: f.Sync); tests set it to inject fsync errors.
+	fsync func(*os.File) error
+}
+
+// syncFile fsyncs f through the store's fsync (f.Sync by default).
+func (s *segStore) syncFile(f *os.File) error {
+	if s.fsync != nil {
+		return s.fsync(f)
+	}
+	return f.Sync()
 }
 
 // segment is one segment file; buf and pos are nil unless it is the tail
@@ -277,7 +287,7 @@ func (s *segStore) writeBatch(batch []*appendReq) (rolled bool, err error) {
 // stay in memory as the cached segment) and starts a new, empty tail.
 func (s *segStore) roll(t *segment) (*segment, error) {
 	if !s.noSync {
-		if err := s.f.Sync(); err != nil {
+		if err := s.syncFile(s.f); err != nil {
 			return nil, err
 		}
 	}
@@ -400,7 +410,7 @@ func (s *segStore) sync() error {
 	if s.f == nil {
 		return errors.New("tail segment not open")
 	}
-	return s.f.Sync()
+	return s.syncFile(s.f)
 }
 
 // close closes the tail file, fsyncing it first when flush is set.
@@ -410,7 +420,7 @@ func (s *segStore) close(flush bool) error {
 	}
 	var err error
 	if flush && !s.noSync {
-		err = s.f.Sync()
+		err = s.syncFile(s.f)
 	}
 	err = errors.Join(err, s.f.Close())
 	s.f = nil

@@ -69,6 +69,10 @@ type Options struct {
 	Logger *slog.Logger
 	// ObserveSync, when set, is called with the duration of every fsync.
 	ObserveSync func(time.Duration)
+
+	// fsyncHook, when set (tests only), replaces the fsync of a segment
+	// file, so a test can make one fail.
+	fsyncHook func(*os.File) error
 }
 
 func (o *Options) withDefaults() Options {
@@ -180,6 +184,7 @@ func (l *Log) openLocked(keep int64) (*RepairReport, error) {
 	if err != nil {
 		return rep, fmt.Errorf("wal: open: %w", err)
 	}
+	st.fsync = l.opts.fsyncHook
 	first, last := st.bounds()
 	if err := syncDir(l.dir); err != nil { // a first segment may have been created
 		st.close(false)
@@ -196,6 +201,14 @@ func (l *Log) openLocked(keep int64) (*RepairReport, error) {
 		return rep, err
 	}
 	l.size.Store(size)
+	// What checkSealed verified describes the files before this open: a
+	// rollback cuts a segment that was sealed (and may have been verified
+	// holding the failed batch's records) back to the tail, which later
+	// seals again with other records.
+	l.sealedMu.Lock()
+	l.sealedGood = nil
+	l.lastSealed.from, l.lastSealed.to, l.lastSealed.good = 0, 0, 0
+	l.sealedMu.Unlock()
 	l.st, l.last = st, last
 	l.tail.Store(st.tailIndex())
 	l.first.Store(first)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 )
@@ -102,4 +103,75 @@ func segNames(t *testing.T, dir string) []string {
 		out = append(out, s.name)
 	}
 	return out
+}
+
+// TestRollSyncsOldSegmentNewSegmentAndDirectory: an Append whose batch
+// rolls the segment returns only after the segment rolled from, the new
+// segment and the directory (the new file's name) are fsynced, in that
+// order; when the directory's fsync fails the Append fails, its index is
+// never readable, and the next Append takes that index.
+func TestRollSyncsOldSegmentNewSegmentAndDirectory(t *testing.T) {
+	t.Parallel()
+	errInjected := errors.New("injected directory fsync error")
+	var (
+		mu      sync.Mutex
+		synced  []string
+		failDir bool
+	)
+	dir := filepath.Join(t.TempDir(), "wal")
+	opts := Options{SegmentSize: 1000, Logger: discardLogger()}
+	opts.fsyncHook = func(f *os.File) error {
+		mu.Lock()
+		defer mu.Unlock()
+		synced = append(synced, filepath.Base(f.Name()))
+		if failDir && f.Name() == dir {
+			failDir = false
+			return errInjected
+		}
+		return f.Sync()
+	}
+	take := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		s := synced
+		synced = nil
+		return s
+	}
+	l, _ := openLog(t, dir, opts)
+	for i := 1; i <= 3; i++ {
+		mustAppend(t, l, testPayload(i, 300), uint64(i))
+	}
+	take()
+	// Record 4 takes segment 1 past 1000 bytes: roll to segment 5.
+	mustAppend(t, l, testPayload(4, 300), 4)
+	want := []string{segName(1), segName(5), "wal"}
+	if got := take(); !slices.Equal(got, want) {
+		t.Fatalf("fsyncs of the rolling append: %v, want %v", got, want)
+	}
+	for i := 5; i <= 7; i++ {
+		mustAppend(t, l, testPayload(i, 300), uint64(i))
+	}
+	if got, want := take(), []string{segName(5), segName(5), segName(5)}; !slices.Equal(got, want) {
+		t.Fatalf("fsyncs of three appends without a roll: %v, want %v", got, want)
+	}
+	mu.Lock()
+	failDir = true
+	mu.Unlock()
+	if _, err := l.Append(testPayload(8, 300), nil); !errors.Is(err, errInjected) {
+		t.Fatalf("Append whose directory fsync fails: %v, want the injected error", err)
+	}
+	if got := l.DurableIndex(); got != 7 {
+		t.Fatalf("DurableIndex after the failed directory fsync = %d, want 7", got)
+	}
+	mustNotFound(t, l, 8)
+	next := testPayload(80, 300)
+	mustAppend(t, l, next, 8)
+	mustRead(t, l, 8, next)
+	closeLog(t, l)
+	l2, _ := openLog(t, dir, Options{SegmentSize: 1000, Logger: discardLogger()})
+	for i := 1; i <= 7; i++ {
+		mustRead(t, l2, uint64(i), testPayload(i, 300))
+	}
+	mustRead(t, l2, 8, next)
+	mustNotFound(t, l2, 9)
 }

@@ -413,6 +413,20 @@ func (s *segStore) sync() error {
 	return s.syncFile(s.f)
 }
 
+// syncDir fsyncs the directory (through the store's fsync), so that a
+// segment file created by a roll survives a power cut.
+func (s *segStore) syncDir() error {
+	d, err := os.Open(s.dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := s.syncFile(d); err != nil {
+		return fmt.Errorf("sync dir %s: %w", s.dir, err)
+	}
+	return nil
+}
+
 // close closes the tail file, fsyncing it first when flush is set.
 func (s *segStore) close(flush bool) error {
 	if s.f == nil {

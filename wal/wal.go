@@ -437,7 +437,7 @@ func (l *Log) sync(dir bool) error {
 		return err
 	}
 	if dir {
-		if err := syncDir(l.dir); err != nil {
+		if err := l.st.syncDir(); err != nil {
 			return err
 		}
 	}

@@ -71,7 +71,8 @@
 // this package's own verified reader (ReadRecordAt). A damaged segment is
 // never loaded into memory for reads. A truncation that a crash interrupted
 // inside tidwall in an earlier build (a "<segment>.START" or ".END" file)
-// is finished on open, as tidwall did.
+// is finished on open, as tidwall did, before the tail is scanned: the
+// segment scanned is the one the log appends to.
 //
 // # Byte cap
 //

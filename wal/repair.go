@@ -98,11 +98,16 @@ func scanSegment(data []byte, maxEntries int) (good int64, n int, reason string)
 	return int64(pos), n, ""
 }
 
-// repair prepares dir for tidwall.Open. It cuts the tail segment at its
+// repair prepares dir for openSegStore. It cuts the tail segment at its
 // first record that does not verify and, when keep >= 0, also removes every
 // entry with an index above keep (the rollback after a failed write). It
-// returns what it cut, or nil when it cut nothing.
+// returns what it cut, or nil when it cut nothing. A truncation an earlier
+// build's tidwall left half done is finished first (finishTruncation), so
+// that the segment scanned is the tail the log then appends to.
 func repair(dir string, keep int64) (*RepairReport, error) {
+	if err := finishTruncation(dir); err != nil {
+		return nil, err
+	}
 	segs, err := listSegments(dir)
 	if err != nil {
 		return nil, err

@@ -91,15 +91,12 @@ func (s *segStore) tailCap() int {
 	return min(s.segSize, maxPrealloc) + min(s.segSize, segmentSlack)
 }
 
-// openSegStore opens the segment files of dir (already repaired) for
-// appending, creating the first segment of an empty log. A truncation
-// that a crash interrupted inside an earlier build's tidwall (a
-// "<segment>.START" or "<segment>.END" file) is finished first, as tidwall
-// did on open.
+// openSegStore opens the segment files of dir (already repaired: repair
+// has also finished a truncation that a crash interrupted inside an
+// earlier build's tidwall, a "<segment>.START" or "<segment>.END" file, as
+// tidwall did on open) for appending, creating the first segment of an
+// empty log.
 func openSegStore(dir string, segSize int, noSync bool) (*segStore, error) {
-	if err := finishTruncation(dir); err != nil {
-		return nil, err
-	}
 	files, err := listSegments(dir)
 	if err != nil {
 		return nil, err

@@ -81,3 +81,50 @@ func TestOpenFinishesTidwallTruncateBack(t *testing.T) {
 		t.Fatalf("the .END file is still there: %v", err)
 	}
 }
+
+// TestOpenRepairsTailLeftByTidwallTruncateBack: the ".END" file that an
+// interrupted TruncateBack leaves becomes the tail, so it is the segment
+// the repair on open scans: a last record in it that fails its checksum
+// is cut (with evidence and a report), not left in the tail for new
+// records to follow; the segment the truncation was removing is not
+// reported.
+func TestOpenRepairsTailLeftByTidwallTruncateBack(t *testing.T) {
+	t.Parallel()
+	opts := Options{SegmentSize: tinySegment, NoSync: true, Logger: discardLogger()}
+	dir := filepath.Join(t.TempDir(), "wal")
+	var payloads [][]byte
+	for i := 1; i <= 30; i++ {
+		payloads = append(payloads, testPayload(i, 100))
+	}
+	writeLog(t, dir, opts, payloads)
+	segs := segmentFiles(t, dir)
+	if len(segs) < 4 {
+		t.Fatalf("want at least 4 segments, have %d", len(segs))
+	}
+	end := segs[1]
+	data, err := os.ReadFile(filepath.Join(dir, end.name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[len(data)-1] ^= 0x01 // the last record's payload: its checksum fails
+	if err := os.WriteFile(filepath.Join(dir, end.name+".END"), data, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	l, rep := openLog(t, dir, opts)
+	last := segs[2].index - 2 // the END segment's last record was cut
+	if rep == nil || rep.Segment != end.name || rep.KeptEntries != int(last-end.index+1) || rep.Evidence == "" {
+		t.Fatalf("repair report %s, want a cut of the last record of %s with evidence", rep, end.name)
+	}
+	if l.DurableIndex() != last {
+		t.Fatalf("DurableIndex %d, want %d", l.DurableIndex(), last)
+	}
+	for i := uint64(1); i <= last; i++ {
+		got, err := l.Read(i)
+		if err != nil || !bytes.Equal(got, payloads[i-1]) {
+			t.Fatalf("Read(%d): %v", i, err)
+		}
+	}
+	next := testPayload(99, 100)
+	mustAppend(t, l, next, last+1)
+	mustRead(t, l, last+1, next)
+}

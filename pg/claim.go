@@ -100,8 +100,9 @@ ORDER BY b.ord, s.base_offset`
 // cursor..cursor+take-1 is stored and delivered, and the statement writes
 // the cursor as popPartition would: with $6 (autoAck) the cursor moves
 // past them and counts them consumed; otherwise the lease $7 covers them
-// for the queue's lease time ($8 when it is 0). The row then says updated, and the pop's
-// second round trip is COMMIT alone. A cursor that is not clean is
+// for the queue's lease time ($8 when it is 0). The row then says updated,
+// and all the pop's transaction still needs is COMMIT (sent with the claim
+// by a leased pop, popOneTrip; after decoding by an autoAck pop). A cursor that is not clean is
 // returned locked, not written (deleted says a tombstone is at or past
 // it: its messages must be read with fetch, which leaves deleted ones
 // out), and popPartition applies the general rules to it. Fresh

@@ -157,11 +157,11 @@ func mintedFloor(u uuid.UUID) uuid.UUID {
 // dedupRuns is the sidecar row of one batch (queen.dedup_batches), built
 // partition by partition.
 type dedupRuns struct {
-	pid     []uuid.UUID
-	base    []int64
-	hashes  []int64
-	newest  int64   // µs, the newest acceptance time; valid when len(pid) > 0
-	ticks   []int64 // scratch: the minted ticks of the partition being added
+	pid    []uuid.UUID
+	base   []int64
+	hashes []int64
+	newest int64   // µs, the newest acceptance time; valid when len(pid) > 0
+	ticks  []int64 // scratch: the minted ticks of the partition being added
 }
 
 // add appends partition pid's messages msgs, stored at offsets base.. (one

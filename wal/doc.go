@@ -51,10 +51,23 @@
 // # Failure (fail-stop)
 //
 // A failed write or fsync fails every Append of that batch. The segment
-// files are then closed and never written through that handle again: the log is repaired back to
-// the last durable index (see below) and reopened before the next append.
-// Entries of a failed batch can therefore never be read later, so an item
-// answered "failed" is never projected.
+// files are then closed and never written through that handle again: the
+// log is rolled back to the last durable index (the failed batch's bytes
+// cut, as by the repair below) and reopened, before those Appends return;
+// when that rollback fails too, it is retried before the next append. A
+// failed batch's entries are never readable through the running Log: its
+// indexes are given to the next batch's records.
+//
+// One window is left: the durable index is not stored on disk, so if the
+// process stops (a crash, kill -9, a power cut, or a stop while the
+// rollback keeps failing) after a failed write or fsync and before its
+// rollback has completed, the batch's records may still be in the segment
+// files when the log is next opened (a failed fsync does not mean the
+// bytes never reached the disk). Open cuts only records that are torn or
+// fail their checksum; whole ones are kept and projected, although their
+// Appends failed (or never returned). An item answered "failed" is
+// therefore not stored later except in that case; the push docs
+// (docs/push.md, "Durability") say what a producer does about it.
 //
 // # Recovery on open
 //

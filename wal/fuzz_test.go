@@ -66,7 +66,8 @@ func FuzzDecodeRecord(f *testing.F) {
 	})
 }
 
-// segmentBytes builds a tidwall segment holding records for payloads.
+// segmentBytes builds a segment file (tidwall's layout) holding records
+// for payloads.
 func segmentBytes(payloads ...[]byte) []byte {
 	var seg []byte
 	for _, p := range payloads {

@@ -27,7 +27,7 @@ type tailInfo struct {
 }
 
 // simulateCrashBeforeRoll makes record n the last entry of the tail segment.
-// When record n filled its segment, tidwall rolled to a new empty segment
+// When record n filled its segment, the log rolled to a new empty segment
 // n+1 after writing it; a crash while record n was being written happens
 // before that roll, so the empty successor is removed.
 func simulateCrashBeforeRoll(t *testing.T, dir string, n uint64) tailInfo {
@@ -260,8 +260,9 @@ func TestRepairCleanLogNoReport(t *testing.T) {
 }
 
 // TestRepairHalfFinishedTruncateFront leaves the files of a TruncateProjected
-// interrupted inside tidwall's TruncateFront (a .START copy of the new first
-// segment, some old segments deleted or not): Open finishes the truncation.
+// of an earlier build interrupted inside tidwall's TruncateFront (a .START
+// copy of the new first segment, some old segments deleted or not): Open
+// finishes the truncation.
 func TestRepairHalfFinishedTruncateFront(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -333,7 +334,7 @@ func sealedCorruptionLog(t *testing.T) (string, Options, [][]byte) {
 		testPayload(2, 58),  // entry 1+63 = 64 bytes
 		testPayload(3, 27),  // 33
 		testPayload(4, 27),  // 33
-		testPayload(5, 100), // 106: 269 >= 256, tidwall rolls after it
+		testPayload(5, 100), // 106: 269 >= 256, the log rolls after it
 		testPayload(6, 10),
 	}
 	writeLog(t, dir, opts, payloads)
@@ -370,8 +371,8 @@ func TestSealedSegmentMissingRecordReadReturnsError(t *testing.T) {
 }
 
 // TestSealedSegmentFlippedLengthBitNeverReturnsWrongRecord: one flipped bit
-// in a sealed segment's length prefix (0x20 -> 0x60) makes tidwall see
-// records 1+2 as one entry. Read must then fail for the damaged indexes; it
+// in a sealed segment's length prefix (0x20 -> 0x60) makes the segment's
+// framing see records 1+2 as one entry. Read must then fail for the damaged indexes; it
 // must never hand out another index's record, and never panic.
 func TestSealedSegmentFlippedLengthBitNeverReturnsWrongRecord(t *testing.T) {
 	t.Parallel()

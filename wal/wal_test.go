@@ -24,7 +24,7 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// tinySegment forces tidwall to roll a new segment every few records.
+// tinySegment forces the log to roll a new segment every few records.
 const tinySegment = 256
 
 // testAllPermutations runs fn as parallel subtests across the option
@@ -168,7 +168,7 @@ func segmentFiles(t *testing.T, dir string) []segFile {
 	return segs
 }
 
-// entryLen is the on-disk size of one tidwall entry holding payload of n
+// entryLen is the on-disk size of one segment entry holding payload of n
 // bytes: uvarint(len(record)) | version | crc | payload.
 func entryLen(n int) int { return uvarintLen(uint64(n+headerSize)) + n + headerSize }
 
@@ -568,10 +568,10 @@ func TestTruncateProjectedRetention(t *testing.T) {
 	mustRead(t, b.log, segs[oldSegs].index, testPayload(int(segs[oldSegs].index), 100))
 }
 
-// TestTruncateProjectedRetentionCountsDataAge: tidwall's TruncateFront
-// rewrites the first kept segment (a .START copy renamed over it), which
-// resets its mtime. Segments whose data is older than the retention must
-// still go on the next call.
+// TestTruncateProjectedRetentionCountsDataAge: segments whose data is
+// older than the retention go on the next call, also after a truncation
+// (tidwall's TruncateFront, which earlier builds used, rewrote the first
+// kept segment, a .START copy renamed over it, and so reset its mtime).
 func TestTruncateProjectedRetentionCountsDataAge(t *testing.T) {
 	t.Parallel()
 	opts := Options{SegmentSize: tinySegment, NoSync: true, Logger: discardLogger()}
@@ -597,7 +597,7 @@ func TestTruncateProjectedRetentionCountsDataAge(t *testing.T) {
 	}
 	if removed == 0 {
 		t.Fatalf("second TruncateProjected removed nothing: segment %d, written 2h ago, counts as new "+
-			"because TruncateFront rewrote it (FirstIndex still %d)", first, b.log.FirstIndex())
+			"because the first truncation rewrote it (FirstIndex still %d)", first, b.log.FirstIndex())
 	}
 }
 
@@ -698,8 +698,8 @@ func TestFailStopDiskFull(t *testing.T) {
 	})
 }
 
-// TestConcurrentReadsDuringAppends: tidwall/wal panics under concurrent
-// readers; Read serialises them, also while the writer rolls segments.
+// TestConcurrentReadsDuringAppends: concurrent Read calls are safe and
+// return each index's record, also while the writer rolls segments.
 func TestConcurrentReadsDuringAppends(t *testing.T) {
 	t.Parallel()
 	testAllPermutations(t, func(t *testing.T, opts Options) {
@@ -1047,7 +1047,7 @@ func TestMaxBytes(t *testing.T) {
 
 // TestSealedSegmentDamageKeepsRecordsBefore flips one byte in the middle of
 // a sealed segment, for record sizes that put it in a length prefix or in
-// a payload. tidwall then refuses the whole segment, but every record
+// a payload. The segment's framing then breaks at the damage, but every record
 // before the damage still reads back as written, every record from it to
 // the segment's end is ErrCorruptRecord, and later segments read normally
 // (the cursor the projector uses included).
@@ -1086,8 +1086,8 @@ func TestSealedSegmentDamageKeepsRecordsBefore(t *testing.T) {
 			}
 			// As the projector does: read up to the damage again and again,
 			// then past the damaged segment. Every record must be the one
-			// written at its index (a damaged segment once loaded by tidwall
-			// could claim the indexes of the next one).
+			// written at its index (a damaged segment loaded by a reader that
+			// trusts its framing could claim the indexes of the next one).
 			c := l.NewCursor(2)
 			for round := 0; round < 3; round++ {
 				c.Seek(2)

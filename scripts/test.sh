@@ -2,7 +2,7 @@
 # The project's one test command: README.md, `make test` and .ci/run all run
 # this script. It makes sure PostgreSQL's binaries are installed (the tests
 # start their own throwaway servers with them; nothing needs to be running),
-# then vets (go vet, staticcheck) and runs every test with the race detector.
+# then checks formatting (gofmt) and vets (go vet, staticcheck) and runs every test with the race detector.
 #
 #   scripts/test.sh                 all packages
 #   scripts/test.sh ./wal/ -run X   extra arguments go to `go test`
@@ -30,6 +30,9 @@ if [ "$(id -u)" = 0 ] && ! id postgres >/dev/null 2>&1; then
   exit 1
 fi
 
+echo "== gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.git/*'))
+if [ -n "$unformatted" ]; then echo "gofmt: these files are not formatted:" >&2; echo "$unformatted" >&2; exit 1; fi
 echo "== go vet"
 go vet ./...
 # staticcheck, pinned, from the Go module proxy (like every other module).

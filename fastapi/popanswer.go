@@ -191,6 +191,16 @@ func appendUUID(b []byte, u uuid.UUID, quoted bool) []byte {
 	return append(b, s...)
 }
 
+// jsonPlain marks the bytes appendJSONString copies as they are: printable
+// ASCII but '"', '\\', '<', '>', '&' (one table lookup per byte on the
+// path every id and name takes).
+var jsonPlain = func() (t [256]bool) {
+	for c := 0x20; c <= 0x7e; c++ {
+		t[c] = c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
+	}
+	return t
+}()
+
 // appendJSONString appends s as a JSON string. Printable ASCII without
 // '"', '\\' and the HTML characters '<', '>', '&' (what names,
 // transactionIds and producer subjects almost always are) is appended as
@@ -198,7 +208,7 @@ func appendUUID(b []byte, u uuid.UUID, quoted bool) []byte {
 // is the library's in every case.
 func appendJSONString(b []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+		if !jsonPlain[s[i]] {
 			enc, _ := json.Marshal(s)
 			return append(b, enc...)
 		}

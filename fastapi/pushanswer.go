@@ -49,11 +49,11 @@ func appendPushAnswer(b []byte, res []ingest.Result) []byte {
 		b = append(b, `{"index":`...)
 		b = strconv.AppendInt(b, int64(r.Index), 10)
 		b = append(b, `,"message_id":`...)
-		b = appendSafeString(b, r.MessageID)
+		b = appendJSONString(b, r.MessageID)
 		b = append(b, `,"transaction_id":`...)
-		b = appendSafeString(b, r.TransactionID)
+		b = appendJSONString(b, r.TransactionID)
 		b = append(b, `,"queueName":`...)
-		b = appendSafeString(b, r.QueueName)
+		b = appendJSONString(b, r.QueueName)
 		switch r.Status {
 		case ingest.StatusQueued:
 			b = append(b, `,"status":"queued"}`...)
@@ -64,28 +64,6 @@ func appendPushAnswer(b []byte, res []ingest.Result) []byte {
 		}
 	}
 	return append(b, ']')
-}
-
-// jsonPlain marks the bytes appendJSONString copies as they are (printable
-// ASCII but '"', '\\', '<', '>', '&').
-var jsonPlain = func() (t [256]bool) {
-	for c := 0x20; c <= 0x7e; c++ {
-		t[c] = c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
-	}
-	return t
-}()
-
-// appendSafeString is appendJSONString with a table lookup per byte: ids
-// and names are plain, and this is the loop every byte of them takes.
-func appendSafeString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if !jsonPlain[s[i]] {
-			return appendJSONString(b, s)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
 }
 
 // pushBodies holds push request body buffers for reuse: the push path

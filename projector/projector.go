@@ -29,6 +29,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/queenmq/queen-go/ingest"
+	"github.com/queenmq/queen-go/internal/startstop"
 	"github.com/queenmq/queen-go/pg"
 	"github.com/queenmq/queen-go/wal"
 )
@@ -123,11 +124,12 @@ type Projector struct {
 	open  *openRecord
 	items []pg.ProjectItem // the batch being built, reused
 
-	mu        sync.Mutex
-	cancel    context.CancelFunc
-	done      chan struct{}
-	maintDone chan struct{}
-	lastErr   error
+	// loop runs the projection loop (run), maint the maintenance loop
+	// (maintainLoop) beside it.
+	loop, maint startstop.Loop
+
+	mu      sync.Mutex // guards lastErr
+	lastErr error
 
 	outage outageLog // owned by the loop
 }
@@ -171,32 +173,20 @@ func New(cfg Config, w *wal.Log, store *pg.Store, reg *ingest.Registry) *Project
 		cur: w.NewCursor(1), outage: outageLog{log: cfg.Logger, now: time.Now}}
 }
 
-// Start launches the loop. It returns an error only if already started.
+// Start launches the projection and maintenance loops. It returns
+// startstop.ErrStarted if started before.
 func (p *Projector) Start(ctx context.Context) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.done != nil {
-		return errors.New("projector: already started")
+	if err := p.loop.Start(ctx, p.run); err != nil {
+		return err
 	}
-	ctx, p.cancel = context.WithCancel(ctx)
-	p.done = make(chan struct{})
-	p.maintDone = make(chan struct{})
-	go p.run(ctx)
-	go p.maintainLoop(ctx)
-	return nil
+	return p.maint.Start(ctx, p.maintainLoop)
 }
 
-// Stop ends the loop after the transaction in flight and waits for it.
+// Stop ends the loop after the transaction in flight and waits for it,
+// then the maintenance loop. Idempotent.
 func (p *Projector) Stop() {
-	p.mu.Lock()
-	cancel, done := p.cancel, p.done
-	p.mu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	<-done
-	<-p.maintDone
+	p.loop.Stop()
+	p.maint.Stop()
 }
 
 // MaintenanceChanged is called after Config.Maintenance changed: when on,
@@ -274,7 +264,6 @@ func (p *Projector) poke() {
 }
 
 func (p *Projector) run(ctx context.Context) {
-	defer close(p.done)
 	backoff := p.cfg.BackoffMin
 	known := false // cursor is valid only after reading the checkpoint
 	idle := time.NewTimer(time.Second)
@@ -633,7 +622,6 @@ func (p *Projector) projectOnce(ctx context.Context, cursor uint64) error {
 // maintainLoop runs maintain every MaintainInterval, beside the projection
 // loop (not only when it is idle: under constant load it never is).
 func (p *Projector) maintainLoop(ctx context.Context) {
-	defer close(p.maintDone)
 	t := time.NewTicker(p.cfg.MaintainInterval)
 	defer t.Stop()
 	for {

@@ -233,10 +233,7 @@ func claim(ctx context.Context, conn *pgx.Conn, req PopRequest, lease uuid.UUID,
 	}
 	br := conn.SendBatch(ctx, &b)
 	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return nil, err
-	}
-	rows, err := br.Query()
+	rows, err := queryAfterBegin(br, true)
 	if err != nil {
 		return nil, err
 	}
@@ -269,10 +266,7 @@ func claim(ctx context.Context, conn *pgx.Conn, req PopRequest, lease uuid.UUID,
 		}
 		if cur == nil || cur.id != uuid.UUID(pid.Bytes) {
 			c.offset, c.nextOffset, c.live, c.leaseEnd, c.retries = *cursor, *next, *live, *leaseEnd, *retries
-			if lease.Valid {
-				id := uuid.UUID(lease.Bytes)
-				c.leaseID = &id
-			}
+			c.leaseID = optUUID(lease)
 			cur = &claimedCursor{id: pid.Bytes, name: *name, cursorRow: c, take: int(*take),
 				updated: updated != nil && *updated, deleted: deleted != nil && *deleted}
 			res.cursors = append(res.cursors, cur)
@@ -363,12 +357,7 @@ func loadAckCursors(ctx context.Context, tx dbtx, keys []ackKey, begin bool) ([]
 	}
 	br := tx.SendBatch(ctx, &b)
 	defer br.Close()
-	if begin {
-		if _, err := br.Exec(); err != nil {
-			return nil, err
-		}
-	}
-	rows, err := br.Query()
+	rows, err := queryAfterBegin(br, begin)
 	if err != nil {
 		return nil, err
 	}
@@ -395,10 +384,7 @@ func loadAckCursors(ctx context.Context, tx dbtx, keys []ackKey, begin bool) ([]
 			st.gone, st.queueName, st.partName, st.retryLimit = false, qname, pname, retryLimit
 			if has {
 				c.offset, c.nextOffset, c.live, c.leaseEnd, c.retries = *cursor, next, *live, *leaseEnd, *retries
-				if lease.Valid {
-					id := uuid.UUID(lease.Bytes)
-					c.leaseID = &id
-				}
+				c.leaseID = optUUID(lease)
 				st.c = &c
 			}
 		}
@@ -419,4 +405,25 @@ func loadAckCursors(ctx context.Context, tx dbtx, keys []ackKey, begin bool) ([]
 		return nil, fmt.Errorf("ack load: %w", err)
 	}
 	return out, nil
+}
+
+// optUUID is u as a *uuid.UUID: nil for SQL NULL (a cursor without a
+// lease), else a pointer to a copy of its bytes.
+func optUUID(u pgtype.UUID) *uuid.UUID {
+	if !u.Valid {
+		return nil
+	}
+	id := uuid.UUID(u.Bytes)
+	return &id
+}
+
+// queryAfterBegin reads br's BEGIN result first when begin (an error of
+// BEGIN is returned as is) and returns the rows of the next statement.
+func queryAfterBegin(br pgx.BatchResults, begin bool) (pgx.Rows, error) {
+	if begin {
+		if _, err := br.Exec(); err != nil {
+			return nil, err
+		}
+	}
+	return br.Query()
 }

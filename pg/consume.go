@@ -418,10 +418,7 @@ func lockCursor(ctx context.Context, tx dbtx, queueID, partID uuid.UUID, group s
 		var lease pgtype.UUID
 		err := tx.QueryRow(ctx, q, partID, group).Scan(&c.offset, &lease, &c.leaseExpires, &c.live, &c.leaseEnd, &c.retries, &c.acked, &c.nextOffset, &c.lastMsgAt)
 		if err == nil {
-			if lease.Valid {
-				id := uuid.UUID(lease.Bytes)
-				c.leaseID = &id
-			}
+			c.leaseID = optUUID(lease)
 			return &c, nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {

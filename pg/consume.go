@@ -471,9 +471,7 @@ func fetch(ctx context.Context, tx dbtx, partID uuid.UUID, from, to int64) ([]St
 		ARRAY(SELECT t.msg_offset FROM queen.tombstones t WHERE t.partition_id = $1
 			AND t.msg_offset >= greatest(g.base_offset, $2) AND t.msg_offset <= least(g.last_offset, $3)) AS deleted
 		FROM queen.segments g
-		WHERE g.partition_id = $1 AND g.base_offset <= $3 AND g.base_offset >= coalesce(
-			(SELECT s.base_offset FROM queen.segments s WHERE s.partition_id = $1 AND s.base_offset <= $2
-			 ORDER BY s.base_offset DESC LIMIT 1), $2)
+		WHERE g.partition_id = $1 AND g.base_offset <= $3 AND g.base_offset >= `+segmentStartSQL("$1", "$2")+`
 		ORDER BY g.base_offset`, partID, from, to)
 	if err != nil {
 		return nil, err

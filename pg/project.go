@@ -279,18 +279,12 @@ func (s *Store) projectTx(ctx context.Context, conn batcher, begin bool, items [
 	b1.Queue(`SELECT id, next_offset, dedup_window_seconds, encryption_enabled FROM queen.lock_partitions($1::uuid[])`, pgUUIDs(lockIDs))
 	probe.queue(&b1)
 	br := conn.SendBatch(ctx, &b1)
-	if begin {
-		if _, err := br.Exec(); err != nil {
-			br.Close()
-			return nil, nil, err
-		}
-	}
-	locked := 0
-	rows, err := br.Query()
+	rows, err := queryAfterBegin(br, begin)
 	if err != nil {
 		br.Close()
 		return nil, nil, err
 	}
+	locked := 0
 	for rows.Next() {
 		var id pgtype.UUID
 		var next int64

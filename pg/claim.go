@@ -39,7 +39,7 @@ type dbtx interface {
 // delayed processing or a window buffer (which hold messages back by
 // time). The lease and delivery rules themselves are applied by
 // popPartition to what this returns, exactly as on the general path.
-const claimSQL = `WITH q AS (
+var claimSQL = `WITH q AS (
 	SELECT qu.id, qu.name, qu.lease_time, qu.retry_limit, qu.delayed_processing, qu.window_buffer,
 		($2 = '` + QueueModeGroup + `' OR EXISTS (SELECT 1 FROM queen.consumer_groups g
 			WHERE g.queue_id = qu.id AND g.consumer_group = $2)) AS joined
@@ -83,9 +83,7 @@ LEFT JOIN share b ON b.take > 0
 LEFT JOIN LATERAL (
 	SELECT sg.base_offset, sg.last_offset, sg.body FROM queen.segments sg
 	WHERE sg.partition_id = b.partition_id AND sg.base_offset <= b.cursor_offset + b.take - 1
-		AND sg.base_offset >= coalesce((SELECT s2.base_offset FROM queen.segments s2
-			WHERE s2.partition_id = b.partition_id AND s2.base_offset <= b.cursor_offset
-			ORDER BY s2.base_offset DESC LIMIT 1), b.cursor_offset)
+		AND sg.base_offset >= ` + segmentStartSQL("b.partition_id", "b.cursor_offset") + `
 	ORDER BY sg.base_offset
 ) s ON true
 ORDER BY b.ord, s.base_offset`
@@ -108,7 +106,7 @@ ORDER BY b.ord, s.base_offset`
 // out), and popPartition applies the general rules to it. Fresh
 // candidates, a group not yet subscribed, delayed processing and window
 // buffers make it lock nothing (fast false), as claimSQL does.
-const claimOneSQL = `WITH q AS (
+var claimOneSQL = `WITH q AS (
 	SELECT qu.id, qu.name, qu.lease_time, qu.retry_limit, qu.delayed_processing, qu.window_buffer,
 		($2 = '` + QueueModeGroup + `' OR EXISTS (SELECT 1 FROM queen.consumer_groups g
 			WHERE g.queue_id = qu.id AND g.consumer_group = $2)) AS joined
@@ -147,8 +145,7 @@ const claimOneSQL = `WITH q AS (
 		total_consumed = c.total_consumed + CASE WHEN $6 THEN l.take ELSE 0 END
 	FROM locked l
 	WHERE c.partition_id = l.partition_id AND c.consumer_group = $2 AND l.lease_id IS NULL AND NOT l.deleted
-		AND (SELECT s.last_offset FROM queen.segments s WHERE s.partition_id = l.partition_id
-			AND s.base_offset <= l.cursor_offset ORDER BY s.base_offset DESC LIMIT 1) >= l.cursor_offset
+		AND ` + offsetStoredSQL("l.partition_id", "l.cursor_offset") + `
 	RETURNING c.partition_id
 )
 SELECT q.id, q.name, q.lease_time, q.retry_limit, q.delayed_processing, q.window_buffer, (SELECT ok FROM fast),
@@ -161,9 +158,7 @@ LEFT JOIN locked b ON true
 LEFT JOIN LATERAL (
 	SELECT sg.base_offset, sg.last_offset, sg.body FROM queen.segments sg
 	WHERE NOT b.deleted AND sg.partition_id = b.partition_id AND sg.base_offset <= b.cursor_offset + b.take - 1
-		AND sg.base_offset >= coalesce((SELECT s2.base_offset FROM queen.segments s2
-			WHERE s2.partition_id = b.partition_id AND s2.base_offset <= b.cursor_offset
-			ORDER BY s2.base_offset DESC LIMIT 1), b.cursor_offset)
+		AND sg.base_offset >= ` + segmentStartSQL("b.partition_id", "b.cursor_offset") + `
 ) s ON true
 ORDER BY s.base_offset`
 
@@ -233,10 +228,7 @@ func claim(ctx context.Context, conn *pgx.Conn, req PopRequest, lease uuid.UUID,
 	}
 	br := conn.SendBatch(ctx, &b)
 	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return nil, err
-	}
-	rows, err := br.Query()
+	rows, err := queryAfterBegin(br, true)
 	if err != nil {
 		return nil, err
 	}
@@ -269,10 +261,7 @@ func claim(ctx context.Context, conn *pgx.Conn, req PopRequest, lease uuid.UUID,
 		}
 		if cur == nil || cur.id != uuid.UUID(pid.Bytes) {
 			c.offset, c.nextOffset, c.live, c.leaseEnd, c.retries = *cursor, *next, *live, *leaseEnd, *retries
-			if lease.Valid {
-				id := uuid.UUID(lease.Bytes)
-				c.leaseID = &id
-			}
+			c.leaseID = optUUID(lease)
 			cur = &claimedCursor{id: pid.Bytes, name: *name, cursorRow: c, take: int(*take),
 				updated: updated != nil && *updated, deleted: deleted != nil && *deleted}
 			res.cursors = append(res.cursors, cur)
@@ -302,14 +291,14 @@ func claim(ctx context.Context, conn *pgx.Conn, req PopRequest, lease uuid.UUID,
 // queue and partition, its cursor (NULL columns when the group has none)
 // and, while the cursor holds a live lease, the segments of offsets
 // cursor..lease_end: one row per (key, segment), in key order.
-const ackLoadSQL = `WITH k AS (
+var ackLoadSQL = `WITH k AS (
 	SELECT * FROM unnest($1::uuid[], $2::text[]) WITH ORDINALITY AS k(pid, grp, ord)
 )` + ackLoadBody
 
 // ackLoadOneSQL is ackLoadSQL for one key ($1 partition, $2 group).
-const ackLoadOneSQL = `WITH k AS (SELECT $1::uuid AS pid, $2::text AS grp, 1::bigint AS ord)` + ackLoadBody
+var ackLoadOneSQL = `WITH k AS (SELECT $1::uuid AS pid, $2::text AS grp, 1::bigint AS ord)` + ackLoadBody
 
-const ackLoadBody = `, locked AS (
+var ackLoadBody = `, locked AS (
 	SELECT k.ord, c.cursor_offset, c.lease_id, c.lease_expires_at, coalesce(c.lease_expires_at > now(), false) AS live,
 		coalesce(c.lease_end, -1) AS lease_end, c.retry_count, c.acked
 	FROM k JOIN queen.consumer_cursors c ON c.partition_id = k.pid AND c.consumer_group = k.grp
@@ -327,9 +316,7 @@ LEFT JOIN LATERAL (
 			ORDER BY t.msg_offset) AS deleted
 	FROM queen.segments sg
 	WHERE l.live AND l.lease_id IS NOT NULL AND sg.partition_id = k.pid AND sg.base_offset <= l.lease_end
-		AND sg.base_offset >= coalesce((SELECT s2.base_offset FROM queen.segments s2
-			WHERE s2.partition_id = k.pid AND s2.base_offset <= l.cursor_offset
-			ORDER BY s2.base_offset DESC LIMIT 1), l.cursor_offset)
+		AND sg.base_offset >= ` + segmentStartSQL("k.pid", "l.cursor_offset") + `
 	ORDER BY sg.base_offset
 ) s ON true
 ORDER BY k.ord, s.base_offset`
@@ -363,12 +350,7 @@ func loadAckCursors(ctx context.Context, tx dbtx, keys []ackKey, begin bool) ([]
 	}
 	br := tx.SendBatch(ctx, &b)
 	defer br.Close()
-	if begin {
-		if _, err := br.Exec(); err != nil {
-			return nil, err
-		}
-	}
-	rows, err := br.Query()
+	rows, err := queryAfterBegin(br, begin)
 	if err != nil {
 		return nil, err
 	}
@@ -395,10 +377,7 @@ func loadAckCursors(ctx context.Context, tx dbtx, keys []ackKey, begin bool) ([]
 			st.gone, st.queueName, st.partName, st.retryLimit = false, qname, pname, retryLimit
 			if has {
 				c.offset, c.nextOffset, c.live, c.leaseEnd, c.retries = *cursor, next, *live, *leaseEnd, *retries
-				if lease.Valid {
-					id := uuid.UUID(lease.Bytes)
-					c.leaseID = &id
-				}
+				c.leaseID = optUUID(lease)
 				st.c = &c
 			}
 		}
@@ -419,4 +398,42 @@ func loadAckCursors(ctx context.Context, tx dbtx, keys []ackKey, begin bool) ([]
 		return nil, fmt.Errorf("ack load: %w", err)
 	}
 	return out, nil
+}
+
+// optUUID is u as a *uuid.UUID: nil for SQL NULL (a cursor without a
+// lease), else a pointer to a copy of its bytes.
+func optUUID(u pgtype.UUID) *uuid.UUID {
+	if !u.Valid {
+		return nil
+	}
+	id := uuid.UUID(u.Bytes)
+	return &id
+}
+
+// queryAfterBegin reads br's BEGIN result first when begin (an error of
+// BEGIN is returned as is) and returns the rows of the next statement.
+func queryAfterBegin(br pgx.BatchResults, begin bool) (pgx.Rows, error) {
+	if begin {
+		if _, err := br.Exec(); err != nil {
+			return nil, err
+		}
+	}
+	return br.Query()
+}
+
+// segmentStartSQL is where a read of partition pid's offsets from at on
+// begins (pid and at are SQL expressions): the base offset of the last
+// segment starting at or before at, or at itself when there is none.
+func segmentStartSQL(pid, at string) string {
+	return `coalesce((SELECT s2.base_offset FROM queen.segments s2
+			WHERE s2.partition_id = ` + pid + ` AND s2.base_offset <= ` + at + `
+			ORDER BY s2.base_offset DESC LIMIT 1), ` + at + `)`
+}
+
+// offsetStoredSQL is the condition that offset at of partition pid (SQL
+// expressions) lies in a stored segment: the last segment starting at or
+// before at ends at or after it (retention deletes whole segments).
+func offsetStoredSQL(pid, at string) string {
+	return `(SELECT s.last_offset FROM queen.segments s WHERE s.partition_id = ` + pid + `
+			AND s.base_offset <= ` + at + ` ORDER BY s.base_offset DESC LIMIT 1) >= ` + at
 }

@@ -418,10 +418,7 @@ func lockCursor(ctx context.Context, tx dbtx, queueID, partID uuid.UUID, group s
 		var lease pgtype.UUID
 		err := tx.QueryRow(ctx, q, partID, group).Scan(&c.offset, &lease, &c.leaseExpires, &c.live, &c.leaseEnd, &c.retries, &c.acked, &c.nextOffset, &c.lastMsgAt)
 		if err == nil {
-			if lease.Valid {
-				id := uuid.UUID(lease.Bytes)
-				c.leaseID = &id
-			}
+			c.leaseID = optUUID(lease)
 			return &c, nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
@@ -474,9 +471,7 @@ func fetch(ctx context.Context, tx dbtx, partID uuid.UUID, from, to int64) ([]St
 		ARRAY(SELECT t.msg_offset FROM queen.tombstones t WHERE t.partition_id = $1
 			AND t.msg_offset >= greatest(g.base_offset, $2) AND t.msg_offset <= least(g.last_offset, $3)) AS deleted
 		FROM queen.segments g
-		WHERE g.partition_id = $1 AND g.base_offset <= $3 AND g.base_offset >= coalesce(
-			(SELECT s.base_offset FROM queen.segments s WHERE s.partition_id = $1 AND s.base_offset <= $2
-			 ORDER BY s.base_offset DESC LIMIT 1), $2)
+		WHERE g.partition_id = $1 AND g.base_offset <= $3 AND g.base_offset >= `+segmentStartSQL("$1", "$2")+`
 		ORDER BY g.base_offset`, partID, from, to)
 	if err != nil {
 		return nil, err

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/queenmq/queen-go/internal/testenv"
 	"github.com/queenmq/queen-go/pg"
 )
 
@@ -16,14 +15,7 @@ import (
 // what the tombstone subtraction costs (docs/streams.md).
 func BenchmarkCounts(b *testing.B) {
 	ctx := context.Background()
-	st, err := pg.Open(pg.Config{URL: testenv.NewDatabase(b), Logger: testenv.Logger})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer st.Close()
-	if err := st.EnsureSchema(ctx); err != nil {
-		b.Fatal(err)
-	}
+	st := openStore(b)
 	for _, q := range []string{
 		`INSERT INTO queen.queues (name) VALUES ('bench')`,
 		`INSERT INTO queen.partitions (queue_id, name, next_offset)

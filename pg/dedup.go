@@ -377,6 +377,13 @@ func (p *probeSet) read(br pgx.BatchResults, known map[dedupKey]*dedupEntry) err
 // readExact reads queen.dedup_probe rows into known, keeping the newest
 // entry per key.
 func readExact(br pgx.BatchResults, known map[dedupKey]*dedupEntry) error {
+	return readExactEntries(br, keepNewest(known))
+}
+
+// readExactEntries calls found for every row of br's next result, a
+// queen.dedup_probe row (partition_id, transaction_id, msg_offset,
+// message_id, accepted_at): an exact entry, not confirmed.
+func readExactEntries(br pgx.BatchResults, found func(dedupKey, dedupEntry)) error {
 	rows, err := br.Query()
 	if err != nil {
 		return err
@@ -390,12 +397,19 @@ func readExact(br pgx.BatchResults, known map[dedupKey]*dedupEntry) error {
 		if err := rows.Scan(&pid, &txid, &off, &mid, &at); err != nil {
 			return err
 		}
-		k := dedupKey{pid.Bytes, string(txid)}
-		if e := known[k]; e == nil || e.offset < off {
-			known[k] = &dedupEntry{offset: off, id: mid.Bytes, acceptedAt: at.UnixMicro()}
-		}
+		found(dedupKey{pid.Bytes, string(txid)}, dedupEntry{offset: off, id: mid.Bytes, acceptedAt: at.UnixMicro()})
 	}
 	return rows.Err()
+}
+
+// keepNewest records each entry it is given in known unless known holds
+// an entry of the key at a higher or the same offset.
+func keepNewest(known map[dedupKey]*dedupEntry) func(dedupKey, dedupEntry) {
+	return func(k dedupKey, e dedupEntry) {
+		if old := known[k]; old == nil || old.offset < e.offset {
+			known[k] = &e
+		}
+	}
 }
 
 // confirm reads the candidates' segments (and the exact entries of their
@@ -403,11 +417,7 @@ func readExact(br pgx.BatchResults, known map[dedupKey]*dedupEntry) error {
 // trip and records in known, per key, the newest original whose
 // transactionId is the key's, byte for byte.
 func confirm(ctx context.Context, conn batcher, cands []candidate, known map[dedupKey]*dedupEntry) error {
-	return originals(ctx, conn, cands, func(k dedupKey, e dedupEntry) {
-		if old := known[k]; old == nil || old.offset < e.offset {
-			known[k] = &e
-		}
-	})
+	return originals(ctx, conn, cands, keepNewest(known))
 }
 
 // originals calls found for every message of the candidates' segments
@@ -500,22 +510,7 @@ func originals(ctx context.Context, conn batcher, cands []candidate, found func(
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	if rows, err = br.Query(); err != nil {
-		return err
-	}
-	for rows.Next() {
-		var pid, mid pgtype.UUID
-		var txid []byte
-		var off int64
-		var at time.Time
-		if err := rows.Scan(&pid, &txid, &off, &mid, &at); err != nil {
-			rows.Close()
-			return err
-		}
-		found(dedupKey{pid.Bytes, string(txid)}, dedupEntry{offset: off, id: mid.Bytes, acceptedAt: at.UnixMicro()})
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+	if err := readExactEntries(br, found); err != nil {
 		return err
 	}
 	return br.Close()

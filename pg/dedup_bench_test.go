@@ -7,7 +7,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/queenmq/queen-go/internal/testenv"
 	"github.com/queenmq/queen-go/pg"
 )
 
@@ -24,14 +23,7 @@ func BenchmarkProjectDedup(b *testing.B) {
 	for _, kind := range []string{"client-text", "client-uuidv7", "minted"} {
 		b.Run(kind, func(b *testing.B) {
 			ctx := context.Background()
-			st, err := pg.Open(pg.Config{URL: testenv.NewDatabase(b), Logger: testenv.Logger})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer st.Close()
-			if err := st.EnsureSchema(ctx); err != nil {
-				b.Fatal(err)
-			}
+			st := openStore(b)
 			broker, wal, n := uuid.New(), uint64(0), 0
 			batch := func() []pg.ProjectItem {
 				items := make([]pg.ProjectItem, 800)

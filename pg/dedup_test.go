@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/queenmq/queen-go/internal/testenv"
 	"github.com/queenmq/queen-go/pg"
 )
 
@@ -40,6 +41,19 @@ func (b *bundle) project(t *testing.T, items ...pg.ProjectItem) []pg.Outcome {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// reopen opens a second Store on b's database, as a broker started on
+// an upgraded database does (EnsureSchema applied), makes it b's store
+// and returns it; it is closed when the test ends.
+func (b *bundle) reopen(t *testing.T) *pg.Store {
+	t.Helper()
+	s := testenv.OpenStore(t, pg.Config{URL: b.store.Pool().Config().ConnString()})
+	if err := s.EnsureSchema(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	b.store = s
+	return s
 }
 
 func now() int64 { return time.Now().UnixMicro() }
@@ -109,15 +123,7 @@ func TestDedupLegacyEntriesKeepTheirWindow(t *testing.T) {
 	}
 	_ = out
 	// A broker started on the upgraded database sees the old entries.
-	s2, err := pg.Open(pg.Config{URL: b.store.Pool().Config().ConnString()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s2.Close()
-	if err := s2.EnsureSchema(ctx); err != nil {
-		t.Fatal(err)
-	}
-	b.store = s2
+	s2 := b.reopen(t)
 	got := b.project(t, item("l", "old-key", now()))
 	// The original's segment (offset 0 holds "seed") does not hold old-key's
 	// message, but the exact entry counts; its id is named while a segment
@@ -258,15 +264,7 @@ func TestDedupUpgradeFromRunLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = out
-	s2, err := pg.Open(pg.Config{URL: b.store.Pool().Config().ConnString()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s2.Close()
-	if err := s2.EnsureSchema(ctx); err != nil {
-		t.Fatal(err)
-	}
-	b.store = s2
+	s2 := b.reopen(t)
 	got := b.project(t, item("up", "K", now()), item("up", minted.Message.ID.String(), now()), item("up", "new", now()))
 	wantDup(t, "client key of the run layout", got[0], true, client.Message.ID)
 	wantDup(t, "minted id of the run layout", got[1], true, minted.Message.ID)

@@ -20,17 +20,15 @@ import (
 // consumed, and a NOTIFY on $6 with the queue name $7 wakes the pops of
 // other brokers at commit. It returns 1 when it applied, 0 when it
 // changed nothing (the caller then takes the general path).
-const fastAckSQL = `WITH u AS (
+var fastAckSQL = `WITH u AS (
 	UPDATE queen.consumer_cursors c SET cursor_offset = $4 + 1, retry_count = 0, lease_id = NULL,
 		lease_expires_at = NULL, lease_end = NULL, acked = '{}', last_consumed_at = now(),
 		total_consumed = c.total_consumed + ($4 - $3 + 1)
 	WHERE c.partition_id = $1 AND c.consumer_group = $2 AND c.lease_id = $5 AND c.lease_expires_at > now()
 		AND c.cursor_offset = $3 AND c.lease_end = $4 AND c.acked = '{}'
 		AND NOT EXISTS (SELECT 1 FROM queen.tombstones t WHERE t.partition_id = $1 AND t.msg_offset BETWEEN $3 AND $4)
-		AND (SELECT s.last_offset FROM queen.segments s WHERE s.partition_id = $1 AND s.base_offset <= $3
-			ORDER BY s.base_offset DESC LIMIT 1) >= $3
-		AND (SELECT s.last_offset FROM queen.segments s WHERE s.partition_id = $1 AND s.base_offset <= $4
-			ORDER BY s.base_offset DESC LIMIT 1) >= $4
+		AND ` + offsetStoredSQL("$1", "$3") + `
+		AND ` + offsetStoredSQL("$1", "$4") + `
 	RETURNING 1
 )
 SELECT count(*) FROM u, LATERAL (SELECT pg_notify($6, $7)) n`

@@ -138,20 +138,20 @@ func (m *leaseMemo) put(e *leaseMemoEntry) {
 	if el, ok := m.byKey[e.key]; ok {
 		m.removeLocked(el)
 	}
-	now := time.Now()
+	now, size := time.Now(), e.size()
 	for el := m.order.Front(); el != nil; el = m.order.Front() {
 		old := el.Value.(*leaseMemoEntry)
-		if m.bytes+e.size() <= m.maxBytes && old.expires.After(now) {
+		if m.bytes+size <= m.maxBytes && old.expires.After(now) {
 			break
 		}
 		m.removeLocked(el)
 	}
-	if e.size() > m.maxBytes {
+	if size > m.maxBytes {
 		return
 	}
 	m.byKey[e.key] = m.order.PushBack(e)
 	m.latest[ackKey{e.key.partition, e.group}] = e.key
-	m.bytes += e.size()
+	m.bytes += size
 }
 
 func (m *leaseMemo) removeLocked(el *list.Element) {

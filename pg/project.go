@@ -61,13 +61,15 @@ type dedupEntry struct {
 	confirmed bool
 }
 
+// partState is one partition of a projection batch: offsets base..next-1
+// are allocated to msgs, the batch's stored messages of the partition, in
+// order (none: the batch writes no segment there).
 type partState struct {
 	id      uuid.UUID
 	next    int64
 	window  int64 // dedup window, µs; 0 = off
 	base    int64
 	msgs    []Message
-	touched bool
 	encrypt bool // the queue has encryptionEnabled
 }
 
@@ -277,18 +279,12 @@ func (s *Store) projectTx(ctx context.Context, conn batcher, begin bool, items [
 	b1.Queue(`SELECT id, next_offset, dedup_window_seconds, encryption_enabled FROM queen.lock_partitions($1::uuid[])`, pgUUIDs(lockIDs))
 	probe.queue(&b1)
 	br := conn.SendBatch(ctx, &b1)
-	if begin {
-		if _, err := br.Exec(); err != nil {
-			br.Close()
-			return nil, nil, err
-		}
-	}
-	locked := 0
-	rows, err := br.Query()
+	rows, err := queryAfterBegin(br, begin)
 	if err != nil {
 		br.Close()
 		return nil, nil, err
 	}
+	locked := 0
 	for rows.Next() {
 		var id pgtype.UUID
 		var next int64
@@ -373,10 +369,7 @@ func (s *Store) projectTx(ctx context.Context, conn batcher, begin bool, items [
 	if finish != nil {
 		finish(&b)
 	}
-	learned := make([]learnedOffset, len(lockIDs))
-	for i, id := range lockIDs {
-		learned[i] = learnedOffset{id, parts[id].next, parts[id].encrypt}
-	}
+	learned := learnedOffsets(lockIDs, parts)
 	if b.Len() == 0 {
 		return out, learned, nil
 	}
@@ -462,10 +455,7 @@ func (s *Store) projectPredicted(ctx context.Context, conn batcher, items []Proj
 		}
 		return nil, nil, fmt.Errorf("pg: write and commit (outcome unknown): %w", err)
 	}
-	learned := make([]learnedOffset, len(lockIDs))
-	for i, id := range lockIDs {
-		learned[i] = learnedOffset{id, parts[id].next, parts[id].encrypt}
-	}
+	learned := learnedOffsets(lockIDs, parts)
 	return out, learned, nil
 }
 
@@ -513,6 +503,16 @@ const (
 	maxOffsetGuesses = 1 << 16
 	guessHold        = time.Second
 )
+
+// learnedOffsets is the state of the partitions lockIDs after a batch
+// (parts: the batch's partitions by id), in lockIDs order, for learnOffsets.
+func learnedOffsets(lockIDs []uuid.UUID, parts map[uuid.UUID]*partState) []learnedOffset {
+	learned := make([]learnedOffset, len(lockIDs))
+	for i, id := range lockIDs {
+		learned[i] = learnedOffset{id, parts[id].next, parts[id].encrypt}
+	}
+	return learned
+}
 
 // learnOffsets records partitions' state after a confirmed COMMIT,
 // keeping a hold in force.
@@ -581,7 +581,6 @@ func decide(items []ProjectItem, ids []uuid.UUID, parts map[uuid.UUID]*partState
 		out[i] = Outcome{MessageID: it.Message.ID, Offset: ps.next}
 		ps.msgs = append(ps.msgs, it.Message)
 		ps.next++
-		ps.touched = true
 	}
 	return out, checkSeg
 }
@@ -649,7 +648,7 @@ func (s *Store) buildWrites(lockIDs []uuid.UUID, parts map[uuid.UUID]*partState)
 	w := &batchWrites{}
 	for _, id := range lockIDs {
 		ps := parts[id]
-		if !ps.touched {
+		if len(ps.msgs) == 0 {
 			continue
 		}
 		// The sidecar reads transactionIds and ids, which encryption leaves
@@ -777,8 +776,7 @@ func (s *Store) ensurePartitions(ctx context.Context, conn batcher, queues, part
 	} else {
 		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return run(tx) })
 	}
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == "23503" { // foreign_key_violation: a queue deleted under the insert
+	if isCode(err, "23503") { // foreign_key_violation: a queue deleted under the insert
 		return nil, fmt.Errorf("%w: ensure partitions: %v", ErrPartitionGone, err)
 	}
 	if err != nil {

@@ -87,16 +87,26 @@ type QueueDetail struct {
 // ErrQueueNotFound is returned for a queue that does not exist.
 var ErrQueueNotFound = errors.New("pg: queue not found")
 
-// GetQueue describes one queue with its partitions (ErrQueueNotFound).
-func (s *Store) GetQueue(ctx context.Context, name string) (*QueueDetail, error) {
-	var d QueueDetail
+// queueHeadRow is a queue's row of queen.queues: what GetQueue and
+// Status.QueueDetail show of the queue itself.
+type queueHeadRow struct {
+	id                    uuid.UUID
+	name, namespace, task string
+	createdAt             time.Time
+	options               QueueOptions
+}
+
+// queueHead reads queue name's row; ErrQueueNotFound when there is none,
+// else the query's error unwrapped.
+func (s *Store) queueHead(ctx context.Context, name string) (*queueHeadRow, error) {
+	var h queueHeadRow
 	var id pgtype.UUID
-	o := &d.Options
+	o := &h.options
 	err := s.pool.QueryRow(ctx, `SELECT id, name, namespace, task, created_at, lease_time, retry_limit,
 		delayed_processing, window_buffer, retention_enabled, retention_seconds, completed_retention_seconds,
 		max_wait_time_seconds, encryption_enabled, priority, max_size, retry_delay, ttl, dead_letter_queue,
 		dlq_after_max_retries, dedup_window_seconds FROM queen.queues WHERE name = $1`, name).Scan(
-		&id, &d.Name, &d.Namespace, &d.Task, &d.CreatedAt, &o.LeaseTime, &o.RetryLimit, &o.DelayedProcessing,
+		&id, &h.name, &h.namespace, &h.task, &h.createdAt, &o.LeaseTime, &o.RetryLimit, &o.DelayedProcessing,
 		&o.WindowBuffer, &o.RetentionEnabled, &o.RetentionSeconds, &o.CompletedRetentionSeconds,
 		&o.MaxWaitTimeSeconds, &o.EncryptionEnabled, &o.Priority, &o.MaxSize, &o.RetryDelay, &o.TTL,
 		&o.DeadLetterQueue, &o.DLQAfterMaxRetries, &o.DedupWindowSeconds)
@@ -106,7 +116,18 @@ func (s *Store) GetQueue(ctx context.Context, name string) (*QueueDetail, error)
 	if err != nil {
 		return nil, err
 	}
-	d.ID = id.Bytes
+	h.id = id.Bytes
+	return &h, nil
+}
+
+// GetQueue describes one queue with its partitions (ErrQueueNotFound).
+func (s *Store) GetQueue(ctx context.Context, name string) (*QueueDetail, error) {
+	var d QueueDetail
+	h, err := s.queueHead(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	d.ID, d.Name, d.Namespace, d.Task, d.CreatedAt, d.Options = h.id, h.name, h.namespace, h.task, h.createdAt, h.options
 	rows, err := s.pool.Query(ctx, `SELECT p.id, p.name, p.created_at, p.next_offset,
 		coalesce((SELECT sum(sg.last_offset - sg.base_offset + 1) FROM queen.segments sg WHERE sg.partition_id = p.id)
 			- queen.deleted_from(p.id, (SELECT min(sg.base_offset) FROM queen.segments sg WHERE sg.partition_id = p.id)), 0)::bigint,
@@ -349,10 +370,7 @@ func (s *Store) GetGroup(ctx context.Context, group string) ([]GroupPartition, e
 			&g.Cursor, &g.OffsetLag, &g.TimeLagSeconds); err != nil {
 			return nil, err
 		}
-		if lease.Valid {
-			id := uuid.UUID(lease.Bytes)
-			g.LeaseID = &id
-		}
+		g.LeaseID = optUUID(lease)
 		out = append(out, g)
 	}
 	return out, rows.Err()
@@ -512,10 +530,7 @@ func (s *Store) LaggingPartitions(ctx context.Context, minLagSeconds int) ([]Lag
 			return nil, fmt.Errorf("pg: lagging: %w", err)
 		}
 		l.PartitionID = pid.Bytes
-		if lease.Valid {
-			id := uuid.UUID(lease.Bytes)
-			l.LeaseID = &id
-		}
+		l.LeaseID = optUUID(lease)
 		out = append(out, l)
 	}
 	if err := rows.Err(); err != nil {

@@ -8,7 +8,6 @@ import (
 
 	json "github.com/goccy/go-json"
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
@@ -111,24 +110,15 @@ type StatusQueueDetail struct {
 // QueueDetail returns one queue with its options and partitions (by name),
 // or ErrQueueNotFound.
 func (s *Status) QueueDetail(ctx context.Context, name string) (*StatusQueueDetail, error) {
-	d := &StatusQueueDetail{}
-	var id pgtype.UUID
-	o := &d.Options
-	err := s.st.pool.QueryRow(ctx, `SELECT id, name, namespace, task, created_at, lease_time, retry_limit,
-		delayed_processing, window_buffer, retention_enabled, retention_seconds, completed_retention_seconds,
-		max_wait_time_seconds, encryption_enabled, priority, max_size, retry_delay, ttl, dead_letter_queue,
-		dlq_after_max_retries, dedup_window_seconds FROM queen.queues WHERE name = $1`, name).
-		Scan(&id, &d.Name, &d.Namespace, &d.Task, &d.CreatedAt, &o.LeaseTime, &o.RetryLimit, &o.DelayedProcessing,
-			&o.WindowBuffer, &o.RetentionEnabled, &o.RetentionSeconds, &o.CompletedRetentionSeconds,
-			&o.MaxWaitTimeSeconds, &o.EncryptionEnabled, &o.Priority, &o.MaxSize, &o.RetryDelay, &o.TTL,
-			&o.DeadLetterQueue, &o.DLQAfterMaxRetries, &o.DedupWindowSeconds)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, ErrQueueNotFound
+	h, err := s.st.queueHead(ctx, name)
+	if errors.Is(err, ErrQueueNotFound) {
+		return nil, err
 	}
 	if err != nil {
 		return nil, fmt.Errorf("pg: status queue: %w", err)
 	}
-	d.ID = id.Bytes
+	d := &StatusQueueDetail{ID: h.id, Name: h.name, Namespace: h.namespace, Task: h.task, CreatedAt: h.createdAt,
+		Options: h.options}
 	rows, err := s.st.pool.Query(ctx, `WITH pc AS (`+partitionCountsSQL("p.queue_id = $2")+`)
 		SELECT pc.id, pc.name, pc.created_at, pc.total, pc.pending, pc.processing,
 			(SELECT count(*) FROM queen.dead_letters dl WHERE dl.partition_id = pc.id AND dl.consumer_group = $1),

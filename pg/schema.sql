@@ -283,25 +283,22 @@ BEGIN
 END
 $$;
 
--- assert_new_keys: raises SQLSTATE QN002 when the dedup sidecar names a
--- candidate for any of hashes: a row of queen.dedup_batches holding one of
--- them (dedup_batch_probe), or, in a database upgraded from the run
--- layout, an offset of queen.dedup_runs (dedup_hash_probe). A batch whose
+-- assert_new_keys: raises SQLSTATE QN002 when a row of queen.dedup_batches
+-- holds any of hashes (dedup_batch_probe: a candidate). A batch whose
 -- offsets the broker predicted is sent in one pipeline with its COMMIT
 -- (pg/project.go, projectPredicted): this runs after write_segments has
 -- locked the batch's partitions and before the batch's own sidecar row goes
 -- in, and a hit (a duplicate, a key repeated after its window, a hash
 -- collision, a minted tick key equal to a client key's hash) rolls the
--- batch back to be decided the long way.
+-- batch back to be decided the long way. The older layouts (queen.dedup,
+-- queen.dedup_runs) are not probed here: while either holds entries, a
+-- batch with client keys is never predicted (Store.legacyDedup).
 CREATE OR REPLACE FUNCTION queen.assert_new_keys(hashes bigint[])
 RETURNS void
 LANGUAGE plpgsql STABLE
 AS $$
 BEGIN
     PERFORM 1 FROM queen.dedup_batch_probe(hashes) LIMIT 1;
-    IF NOT FOUND THEN
-        PERFORM 1 FROM queen.dedup_hash_probe(hashes) LIMIT 1;
-    END IF;
     IF FOUND THEN
         RAISE EXCEPTION 'queen: the dedup sidecar names an offset for a key of the batch' USING ERRCODE = 'QN002';
     END IF;

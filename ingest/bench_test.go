@@ -42,38 +42,24 @@ var benchShapes = []struct {
 // BenchmarkParseBody: validating a push body (256-byte payloads) into its
 // items; bytes/s is body bytes.
 func BenchmarkParseBody(b *testing.B) {
-	for _, sh := range benchShapes {
-		body := benchBody(sh.items, 256, sh.txid)
-		b.Run(sh.name, func(b *testing.B) {
-			b.SetBytes(int64(len(body)))
-			b.ReportAllocs()
-			for b.Loop() {
-				items, err := ParseBody(body)
-				if err != nil || len(items) != sh.items {
-					b.Fatalf("ParseBody: %d items, %v", len(items), err)
-				}
-			}
-		})
-	}
+	benchEachShape(b, benchShapeBody, func(b *testing.B, body []byte, items int) {
+		parsed, err := ParseBody(body)
+		if err != nil || len(parsed) != items {
+			b.Fatalf("ParseBody: %d items, %v", len(parsed), err)
+		}
+	})
 }
 
 // BenchmarkBuildRecord: what the push path does between the request body
 // and WAL.Append: parse and validate, mint ids, encode the push record.
 func BenchmarkBuildRecord(b *testing.B) {
 	sub := "producer-1"
-	for _, sh := range benchShapes {
-		body := benchBody(sh.items, 256, sh.txid)
-		b.Run(sh.name, func(b *testing.B) {
-			b.SetBytes(int64(len(body)))
-			b.ReportAllocs()
-			for b.Loop() {
-				rec, res, err := buildForBench(body, &sub)
-				if err != nil || len(res) != sh.items || len(rec) < len(body)/2 {
-					b.Fatalf("build: %d results, %d bytes, %v", len(res), len(rec), err)
-				}
-			}
-		})
-	}
+	benchEachShape(b, benchShapeBody, func(b *testing.B, body []byte, items int) {
+		rec, res, err := buildForBench(body, &sub)
+		if err != nil || len(res) != items || len(rec) < len(body)/2 {
+			b.Fatalf("build: %d results, %d bytes, %v", len(res), len(rec), err)
+		}
+	})
 }
 
 // buildForBench is Pipeline.Push up to the WAL append.
@@ -103,19 +89,37 @@ func buildForBench(body []byte, sub *string) ([]byte, []Result, error) {
 // BenchmarkDecodeRecord: what the projector does per WAL record before it
 // builds its batch: decode the push record (100 items of 256 bytes).
 func BenchmarkDecodeRecord(b *testing.B) {
-	for _, sh := range benchShapes {
-		enc, _, err := buildForBench(benchBody(sh.items, 256, sh.txid), nil)
+	encoded := func(b *testing.B, items int, txid bool) []byte {
+		enc, _, err := buildForBench(benchBody(items, 256, txid), nil)
 		if err != nil {
 			b.Fatal(err)
 		}
+		return enc
+	}
+	benchEachShape(b, encoded, func(b *testing.B, enc []byte, items int) {
+		r, err := DecodeRecord(enc)
+		if err != nil || len(r.Items) != items {
+			b.Fatalf("DecodeRecord: %v", err)
+		}
+	})
+}
+
+// benchShapeBody is the push body of a benchShapes entry (256-byte
+// payloads).
+func benchShapeBody(_ *testing.B, items int, txid bool) []byte { return benchBody(items, 256, txid) }
+
+// benchEachShape runs one sub-benchmark per benchShapes entry: input makes
+// the entry's input (on the parent b, before the sub-benchmark; its length
+// is what bytes/s counts) and op is one iteration on it, failing b when
+// its result is wrong (items is the entry's item count).
+func benchEachShape(b *testing.B, input func(b *testing.B, items int, txid bool) []byte, op func(b *testing.B, in []byte, items int)) {
+	for _, sh := range benchShapes {
+		in := input(b, sh.items, sh.txid)
 		b.Run(sh.name, func(b *testing.B) {
-			b.SetBytes(int64(len(enc)))
+			b.SetBytes(int64(len(in)))
 			b.ReportAllocs()
 			for b.Loop() {
-				r, err := DecodeRecord(enc)
-				if err != nil || len(r.Items) != sh.items {
-					b.Fatalf("DecodeRecord: %v", err)
-				}
+				op(b, in, sh.items)
 			}
 		})
 	}

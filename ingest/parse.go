@@ -86,9 +86,7 @@ func parseBodyInto(dst []ParsedItem, body []byte, maxItems int) ([]ParsedItem, e
 	case '{':
 	default:
 		s.value()
-		if s.err == nil && s.peek() != 0 {
-			s.fail("trailing data after the JSON value")
-		}
+		s.finish()
 		if s.err != nil {
 			return nil, s.err
 		}
@@ -125,9 +123,7 @@ func parseBodyInto(dst []ParsedItem, body []byte, maxItems int) ([]ParsedItem, e
 			break
 		}
 	}
-	if s.err == nil && s.peek() != 0 {
-		s.fail("trailing data after the JSON value")
-	}
+	s.finish()
 	switch {
 	case s.err != nil:
 		return nil, s.err
@@ -146,9 +142,7 @@ func parseBodyInto(dst []ParsedItem, body []byte, maxItems int) ([]ParsedItem, e
 func ParseTransactionItems(raw []byte) ([]ParsedItem, error) {
 	p := itemParser{s: scanner{b: raw}}
 	items, verr := p.items(true)
-	if p.s.err == nil && p.s.peek() != 0 {
-		p.s.fail("trailing data after the JSON value")
-	}
+	p.s.finish()
 	if p.s.err != nil {
 		return nil, p.s.err
 	}

@@ -21,29 +21,10 @@ func BenchmarkPipelinePush(b *testing.B) {
 	for _, sh := range benchShapes {
 		body := benchBody(sh.items, 256, sh.txid)
 		b.Run(sh.name, func(b *testing.B) {
-			l, _, err := wal.Open(b.TempDir(), wal.Options{NoSync: true})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer l.Close()
+			l := openTestWAL(b)
 			reg := NewRegistry()
-			stop := make(chan struct{})
-			done := make(chan struct{})
-			go func() { // the projector: every durable record is queued
-				defer close(done)
-				verdicts := make([]Verdict, sh.items)
-				next := uint64(1)
-				for {
-					select {
-					case <-l.Notify():
-					case <-stop:
-						return
-					}
-					for ; next <= l.DurableIndex(); next++ {
-						reg.Deliver(next, verdicts)
-					}
-				}
-			}()
+			verdicts := make([]Verdict, sh.items) // every durable record is queued
+			stop := startStandInProjector(l, reg, func(uint64) ([]Verdict, bool) { return verdicts, true })
 			p := &Pipeline{WAL: l, Registry: reg, Gate: openGate{}, Maintenance: func() bool { return false }}
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
@@ -58,8 +39,47 @@ func BenchmarkPipelinePush(b *testing.B) {
 				}
 			})
 			b.StopTimer()
-			close(stop)
-			<-done
+			stop()
 		})
 	}
+}
+
+// openTestWAL opens a WAL in a fresh temp dir with fsync off (NoSync) and
+// closes it at cleanup.
+func openTestWAL(tb testing.TB) *wal.Log {
+	tb.Helper()
+	l, _, err := wal.Open(tb.TempDir(), wal.Options{NoSync: true})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+// startStandInProjector plays the projector for a pipeline test: for each
+// record of l that becomes durable, in index order from 1, it delivers
+// verdicts(index) to reg; verdicts answering false stops it. stop ends it
+// and waits until it has returned.
+func startStandInProjector(l *wal.Log, reg *Registry, verdicts func(index uint64) ([]Verdict, bool)) (stop func()) {
+	quit := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		next := uint64(1)
+		for {
+			select {
+			case <-l.Notify():
+			case <-quit:
+				return
+			}
+			for ; next <= l.DurableIndex(); next++ {
+				v, ok := verdicts(next)
+				if !ok {
+					return
+				}
+				reg.Deliver(next, v)
+			}
+		}
+	}()
+	return func() { close(quit); <-done }
 }

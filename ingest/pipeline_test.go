@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-
-	"github.com/queenmq/queen-go/wal"
 )
 
 // TestPipelinePushResults: a push of items with and without a
@@ -16,38 +14,20 @@ import (
 // record in the WAL holds the same ids, and reused buffers (a second push
 // right after) do not leak into the first push's answer.
 func TestPipelinePushResults(t *testing.T) {
-	l, _, err := wal.Open(t.TempDir(), wal.Options{NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l := openTestWAL(t)
 	reg := NewRegistry()
 	orig := uuid.New()
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		next := uint64(1)
-		for {
-			select {
-			case <-l.Notify():
-			case <-stop:
-				return
-			}
-			for ; next <= l.DurableIndex(); next++ {
-				p, err := l.Read(next)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				n := ItemCount(p)
-				v := make([]Verdict, n)
-				v[0] = Verdict{Duplicate: true, MessageID: orig}
-				reg.Deliver(next, v)
-			}
+	stop := startStandInProjector(l, reg, func(index uint64) ([]Verdict, bool) {
+		p, err := l.Read(index)
+		if err != nil {
+			t.Error(err)
+			return nil, false
 		}
-	}()
-	defer func() { close(stop); <-done }()
+		v := make([]Verdict, ItemCount(p))
+		v[0] = Verdict{Duplicate: true, MessageID: orig}
+		return v, true
+	})
+	defer stop()
 	p := &Pipeline{WAL: l, Registry: reg, Gate: openGate{}, Maintenance: func() bool { return false },
 		VerdictTimeout: 10 * time.Second}
 	body := []byte(`{"items":[

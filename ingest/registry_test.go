@@ -12,8 +12,7 @@ import (
 // Deliver for an index nobody waits for is dropped.
 func TestRegistryDeliver(t *testing.T) {
 	r := NewRegistry()
-	w := r.newWaiter()
-	w.assign(7)
+	w := assignedWaiter(r, 7)
 	w.expireAt(time.Now().Add(time.Minute))
 	if !r.Waiting(7) || r.Waiting(8) {
 		t.Fatal("Waiting(7) should be true and Waiting(8) false")
@@ -39,10 +38,8 @@ func TestRegistryDeliver(t *testing.T) {
 // deadline yet (its record is being written) is left alone.
 func TestRegistryDeadline(t *testing.T) {
 	r := NewRegistry()
-	writing := r.newWaiter()
-	writing.assign(1)
-	w := r.newWaiter()
-	w.assign(2)
+	writing := assignedWaiter(r, 1)
+	w := assignedWaiter(r, 2)
 	start := time.Now()
 	w.expireAt(start.Add(30 * time.Millisecond))
 	select {
@@ -81,12 +78,10 @@ func TestRegistryDeadline(t *testing.T) {
 // reaper's planned wake-up is still kept.
 func TestRegistryEarlierDeadlineWakesReaper(t *testing.T) {
 	r := NewRegistry()
-	long := r.newWaiter()
-	long.assign(1)
+	long := assignedWaiter(r, 1)
 	long.expireAt(time.Now().Add(time.Hour))
 	time.Sleep(5 * time.Millisecond) // the reaper sleeps towards its next scan
-	w := r.newWaiter()
-	w.assign(2)
+	w := assignedWaiter(r, 2)
 	start := time.Now()
 	w.expireAt(start.Add(5 * time.Millisecond))
 	<-w.ch
@@ -102,10 +97,8 @@ func TestRegistryEarlierDeadlineWakesReaper(t *testing.T) {
 // the second.
 func TestRegistryReplacedIndex(t *testing.T) {
 	r := NewRegistry()
-	a := r.newWaiter()
-	a.assign(5)
-	b := r.newWaiter()
-	b.assign(5)
+	a := assignedWaiter(r, 5)
+	b := assignedWaiter(r, 5)
 	a.release() // must not block
 	if !r.Waiting(5) {
 		t.Fatal("the second waiter was dropped")
@@ -149,8 +142,7 @@ func TestRegistryConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < 2000; i++ {
-				w := r.newWaiter()
-				w.assign(next.Add(1))
+				w := assignedWaiter(r, next.Add(1))
 				if rand.IntN(4) == 0 {
 					w.release() // a gate closed or the client left
 					continue
@@ -178,4 +170,12 @@ func TestRegistryConcurrent(t *testing.T) {
 	if n != 0 {
 		t.Fatalf("%d waiters left registered", n)
 	}
+}
+
+// assignedWaiter takes a waiter from r and assigns it the WAL index idx,
+// as a push does once its record is appended.
+func assignedWaiter(r *Registry, idx uint64) *waiter {
+	w := r.newWaiter()
+	w.assign(idx)
+	return w
 }

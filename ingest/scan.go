@@ -46,6 +46,14 @@ func (s *scanner) peek() byte {
 	return s.b[s.pos]
 }
 
+// finish fails unless only spaces follow the value just read (a body is
+// one JSON value); after an error it does nothing.
+func (s *scanner) finish() {
+	if s.err == nil && s.peek() != 0 {
+		s.fail("trailing data after the JSON value")
+	}
+}
+
 // expect consumes c (after spaces) or fails.
 func (s *scanner) expect(c byte, what string) bool {
 	if s.peek() != c {

@@ -41,9 +41,15 @@ func EncodeRecord(dst, payload []byte) []byte {
 // payload rec[HeaderSize:], in place (no copy of the payload).
 func sealEnvelope(rec []byte) {
 	rec[0] = RecordVersion
+	binary.LittleEndian.PutUint32(rec[1:headerSize], envelopeCRC(rec))
+}
+
+// envelopeCRC is the checksum the envelope rec (version | crc | payload,
+// at least HeaderSize bytes) carries: CRC-32C of its version byte followed
+// by its payload.
+func envelopeCRC(rec []byte) uint32 {
 	crc := crc32.Update(0, castagnoli, rec[:1])
-	crc = crc32.Update(crc, castagnoli, rec[headerSize:])
-	binary.LittleEndian.PutUint32(rec[1:headerSize], crc)
+	return crc32.Update(crc, castagnoli, rec[headerSize:])
 }
 
 // DecodeRecord verifies an envelope and returns its payload (aliasing rec).
@@ -52,9 +58,7 @@ func DecodeRecord(rec []byte) ([]byte, error) {
 	if len(rec) < headerSize {
 		return nil, ErrCorruptRecord
 	}
-	crc := crc32.Update(0, castagnoli, rec[:1])
-	crc = crc32.Update(crc, castagnoli, rec[headerSize:])
-	if crc != binary.LittleEndian.Uint32(rec[1:headerSize]) {
+	if envelopeCRC(rec) != binary.LittleEndian.Uint32(rec[1:headerSize]) {
 		return nil, ErrCorruptRecord
 	}
 	if rec[0] != RecordVersion {

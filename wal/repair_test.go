@@ -275,22 +275,9 @@ func TestRepairHalfFinishedTruncateFront(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			opts := Options{SegmentSize: tinySegment, NoSync: true, Logger: discardLogger()}
-			dir := filepath.Join(t.TempDir(), "wal")
-			var payloads [][]byte
-			for i := 1; i <= 30; i++ {
-				payloads = append(payloads, testPayload(i, 100))
-			}
-			writeLog(t, dir, opts, payloads)
-			segs := segmentFiles(t, dir)
+			opts, dir, payloads, segs := writeSegmentedLog(t)
 			keep := segs[2] // TruncateFront(keep.index) was running
-			data, err := os.ReadFile(filepath.Join(dir, keep.name))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(filepath.Join(dir, keep.name+".START"), data, 0o640); err != nil {
-				t.Fatal(err)
-			}
+			writeSegmentCopy(t, dir, keep, ".START", readSegment(t, dir, keep))
 			for i := 0; i <= tc.deleteUpTo; i++ {
 				if err := os.Remove(filepath.Join(dir, segs[i].name)); err != nil {
 					t.Fatal(err)

@@ -44,25 +44,13 @@ func TestTailBufferFilledInPlace(t *testing.T) {
 // the segments after it go.
 func TestOpenFinishesTidwallTruncateBack(t *testing.T) {
 	t.Parallel()
-	opts := Options{SegmentSize: tinySegment, NoSync: true, Logger: discardLogger()}
-	dir := filepath.Join(t.TempDir(), "wal")
-	var payloads [][]byte
-	for i := 1; i <= 30; i++ {
-		payloads = append(payloads, testPayload(i, 100))
-	}
-	writeLog(t, dir, opts, payloads)
-	segs := segmentFiles(t, dir)
+	opts, dir, payloads, segs := writeSegmentedLog(t)
 	if len(segs) < 4 {
 		t.Fatalf("want at least 4 segments, have %d", len(segs))
 	}
 	end := segs[1]
-	data, err := os.ReadFile(filepath.Join(dir, end.name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, end.name+".END"), data, 0o640); err != nil {
-		t.Fatal(err)
-	}
+	data := readSegment(t, dir, end)
+	writeSegmentCopy(t, dir, end, ".END", data)
 	l, _ := openLog(t, dir, opts)
 	if got := segmentFiles(t, dir); len(got) != 2 {
 		t.Fatalf("segments after open: %v, want the first two", got)
@@ -90,26 +78,14 @@ func TestOpenFinishesTidwallTruncateBack(t *testing.T) {
 // reported.
 func TestOpenRepairsTailLeftByTidwallTruncateBack(t *testing.T) {
 	t.Parallel()
-	opts := Options{SegmentSize: tinySegment, NoSync: true, Logger: discardLogger()}
-	dir := filepath.Join(t.TempDir(), "wal")
-	var payloads [][]byte
-	for i := 1; i <= 30; i++ {
-		payloads = append(payloads, testPayload(i, 100))
-	}
-	writeLog(t, dir, opts, payloads)
-	segs := segmentFiles(t, dir)
+	opts, dir, payloads, segs := writeSegmentedLog(t)
 	if len(segs) < 4 {
 		t.Fatalf("want at least 4 segments, have %d", len(segs))
 	}
 	end := segs[1]
-	data, err := os.ReadFile(filepath.Join(dir, end.name))
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := readSegment(t, dir, end)
 	data[len(data)-1] ^= 0x01 // the last record's payload: its checksum fails
-	if err := os.WriteFile(filepath.Join(dir, end.name+".END"), data, 0o640); err != nil {
-		t.Fatal(err)
-	}
+	writeSegmentCopy(t, dir, end, ".END", data)
 	l, rep := openLog(t, dir, opts)
 	last := segs[2].index - 2 // the END segment's last record was cut
 	if rep == nil || rep.Segment != end.name || rep.KeptEntries != int(last-end.index+1) || rep.Evidence == "" {
@@ -127,4 +103,38 @@ func TestOpenRepairsTailLeftByTidwallTruncateBack(t *testing.T) {
 	next := testPayload(99, 100)
 	mustAppend(t, l, next, last+1)
 	mustRead(t, l, last+1, next)
+}
+
+// writeSegmentedLog creates a log in a fresh temp dir holding 30 payloads
+// of 100 bytes (testPayload; index i holds payloads[i-1]) in tinySegment
+// segments, and closes it. It returns the options it was written with, the
+// dir, the payloads and the segment files in index order.
+func writeSegmentedLog(t *testing.T) (opts Options, dir string, payloads [][]byte, segs []segFile) {
+	t.Helper()
+	opts = Options{SegmentSize: tinySegment, NoSync: true, Logger: discardLogger()}
+	dir = filepath.Join(t.TempDir(), "wal")
+	for i := 1; i <= 30; i++ {
+		payloads = append(payloads, testPayload(i, 100))
+	}
+	writeLog(t, dir, opts, payloads)
+	return opts, dir, payloads, segmentFiles(t, dir)
+}
+
+// readSegment returns the bytes of segment file seg in dir.
+func readSegment(t *testing.T, dir string, seg segFile) []byte {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, seg.name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// writeSegmentCopy writes data to seg's file name plus suffix (".END",
+// ".START": the files tidwall/wal leaves mid-truncation) in dir.
+func writeSegmentCopy(t *testing.T, dir string, seg segFile, suffix string, data []byte) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, seg.name+suffix), data, 0o640); err != nil {
+		t.Fatal(err)
+	}
 }

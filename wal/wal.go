@@ -115,10 +115,11 @@ type Log struct {
 	st     *segStore
 
 	// writer-goroutine state
-	last   uint64 // last index written and fsynced
-	broken error  // set after a failed write until a reopen succeeds
+	broken error // set after a failed write until a reopen succeeds
 
-	first   atomic.Uint64
+	first atomic.Uint64
+	// durable is the last index written and fsynced; only the writer
+	// goroutine (and an open) stores it.
 	durable atomic.Uint64
 	// size is the bytes of all segment files: summed on open and after a
 	// truncation, grown by each write.
@@ -209,7 +210,7 @@ func (l *Log) openLocked(keep int64) (*RepairReport, error) {
 	l.sealedGood = nil
 	l.lastSealed.from, l.lastSealed.to, l.lastSealed.good = 0, 0, 0
 	l.sealedMu.Unlock()
-	l.st, l.last = st, last
+	l.st = st
 	l.tail.Store(st.tailIndex())
 	l.first.Store(first)
 	l.durable.Store(last)
@@ -373,7 +374,8 @@ func (l *Log) admit(batch []*appendReq) []*appendReq {
 }
 
 // writeBatch writes and fsyncs one group commit. On failure the handle is
-// failed, the log is rolled back to l.last and reopened (fail-stop).
+// failed, the log is rolled back to the durable index and reopened
+// (fail-stop).
 func (l *Log) writeBatch(batch []*appendReq) error {
 	// broken and st are written only by this goroutine (and by Close, after
 	// it has exited), so they are read here without the lock; the exclusive
@@ -388,7 +390,7 @@ func (l *Log) writeBatch(batch []*appendReq) error {
 	}
 
 	l.lgMu.RLock()
-	idx := l.last
+	idx := l.durable.Load()
 	var written int64
 	for _, r := range batch {
 		idx++
@@ -409,7 +411,7 @@ func (l *Log) writeBatch(batch []*appendReq) error {
 	}
 	if err != nil {
 		err = fmt.Errorf("wal: write: %w", err)
-		l.failLog.Error("wal: write failed; failing the handle and rolling back", "dir", l.dir, "durable", l.last, "err", err)
+		l.failLog.Error("wal: write failed; failing the handle and rolling back", "dir", l.dir, "durable", l.durable.Load(), "err", err)
 		l.lgMu.Lock()
 		l.broken = err
 		if rerr := l.reopenLocked(); rerr != nil {
@@ -419,7 +421,6 @@ func (l *Log) writeBatch(batch []*appendReq) error {
 		return err
 	}
 	l.size.Add(written)
-	l.last = idx
 	l.durable.Store(idx)
 	select {
 	case l.notify <- struct{}{}:
@@ -458,7 +459,7 @@ func (l *Log) reopenLocked() error {
 		_ = l.st.close(false) // never written again; the repair cuts what was not durable
 		l.st = nil
 	}
-	if _, err := l.openLocked(int64(l.last)); err != nil {
+	if _, err := l.openLocked(int64(l.durable.Load())); err != nil {
 		l.broken = err
 		return err
 	}

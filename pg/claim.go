@@ -27,8 +27,9 @@ type dbtx interface {
 // live lease, least recently consumed first), locks the cursors of up to
 // $4 of them (FOR UPDATE SKIP LOCKED, so concurrent pops spread over the
 // partitions instead of queueing on one), shares the batch $5 among them
-// in claim order, and returns with each locked cursor the segments that
-// hold its share. One row per (cursor, segment); one row with NULL cursor
+// in claim order (each taking at most $6: the batch of one pop, or of
+// each pop a combined pop serves, pg/popcombine.go), and returns with
+// each locked cursor the segments that hold its share. One row per (cursor, segment); one row with NULL cursor
 // columns when nothing was locked; no row when the queue does not exist.
 //
 // It locks nothing (fast = false) and the caller takes the general path,
@@ -67,7 +68,7 @@ var claimSQL = `WITH q AS (
 	FOR UPDATE OF c SKIP LOCKED
 ), claim AS (
 	SELECT l.*, row_number() OVER (ORDER BY l.consumed_at NULLS FIRST, l.partition_id) AS ord,
-		least(l.next_offset - l.cursor_offset, $5::bigint) AS avail
+		least(l.next_offset - l.cursor_offset, $5::bigint, $6::bigint) AS avail
 	FROM locked l
 ), share AS (
 	SELECT claim.*, greatest(least(avail, $5::bigint - coalesce(sum(avail) OVER (ORDER BY ord
@@ -221,7 +222,11 @@ func claim(ctx context.Context, conn *pgx.Conn, req PopRequest, lease uuid.UUID,
 		b.Queue(claimOneSQL, req.Queue, req.Group, req.Partitions*4+16, req.Partitions, req.Batch, req.AutoAck,
 			pgtype.UUID{Bytes: lease, Valid: lease != uuid.Nil}, DefaultLeaseSeconds)
 	} else {
-		b.Queue(claimSQL, req.Queue, req.Group, req.Partitions*4+16, req.Partitions, req.Batch)
+		perPart := req.Batch
+		if req.perPartition > 0 {
+			perPart = min(perPart, req.perPartition)
+		}
+		b.Queue(claimSQL, req.Queue, req.Group, req.Partitions*4+16, req.Partitions, req.Batch, perPart)
 	}
 	if commit {
 		b.Queue("COMMIT")

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/queenmq/queen-go/pg"
 )
 
@@ -114,5 +115,76 @@ func TestPopWaitsForLockedCandidate(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("pop still waiting after the lock was released")
+	}
+}
+
+// TestPopAutoAckCombined: many concurrent autoAck pops of one queue are
+// served partly by combined transactions (pg/popcombine.go), and every
+// pop still gets a contiguous ascending run of one partition of at most
+// its batch, every message exactly once, the cursors at the ends.
+func TestPopAutoAckCombined(t *testing.T) {
+	t.Parallel()
+	st, ctx := setupStatus(t)
+	const parts, per, batch = 12, 60, 5
+	for p := range parts {
+		store(t, ctx, st, "q", string(rune('a'+p)), per)
+	}
+	type key struct {
+		part string
+		off  int64
+	}
+	var mu sync.Mutex
+	seen := map[key]int{}
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for range 16 {
+		wg.Go(func() {
+			for empty := 0; empty < 3; {
+				res, err := st.Pop(ctx, pg.PopRequest{Queue: "q", Group: pg.QueueModeGroup, Batch: batch, AutoAck: true})
+				if err != nil {
+					errs <- err
+					return
+				}
+				if len(res.Messages) == 0 {
+					empty++
+					continue
+				}
+				mu.Lock()
+				if len(res.Messages) > batch || len(res.Claimed) != 1 || res.Claimed[0].Name != res.Messages[0].Partition {
+					t.Errorf("pop of %d messages, claimed %v", len(res.Messages), res.Claimed)
+				}
+				for i, m := range res.Messages {
+					if m.LeaseID != uuid.Nil {
+						t.Errorf("autoAck message under lease %s", m.LeaseID)
+					}
+					if i > 0 && (m.Partition != res.Messages[0].Partition || m.Offset != res.Messages[i-1].Offset+1) {
+						t.Errorf("pop not one contiguous run: %d after %d", m.Offset, res.Messages[i-1].Offset)
+					}
+					seen[key{m.Partition, m.Offset}]++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if len(seen) != parts*per {
+		t.Fatalf("delivered %d distinct messages, want %d", len(seen), parts*per)
+	}
+	for k, n := range seen {
+		if n != 1 {
+			t.Fatalf("%v delivered %d times", k, n)
+		}
+	}
+	if n := pg.CombinedPops(st); n == 0 {
+		t.Fatal("no pop was served by a combined transaction")
+	}
+	var behind int
+	if err := st.Pool().QueryRow(ctx, `SELECT count(*) FROM queen.consumer_cursors c JOIN queen.partitions p ON p.id = c.partition_id
+		WHERE c.cursor_offset <> p.next_offset`).Scan(&behind); err != nil || behind != 0 {
+		t.Fatalf("cursors not at the partitions' ends: %d (%v)", behind, err)
 	}
 }

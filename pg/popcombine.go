@@ -18,9 +18,10 @@ import (
 // concurrent writes: a pop that finds too many pops of its key in flight
 // queues, and the next pop to finish takes every queued pop (up to
 // popCombineMax) into one transaction that claims one partition per pop
-// (claimSQL with a per-partition cap of the batch), applies the same
-// rules per partition as a single pop does, and hands each pop one
-// partition's messages. Nothing waits for company: a pop with no queued
+// (claimOneSQL with $4 partitions of up to one batch each, writing the
+// clean cursors in the same statement; then COMMIT once the messages are
+// decoded), applies the same rules per partition as a single pop does,
+// and hands each pop one partition's messages. Nothing waits for company: a pop with no queued
 // pop beside it runs alone (claimOneSQL), and a queued pop waits only for
 // a transaction already running. Each pop still receives a contiguous
 // run of one partition, in order, at most batch messages; the cursors

@@ -38,9 +38,11 @@ import (
 const popCombineMax = 8
 
 // popCombineInFlight is how many transactions of one key run at once
-// before further pops of the key queue (two cores' worth: more
-// concurrent claims of one queue mostly contend).
-const popCombineInFlight = 2
+// before further pops of the key queue. One: measured with 10 consumers
+// draining 10 partitions (batch 100), one transaction in flight took
+// 4–5 µs of PostgreSQL CPU per delivery against 8–9 µs with two (bigger
+// combined pops), at a higher rate.
+const popCombineInFlight = 1
 
 type popKey struct {
 	queue, group, mode string

@@ -188,3 +188,60 @@ func TestPopAutoAckCombined(t *testing.T) {
 		t.Fatalf("cursors not at the partitions' ends: %d (%v)", behind, err)
 	}
 }
+
+// TestPopAutoAckCombinedOnePartition: with one partition and more
+// concurrent autoAck pops than partitions, the pops a combined
+// transaction finds no partition for run again by themselves and wait
+// for the partition instead of answering empty while messages are
+// waiting; every message is delivered once.
+func TestPopAutoAckCombinedOnePartition(t *testing.T) {
+	t.Parallel()
+	st, ctx := setupStatus(t)
+	const total, batch = 400, 4
+	store(t, ctx, st, "q", "only", total)
+	var mu sync.Mutex
+	seen := map[int64]int{}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Go(func() {
+			for {
+				res, err := st.Pop(ctx, pg.PopRequest{Queue: "q", Group: pg.QueueModeGroup, Batch: batch, AutoAck: true})
+				if err != nil {
+					errs <- err
+					return
+				}
+				if len(res.Messages) == 0 {
+					// Empty only once everything is delivered (the
+					// cursor can only have moved on since the answer).
+					var cursor, next int64
+					if err := st.Pool().QueryRow(ctx, `SELECT c.cursor_offset, p.next_offset FROM queen.consumer_cursors c
+						JOIN queen.partitions p ON p.id = c.partition_id`).Scan(&cursor, &next); err != nil {
+						errs <- err
+					} else if cursor != next {
+						t.Errorf("empty pop with the cursor at %d of %d", cursor, next)
+					}
+					return
+				}
+				mu.Lock()
+				for _, m := range res.Messages {
+					seen[m.Offset]++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if len(seen) != total {
+		t.Fatalf("delivered %d distinct messages, want %d", len(seen), total)
+	}
+	for off, n := range seen {
+		if n != 1 {
+			t.Fatalf("offset %d delivered %d times", off, n)
+		}
+	}
+}

@@ -220,6 +220,34 @@ type claimResult struct {
 func claim(ctx context.Context, conn *pgx.Conn, req PopRequest, lease uuid.UUID, commit bool) (*claimResult, error) {
 	var b pgx.Batch
 	b.Queue("BEGIN")
+	queueClaim(&b, req, lease)
+	if commit {
+		b.Queue("COMMIT")
+	}
+	br := conn.SendBatch(ctx, &b)
+	defer br.Close()
+	rows, err := queryAfterBegin(br, true)
+	if err != nil {
+		return nil, err
+	}
+	res, err := scanClaim(rows)
+	if err != nil {
+		return nil, err
+	}
+	if commit {
+		if err := br.Close(); err != nil {
+			return nil, err
+		}
+		if st := conn.PgConn().TxStatus(); st != 'I' {
+			return nil, fmt.Errorf("commit did not end the transaction (status %q)", st)
+		}
+	}
+	return res, nil
+}
+
+// queueClaim queues req's claim statement on b (claimOneSQL or claimSQL,
+// see claim).
+func queueClaim(b *pgx.Batch, req PopRequest, lease uuid.UUID) {
 	switch {
 	case req.Partitions == 1:
 		b.Queue(claimOneSQL, req.Queue, req.Group, req.Partitions*4+16, req.Partitions, req.Batch, req.AutoAck,
@@ -231,15 +259,10 @@ func claim(ctx context.Context, conn *pgx.Conn, req PopRequest, lease uuid.UUID,
 	default:
 		b.Queue(claimSQL, req.Queue, req.Group, req.Partitions*4+16, req.Partitions, req.Batch)
 	}
-	if commit {
-		b.Queue("COMMIT")
-	}
-	br := conn.SendBatch(ctx, &b)
-	defer br.Close()
-	rows, err := queryAfterBegin(br, true)
-	if err != nil {
-		return nil, err
-	}
+}
+
+// scanClaim reads a claim statement's rows (closing them).
+func scanClaim(rows pgx.Rows) (*claimResult, error) {
 	defer rows.Close()
 	res := &claimResult{}
 	var cur *claimedCursor
@@ -278,17 +301,9 @@ func claim(ctx context.Context, conn *pgx.Conn, req PopRequest, lease uuid.UUID,
 			cur.segs = append(cur.segs, claimedSegment{*base, *last, body})
 		}
 	}
+	rows.Close()
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
-	}
-	if commit {
-		rows.Close()
-		if err := br.Close(); err != nil {
-			return nil, err
-		}
-		if st := conn.PgConn().TxStatus(); st != 'I' {
-			return nil, fmt.Errorf("commit did not end the transaction (status %q)", st)
-		}
 	}
 	return res, nil
 }

@@ -261,6 +261,14 @@ func (s *Store) popOneTrip(ctx context.Context, tx *pgx.Conn, req PopRequest, re
 	if err != nil {
 		return false, err
 	}
+	return s.deliverCommitted(ctx, tx, req, res, c)
+}
+
+// deliverCommitted is the second half of popOneTrip, after the commit of
+// claim c: done false when c wrote nothing (see popOneTrip); else the
+// messages decoded into res, or the error of a segment that does not
+// decode or a payload that does not decrypt, the lease then given back.
+func (s *Store) deliverCommitted(ctx context.Context, tx dbtx, req PopRequest, res *PopResult, c *claimResult) (bool, error) {
 	q := c.q
 	if q == nil {
 		return true, nil

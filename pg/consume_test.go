@@ -245,3 +245,97 @@ func TestPopAutoAckCombinedOnePartition(t *testing.T) {
 		}
 	}
 }
+
+// TestPopLeasedCombined: concurrent leased pops of several consumer
+// groups of one queue, served partly by combined transactions (each pop
+// its own claim and lease), each get one partition's contiguous run under
+// a lease of their own; acked, every message reaches every group exactly
+// once, and every lease is released at the end.
+func TestPopLeasedCombined(t *testing.T) {
+	t.Parallel()
+	st, ctx := setupStatus(t)
+	const parts, per, batch, groups, consumers = 6, 40, 5, 3, 4
+	for p := range parts {
+		store(t, ctx, st, "q", string(rune('a'+p)), per)
+	}
+	type key struct {
+		group, part string
+		off         int64
+	}
+	var mu sync.Mutex
+	seen := map[key]int{}
+	leases := map[uuid.UUID]string{}
+	var wg sync.WaitGroup
+	errs := make(chan error, groups*consumers)
+	for g := range groups {
+		group := string(rune('G' + g))
+		for range consumers {
+			wg.Go(func() {
+				for empty := 0; empty < 3; {
+					res, err := st.Pop(ctx, pg.PopRequest{Queue: "q", Group: group, Batch: batch})
+					if err != nil {
+						errs <- err
+						return
+					}
+					if len(res.Messages) == 0 {
+						empty++
+						continue
+					}
+					mu.Lock()
+					if other, ok := leases[res.LeaseID]; ok || res.LeaseID == uuid.Nil {
+						t.Errorf("lease %s of group %s handed out before (to %q)", res.LeaseID, group, other)
+					}
+					leases[res.LeaseID] = group
+					if len(res.Messages) > batch || len(res.Claimed) != 1 {
+						t.Errorf("pop of %d messages, claimed %v", len(res.Messages), res.Claimed)
+					}
+					var acks []pg.AckRequest
+					for i, m := range res.Messages {
+						if m.LeaseID != res.LeaseID {
+							t.Errorf("message under lease %s, pop's lease %s", m.LeaseID, res.LeaseID)
+						}
+						if i > 0 && (m.Partition != res.Messages[0].Partition || m.Offset != res.Messages[i-1].Offset+1) {
+							t.Errorf("pop not one contiguous run: %d after %d", m.Offset, res.Messages[i-1].Offset)
+						}
+						seen[key{group, m.Partition, m.Offset}]++
+						l := m.LeaseID
+						acks = append(acks, pg.AckRequest{TransactionID: m.TransactionID, PartitionID: m.PartitionID,
+							LeaseID: &l, Status: pg.AckCompleted, Group: group})
+					}
+					mu.Unlock()
+					out, err := st.Ack(ctx, acks)
+					if err != nil {
+						errs <- err
+						return
+					}
+					for _, r := range out {
+						if !r.Success {
+							t.Errorf("ack of group %s: %s", group, r.Error)
+						}
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if len(seen) != groups*parts*per {
+		t.Fatalf("delivered %d distinct (group, message), want %d", len(seen), groups*parts*per)
+	}
+	for k, n := range seen {
+		if n != 1 {
+			t.Fatalf("%v delivered %d times", k, n)
+		}
+	}
+	if n := pg.CombinedPops(st); n == 0 {
+		t.Fatal("no pop was served by a combined transaction")
+	}
+	var held, behind int
+	if err := st.Pool().QueryRow(ctx, `SELECT count(*) FILTER (WHERE c.lease_id IS NOT NULL), count(*) FILTER (WHERE c.cursor_offset <> p.next_offset)
+		FROM queen.consumer_cursors c JOIN queen.partitions p ON p.id = c.partition_id`).Scan(&held, &behind); err != nil || held != 0 || behind != 0 {
+		t.Fatalf("%d leases held, %d cursors behind at the end (%v)", held, behind, err)
+	}
+}

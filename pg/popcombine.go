@@ -2,9 +2,14 @@ package pg
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Pop combining (autoAck pops only).
@@ -44,7 +49,12 @@ const popCombineMax = 8
 // combined pops), at a higher rate.
 const popCombineInFlight = 1
 
+// popKey is what combined pops share: for autoAck pops the queue, group,
+// batch and subscription (one claim statement serves them all); for
+// leased pops the queue and batch (each has a claim statement of its
+// own, with its own group and lease).
 type popKey struct {
+	leased             bool
 	queue, group, mode string
 	batch              int
 	from               int64 // SubscriptionFrom in Unix ns, 0 when unset
@@ -76,10 +86,13 @@ type popCombiner struct {
 }
 
 func combinable(req PopRequest) bool {
-	return req.AutoAck && req.Partition == "" && req.Partitions == 1
+	return req.Partition == "" && req.Partitions == 1
 }
 
 func keyOf(req PopRequest) popKey {
+	if !req.AutoAck {
+		return popKey{leased: true, queue: req.Queue, batch: req.Batch}
+	}
 	k := popKey{queue: req.Queue, group: req.Group, mode: req.SubscriptionMode, batch: req.Batch}
 	if req.SubscriptionFrom != nil {
 		k.from, k.hasFrom = req.SubscriptionFrom.UnixNano(), true
@@ -133,6 +146,13 @@ func (s *Store) popCombined(ctx context.Context, req PopRequest) (*PopResult, er
 	return w.res, w.err
 }
 
+// finish completes w: with res or err, or (both nil) telling it to run
+// by itself.
+func (w *popWaiter) finish(res *PopResult, err error) {
+	w.res, w.err, w.alone = res, err, res == nil && err == nil
+	close(w.done)
+}
+
 func removeWaiter(q []*popWaiter, w *popWaiter) []*popWaiter {
 	for i, x := range q {
 		if x == w {
@@ -174,18 +194,15 @@ func (s *Store) serveQueued(key popKey) {
 // waiter: with one partition's messages, or alone (run by itself) when
 // the combined pop had none left for it or failed.
 func (s *Store) serveBatch(ws []*popWaiter) {
-	finish := func(w *popWaiter, res *PopResult) {
-		if res == nil {
-			w.alone = true
-		} else {
-			w.res = res
-		}
-		close(w.done)
-	}
 	if len(ws) == 1 {
-		finish(ws[0], nil)
+		ws[0].finish(nil, nil)
 		return
 	}
+	if !ws[0].req.AutoAck {
+		s.serveLeased(ws)
+		return
+	}
+	finish := func(w *popWaiter, res *PopResult) { w.finish(res, nil) }
 	req := ws[0].req
 	req.Partitions, req.perPartition, req.Batch = len(ws), req.Batch, req.Batch*len(ws)
 	// The combined transaction serves several clients: it is not cut
@@ -219,3 +236,98 @@ func (s *Store) serveBatch(ws []*popWaiter) {
 
 // popCombineTimeout bounds a combined pop's transaction.
 const popCombineTimeout = 30 * time.Second
+
+// serveLeased serves leased pops ws (len >= 2) in one transaction and one
+// round trip: BEGIN, each pop's claimOneSQL with a lease of its own, and
+// COMMIT, sent together; then, as popOneTrip does, each pop whose claim
+// wrote its cursor decodes its messages (its lease given back if they do
+// not decode), and the others, whose claims changed nothing, run by
+// themselves. Two pops of one group claim different partitions: the
+// second claim sees the first one's lease. Should the transaction fail,
+// its leases are given back and every pop runs by itself.
+func (s *Store) serveLeased(ws []*popWaiter) {
+	ctx, cancel := context.WithTimeout(context.Background(), popCombineTimeout)
+	defer cancel()
+	leases := make([]uuid.UUID, len(ws))
+	for i := range ws {
+		id, err := uuid.NewV7()
+		if err != nil {
+			for _, w := range ws {
+				w.finish(nil, nil)
+			}
+			return
+		}
+		leases[i] = id
+	}
+	claims, conn, err := s.claimLeased(ctx, ws, leases)
+	if err != nil {
+		s.log.Debug("pop: combined leased pop failed; its pops run one by one", "err", err)
+		sent := conn != nil
+		if sent {
+			conn.Release()
+		}
+		for i, w := range ws {
+			if sent {
+				// The commit may have happened: no lease of these pops
+				// is to stay.
+				if _, rerr := s.ReleaseLease(ctx, leases[i]); rerr != nil {
+					s.log.Warn("pop: could not give back the lease of a failed pop; it lapses by itself", "err", rerr)
+				}
+			}
+			w.finish(nil, nil)
+		}
+		return
+	}
+	defer conn.Release()
+	for i, w := range ws {
+		res := &PopResult{LeaseID: leases[i]}
+		done, err := s.deliverCommitted(ctx, conn.Conn(), w.req, res, claims[i])
+		switch {
+		case err != nil:
+			w.finish(nil, fmt.Errorf("pg: pop: %w", err))
+		case !done:
+			w.finish(nil, nil)
+		default:
+			s.leases.rememberPop(res, w.req.Group, w.req.Queue, res.leaseSeconds)
+			s.combine.served.Add(1)
+			w.finish(res, nil)
+		}
+	}
+}
+
+// claimLeased sends BEGIN, the claims of ws under leases and COMMIT in
+// one round trip and returns the claims, read after the commit. conn,
+// when not nil, is to be released by the caller (closed by the pool if
+// the transaction did not end).
+func (s *Store) claimLeased(ctx context.Context, ws []*popWaiter, leases []uuid.UUID) ([]*claimResult, *pgxpool.Conn, error) {
+	pc, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	var b pgx.Batch
+	b.Queue("BEGIN")
+	for i, w := range ws {
+		queueClaim(&b, w.req, leases[i])
+	}
+	b.Queue("COMMIT")
+	br := pc.Conn().SendBatch(ctx, &b)
+	claims := make([]*claimResult, len(ws))
+	if _, err = br.Exec(); err == nil {
+		for i := range ws {
+			var rows pgx.Rows
+			if rows, err = br.Query(); err != nil {
+				break
+			}
+			if claims[i], err = scanClaim(rows); err != nil {
+				break
+			}
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if st := pc.Conn().PgConn().TxStatus(); err == nil && st != 'I' {
+		err = fmt.Errorf("commit did not end the transaction (status %q)", st)
+	}
+	return claims, pc, err
+}

@@ -249,8 +249,9 @@ func TestPopAutoAckCombinedOnePartition(t *testing.T) {
 // TestPopLeasedCombined: concurrent leased pops of several consumer
 // groups of one queue, served partly by combined transactions (each pop
 // its own claim and lease), each get one partition's contiguous run under
-// a lease of their own; acked, every message reaches every group exactly
-// once, and every lease is released at the end.
+// a lease of their own; acked (concurrent whole-lease acks partly
+// combined too), every message reaches every group exactly once, and
+// every lease is released at the end.
 func TestPopLeasedCombined(t *testing.T) {
 	t.Parallel()
 	st, ctx := setupStatus(t)
@@ -332,6 +333,9 @@ func TestPopLeasedCombined(t *testing.T) {
 	}
 	if n := pg.CombinedPops(st); n == 0 {
 		t.Fatal("no pop was served by a combined transaction")
+	}
+	if n := pg.CombinedAcks(st); n == 0 {
+		t.Fatal("no ack was applied by a combined transaction")
 	}
 	var held, behind int
 	if err := st.Pool().QueryRow(ctx, `SELECT count(*) FILTER (WHERE c.lease_id IS NOT NULL), count(*) FILTER (WHERE c.cursor_offset <> p.next_offset)

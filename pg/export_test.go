@@ -60,3 +60,6 @@ func PredictedBatches(s *Store) (committed, missed int64) {
 
 // CombinedPops is how many pops combined transactions served.
 func CombinedPops(s *Store) int64 { return s.combine.served.Load() }
+
+// CombinedAcks is how many ack calls combined transactions applied.
+func CombinedAcks(s *Store) int64 { return s.ackCombine.served.Load() }

@@ -82,6 +82,8 @@ type Store struct {
 	// combine queues concurrent autoAck pops to serve them in one
 	// transaction (pg/popcombine.go).
 	combine popCombiner
+	// ackCombine does the same for whole-lease acks (pg/ackcombine.go).
+	ackCombine ackCombiner
 }
 
 type partKey struct{ queue, partition string }

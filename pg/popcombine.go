@@ -12,32 +12,35 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Pop combining (autoAck pops only).
+// Pop combining.
 //
-// Most of what an autoAck pop of one partition costs PostgreSQL does not
+// Most of what a wildcard pop of one partition costs PostgreSQL does not
 // grow with its batch: the claim statement's setup, the round trips, the
 // commit (measured on the development machine: the claim of 5 partitions
 // × 100 messages takes 1.5 times the backend CPU of the claim of 1 × 100).
-// So concurrent autoAck wildcard pops of one (queue, consumer group,
-// batch, subscription) are served together, as group commit serves
-// concurrent writes: a pop that finds too many pops of its key in flight
-// queues, and the next pop to finish takes every queued pop (up to
-// popCombineMax) into one transaction that claims one partition per pop
-// (claimOneSQL with $4 partitions of up to one batch each, writing the
-// clean cursors in the same statement; then COMMIT once the messages are
-// decoded), applies the same rules per partition as a single pop does,
-// and hands each pop one partition's messages. Nothing waits for company: a pop with no queued
-// pop beside it runs alone (claimOneSQL), and a queued pop waits only for
-// a transaction already running. Each pop still receives a contiguous
-// run of one partition, in order, at most batch messages; the cursors
-// move in the transaction that reads them, before anything is answered.
-// A pop the combined transaction found no partition for (fewer
-// partitions had something than pops were taken, or some were being
-// claimed by other pops) runs again alone, so that it waits for a busy
-// partition instead of answering empty while messages are waiting.
+// So concurrent such pops are served together, as group commit serves
+// concurrent writes: a pop that finds popCombineInFlight transactions of
+// its key running queues, and when one ends, the pop that ran it takes
+// every queued pop (up to popCombineMax) into one transaction. Nothing
+// waits for company: a pop with no transaction of its key running runs
+// alone at once, and a queued pop waits only for a transaction already
+// running. Each pop still receives a contiguous run of one partition, in
+// order, at most its batch; the rules per partition are a single pop's.
 //
-// Leased pops are not combined: each holds a lease of its own, and one
-// transaction claims for one lease.
+//   - autoAck pops of one (queue, consumer group, batch, subscription):
+//     one claimOneSQL claims one partition per pop ($4 partitions of up
+//     to one batch each, the clean cursors moved in the statement); the
+//     messages are decoded, then COMMIT (the cursor moves cannot be given
+//     back, see claimOneSQL).
+//   - leased pops of one (queue, batch), any groups: BEGIN, each pop's
+//     claimOneSQL under a lease of its own, and COMMIT in one round trip
+//     (serveLeased), then each pop decodes as popOneTrip does.
+//
+// A pop the combined transaction delivered nothing to (fewer partitions
+// had something than pops were taken, some were being claimed by other
+// pops, or, leased, its cursor needs the general rules) runs again alone,
+// so that it waits for a busy partition instead of answering empty while
+// messages are waiting; so does every pop of a transaction that failed.
 
 // popCombineMax is the most pops one combined transaction serves.
 const popCombineMax = 8

@@ -89,8 +89,8 @@ func (p *profiler) finish(ctx context.Context) error {
 		return err
 	}
 	defer conn.Close(ctx)
-	rows, err := conn.Query(ctx, `SELECT calls, total_exec_time, mean_exec_time, rows, shared_blks_hit, shared_blks_read, query
-		FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 25`)
+	rows, err := conn.Query(ctx, `SELECT calls, total_exec_time, mean_exec_time, plans, total_plan_time, rows, shared_blks_hit, shared_blks_read, query
+		FROM pg_stat_statements ORDER BY total_exec_time + total_plan_time DESC LIMIT 25`)
 	if err != nil {
 		return err
 	}
@@ -100,12 +100,12 @@ func (p *profiler) finish(ctx context.Context) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(f, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "calls\ttotal ms\tmean ms\trows\tblks hit\tblks read\t query")
+	fmt.Fprintln(tw, "calls\ttotal ms\tmean ms\tplans\tplan ms\trows\tblks hit\tblks read\t query")
 	for rows.Next() {
-		var calls, nrows, hit, read int64
-		var total, mean float64
+		var calls, plans, nrows, hit, read int64
+		var total, mean, plan float64
 		var q string
-		if err := rows.Scan(&calls, &total, &mean, &nrows, &hit, &read, &q); err != nil {
+		if err := rows.Scan(&calls, &total, &mean, &plans, &plan, &nrows, &hit, &read, &q); err != nil {
 			f.Close()
 			return err
 		}
@@ -113,7 +113,7 @@ func (p *profiler) finish(ctx context.Context) error {
 		if len(q) > 160 {
 			q = q[:160]
 		}
-		fmt.Fprintf(tw, "%d\t%.1f\t%.3f\t%d\t%d\t%d\t %s\n", calls, total, mean, nrows, hit, read, q)
+		fmt.Fprintf(tw, "%d\t%.1f\t%.3f\t%d\t%.1f\t%d\t%d\t%d\t %s\n", calls, total, mean, plans, plan, nrows, hit, read, q)
 	}
 	if err := rows.Err(); err != nil {
 		f.Close()

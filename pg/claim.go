@@ -88,10 +88,11 @@ LEFT JOIN LATERAL (
 ) s ON true
 ORDER BY b.ord, s.base_offset`
 
-// claimOneSQL is claimSQL for a pop of one partition ($4 is 1; the batch
-// $5 all goes to the one cursor locked, so no sharing), lighter, and with
-// the pop's cursor write done in the same statement where it is already
-// known: the locked cursor is "clean" when it holds no lease (not even a
+// claimOneSQL is claimSQL for pops of one partition each: one pop ($4 is
+// 1), or a combined pop (pg/popcombine.go: $4 pops, one partition each).
+// Each cursor locked takes up to $5 (the batch of one pop: no sharing),
+// in claim order. It is lighter than claimSQL, and does the pop's cursor
+// write in the same statement where it is already known: the locked cursor is "clean" when it holds no lease (not even a
 // lapsed one, whose retry count the general rules must apply), no offset
 // at or past it is deleted (tombstones), and the segment holding it is
 // stored (retention removed nothing at the cursor); then every offset
@@ -100,7 +101,8 @@ ORDER BY b.ord, s.base_offset`
 // past them and counts them consumed; otherwise the lease $7 covers them
 // for the queue's lease time ($8 when it is 0). The row then says updated,
 // and all the pop's transaction still needs is COMMIT (sent with the claim
-// by a leased pop, popOneTrip; after decoding by an autoAck pop). A cursor that is not clean is
+// by a leased pop, popOneTrip; after decoding by an autoAck pop, whose
+// cursor move cannot be given back). A cursor that is not clean is
 // returned locked, not written (deleted says a tombstone is at or past
 // it: its messages must be read with fetch, which leaves deleted ones
 // out), and popPartition applies the general rules to it. Fresh
@@ -121,12 +123,13 @@ var claimOneSQL = `WITH q AS (
 	SELECT q.joined AND q.delayed_processing = 0 AND q.window_buffer = 0
 		AND NOT EXISTS (SELECT 1 FROM cand WHERE cand.fresh) AS ok FROM q
 ), locked AS (
-	SELECT c.partition_id, cd.name, cd.next_offset, c.cursor_offset, c.lease_id, c.lease_expires_at,
+	SELECT cd.ord, c.partition_id, cd.name, cd.next_offset, c.cursor_offset, c.lease_id, c.lease_expires_at,
 		coalesce(c.lease_expires_at > now(), false) AS live, coalesce(c.lease_end, -1) AS lease_end, c.retry_count,
 		c.acked, least(cd.next_offset - c.cursor_offset, $5::bigint) AS take,
 		EXISTS (SELECT 1 FROM queen.tombstones t WHERE t.partition_id = c.partition_id
 			AND t.msg_offset >= c.cursor_offset) AS deleted
-	FROM (SELECT * FROM cand WHERE (SELECT ok FROM fast) ORDER BY cand.last_consumed_at NULLS FIRST, cand.id) cd
+	FROM (SELECT *, row_number() OVER (ORDER BY cand.last_consumed_at NULLS FIRST, cand.id) AS ord
+		FROM cand WHERE (SELECT ok FROM fast) ORDER BY cand.last_consumed_at NULLS FIRST, cand.id) cd
 	CROSS JOIN LATERAL (SELECT * FROM queen.consumer_cursors c
 		WHERE c.partition_id = cd.id AND c.consumer_group = $2 AND c.cursor_offset < cd.next_offset
 			AND (c.lease_id IS NULL OR c.lease_expires_at <= now())
@@ -160,7 +163,7 @@ LEFT JOIN LATERAL (
 	WHERE NOT b.deleted AND sg.partition_id = b.partition_id AND sg.base_offset <= b.cursor_offset + b.take - 1
 		AND sg.base_offset >= ` + segmentStartSQL("b.partition_id", "b.cursor_offset") + `
 ) s ON true
-ORDER BY s.base_offset`
+ORDER BY b.ord, s.base_offset`
 
 // claimedCursor is one cursor claimSQL locked, with the segments holding
 // offsets cursor..cursor+take-1.
@@ -217,12 +220,7 @@ type claimResult struct {
 func claim(ctx context.Context, conn *pgx.Conn, req PopRequest, lease uuid.UUID, commit bool) (*claimResult, error) {
 	var b pgx.Batch
 	b.Queue("BEGIN")
-	if req.Partitions == 1 {
-		b.Queue(claimOneSQL, req.Queue, req.Group, req.Partitions*4+16, req.Partitions, req.Batch, req.AutoAck,
-			pgtype.UUID{Bytes: lease, Valid: lease != uuid.Nil}, DefaultLeaseSeconds)
-	} else {
-		b.Queue(claimSQL, req.Queue, req.Group, req.Partitions*4+16, req.Partitions, req.Batch)
-	}
+	queueClaim(&b, req, lease)
 	if commit {
 		b.Queue("COMMIT")
 	}
@@ -232,6 +230,39 @@ func claim(ctx context.Context, conn *pgx.Conn, req PopRequest, lease uuid.UUID,
 	if err != nil {
 		return nil, err
 	}
+	res, err := scanClaim(rows)
+	if err != nil {
+		return nil, err
+	}
+	if commit {
+		if err := br.Close(); err != nil {
+			return nil, err
+		}
+		if st := conn.PgConn().TxStatus(); st != 'I' {
+			return nil, fmt.Errorf("commit did not end the transaction (status %q)", st)
+		}
+	}
+	return res, nil
+}
+
+// queueClaim queues req's claim statement on b (claimOneSQL or claimSQL,
+// see claim).
+func queueClaim(b *pgx.Batch, req PopRequest, lease uuid.UUID) {
+	switch {
+	case req.Partitions == 1:
+		b.Queue(claimOneSQL, req.Queue, req.Group, req.Partitions*4+16, req.Partitions, req.Batch, req.AutoAck,
+			pgtype.UUID{Bytes: lease, Valid: lease != uuid.Nil}, DefaultLeaseSeconds)
+	case req.perPartition > 0:
+		// A combined pop: one partition per pop, each up to its batch.
+		b.Queue(claimOneSQL, req.Queue, req.Group, req.Partitions*4+16, req.Partitions, req.perPartition, req.AutoAck,
+			pgtype.UUID{Bytes: lease, Valid: lease != uuid.Nil}, DefaultLeaseSeconds)
+	default:
+		b.Queue(claimSQL, req.Queue, req.Group, req.Partitions*4+16, req.Partitions, req.Batch)
+	}
+}
+
+// scanClaim reads a claim statement's rows (closing them).
+func scanClaim(rows pgx.Rows) (*claimResult, error) {
 	defer rows.Close()
 	res := &claimResult{}
 	var cur *claimedCursor
@@ -270,17 +301,9 @@ func claim(ctx context.Context, conn *pgx.Conn, req PopRequest, lease uuid.UUID,
 			cur.segs = append(cur.segs, claimedSegment{*base, *last, body})
 		}
 	}
+	rows.Close()
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
-	}
-	if commit {
-		rows.Close()
-		if err := br.Close(); err != nil {
-			return nil, err
-		}
-		if st := conn.PgConn().TxStatus(); st != 'I' {
-			return nil, fmt.Errorf("commit did not end the transaction (status %q)", st)
-		}
 	}
 	return res, nil
 }

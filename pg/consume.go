@@ -47,6 +47,10 @@ type PopRequest struct {
 	// starts (SubscribeAll by default); ignored once the group exists.
 	SubscriptionMode string
 	SubscriptionFrom *time.Time
+
+	// perPartition, when > 0, caps what one partition delivers (a
+	// combined pop: pg/popcombine.go); Batch caps the total.
+	perPartition int
 }
 
 // PoppedMessage is one delivered message.
@@ -121,6 +125,16 @@ func (s *Store) Pop(ctx context.Context, req PopRequest) (*PopResult, error) {
 	if req.Partitions < 1 || req.Partition != "" {
 		req.Partitions = 1
 	}
+	req.perPartition = 0
+	if combinable(req) {
+		return s.popCombined(ctx, req)
+	}
+	return s.popAlone(ctx, req)
+}
+
+// popAlone is Pop in a transaction of its own (req normalized by Pop; a
+// combined pop has perPartition set).
+func (s *Store) popAlone(ctx context.Context, req PopRequest) (*PopResult, error) {
 	res := &PopResult{}
 	if !req.AutoAck {
 		id, err := uuid.NewV7()
@@ -247,6 +261,14 @@ func (s *Store) popOneTrip(ctx context.Context, tx *pgx.Conn, req PopRequest, re
 	if err != nil {
 		return false, err
 	}
+	return s.deliverCommitted(ctx, tx, req, res, c)
+}
+
+// deliverCommitted is the second half of popOneTrip, after the commit of
+// claim c: done false when c wrote nothing (see popOneTrip); else the
+// messages decoded into res, or the error of a segment that does not
+// decode or a payload that does not decrypt, the lease then given back.
+func (s *Store) deliverCommitted(ctx context.Context, tx dbtx, req PopRequest, res *PopResult, c *claimResult) (bool, error) {
 	q := c.q
 	if q == nil {
 		return true, nil
@@ -353,7 +375,11 @@ func (s *Store) popGeneral(ctx context.Context, tx dbtx, q *queueRow, req PopReq
 			break
 		}
 		skipLocked := req.Partition == "" && !(waitFirst && i == 0)
-		msgs, err := s.popPartition(ctx, tx, q, c.id, c.name, req, res, budget, skipLocked, c.fresh, nil, w)
+		take := budget
+		if req.perPartition > 0 {
+			take = min(take, req.perPartition)
+		}
+		msgs, err := s.popPartition(ctx, tx, q, c.id, c.name, req, res, take, skipLocked, c.fresh, nil, w)
 		if err != nil {
 			return err
 		}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/queenmq/queen-go/pg"
 )
 
@@ -114,5 +115,231 @@ func TestPopWaitsForLockedCandidate(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("pop still waiting after the lock was released")
+	}
+}
+
+// TestPopAutoAckCombined: many concurrent autoAck pops of one queue are
+// served partly by combined transactions (pg/popcombine.go), and every
+// pop still gets a contiguous ascending run of one partition of at most
+// its batch, every message exactly once, the cursors at the ends.
+func TestPopAutoAckCombined(t *testing.T) {
+	t.Parallel()
+	st, ctx := setupStatus(t)
+	const parts, per, batch = 12, 60, 5
+	for p := range parts {
+		store(t, ctx, st, "q", string(rune('a'+p)), per)
+	}
+	type key struct {
+		part string
+		off  int64
+	}
+	var mu sync.Mutex
+	seen := map[key]int{}
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for range 16 {
+		wg.Go(func() {
+			for empty := 0; empty < 3; {
+				res, err := st.Pop(ctx, pg.PopRequest{Queue: "q", Group: pg.QueueModeGroup, Batch: batch, AutoAck: true})
+				if err != nil {
+					errs <- err
+					return
+				}
+				if len(res.Messages) == 0 {
+					empty++
+					continue
+				}
+				mu.Lock()
+				if len(res.Messages) > batch || len(res.Claimed) != 1 || res.Claimed[0].Name != res.Messages[0].Partition {
+					t.Errorf("pop of %d messages, claimed %v", len(res.Messages), res.Claimed)
+				}
+				for i, m := range res.Messages {
+					if m.LeaseID != uuid.Nil {
+						t.Errorf("autoAck message under lease %s", m.LeaseID)
+					}
+					if i > 0 && (m.Partition != res.Messages[0].Partition || m.Offset != res.Messages[i-1].Offset+1) {
+						t.Errorf("pop not one contiguous run: %d after %d", m.Offset, res.Messages[i-1].Offset)
+					}
+					seen[key{m.Partition, m.Offset}]++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if len(seen) != parts*per {
+		t.Fatalf("delivered %d distinct messages, want %d", len(seen), parts*per)
+	}
+	for k, n := range seen {
+		if n != 1 {
+			t.Fatalf("%v delivered %d times", k, n)
+		}
+	}
+	if n := pg.CombinedPops(st); n == 0 {
+		t.Fatal("no pop was served by a combined transaction")
+	}
+	var behind int
+	if err := st.Pool().QueryRow(ctx, `SELECT count(*) FROM queen.consumer_cursors c JOIN queen.partitions p ON p.id = c.partition_id
+		WHERE c.cursor_offset <> p.next_offset`).Scan(&behind); err != nil || behind != 0 {
+		t.Fatalf("cursors not at the partitions' ends: %d (%v)", behind, err)
+	}
+}
+
+// TestPopAutoAckCombinedOnePartition: with one partition and more
+// concurrent autoAck pops than partitions, the pops a combined
+// transaction finds no partition for run again by themselves and wait
+// for the partition instead of answering empty while messages are
+// waiting; every message is delivered once.
+func TestPopAutoAckCombinedOnePartition(t *testing.T) {
+	t.Parallel()
+	st, ctx := setupStatus(t)
+	const total, batch = 400, 4
+	store(t, ctx, st, "q", "only", total)
+	var mu sync.Mutex
+	seen := map[int64]int{}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Go(func() {
+			for {
+				res, err := st.Pop(ctx, pg.PopRequest{Queue: "q", Group: pg.QueueModeGroup, Batch: batch, AutoAck: true})
+				if err != nil {
+					errs <- err
+					return
+				}
+				if len(res.Messages) == 0 {
+					// Empty only once everything is delivered (the
+					// cursor can only have moved on since the answer).
+					var cursor, next int64
+					if err := st.Pool().QueryRow(ctx, `SELECT c.cursor_offset, p.next_offset FROM queen.consumer_cursors c
+						JOIN queen.partitions p ON p.id = c.partition_id`).Scan(&cursor, &next); err != nil {
+						errs <- err
+					} else if cursor != next {
+						t.Errorf("empty pop with the cursor at %d of %d", cursor, next)
+					}
+					return
+				}
+				mu.Lock()
+				for _, m := range res.Messages {
+					seen[m.Offset]++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if len(seen) != total {
+		t.Fatalf("delivered %d distinct messages, want %d", len(seen), total)
+	}
+	for off, n := range seen {
+		if n != 1 {
+			t.Fatalf("offset %d delivered %d times", off, n)
+		}
+	}
+}
+
+// TestPopLeasedCombined: concurrent leased pops of several consumer
+// groups of one queue, served partly by combined transactions (each pop
+// its own claim and lease), each get one partition's contiguous run under
+// a lease of their own; acked (concurrent whole-lease acks partly
+// combined too), every message reaches every group exactly once, and
+// every lease is released at the end.
+func TestPopLeasedCombined(t *testing.T) {
+	t.Parallel()
+	st, ctx := setupStatus(t)
+	const parts, per, batch, groups, consumers = 6, 40, 5, 3, 4
+	for p := range parts {
+		store(t, ctx, st, "q", string(rune('a'+p)), per)
+	}
+	type key struct {
+		group, part string
+		off         int64
+	}
+	var mu sync.Mutex
+	seen := map[key]int{}
+	leases := map[uuid.UUID]string{}
+	var wg sync.WaitGroup
+	errs := make(chan error, groups*consumers)
+	for g := range groups {
+		group := string(rune('G' + g))
+		for range consumers {
+			wg.Go(func() {
+				for empty := 0; empty < 3; {
+					res, err := st.Pop(ctx, pg.PopRequest{Queue: "q", Group: group, Batch: batch})
+					if err != nil {
+						errs <- err
+						return
+					}
+					if len(res.Messages) == 0 {
+						empty++
+						continue
+					}
+					mu.Lock()
+					if other, ok := leases[res.LeaseID]; ok || res.LeaseID == uuid.Nil {
+						t.Errorf("lease %s of group %s handed out before (to %q)", res.LeaseID, group, other)
+					}
+					leases[res.LeaseID] = group
+					if len(res.Messages) > batch || len(res.Claimed) != 1 {
+						t.Errorf("pop of %d messages, claimed %v", len(res.Messages), res.Claimed)
+					}
+					var acks []pg.AckRequest
+					for i, m := range res.Messages {
+						if m.LeaseID != res.LeaseID {
+							t.Errorf("message under lease %s, pop's lease %s", m.LeaseID, res.LeaseID)
+						}
+						if i > 0 && (m.Partition != res.Messages[0].Partition || m.Offset != res.Messages[i-1].Offset+1) {
+							t.Errorf("pop not one contiguous run: %d after %d", m.Offset, res.Messages[i-1].Offset)
+						}
+						seen[key{group, m.Partition, m.Offset}]++
+						l := m.LeaseID
+						acks = append(acks, pg.AckRequest{TransactionID: m.TransactionID, PartitionID: m.PartitionID,
+							LeaseID: &l, Status: pg.AckCompleted, Group: group})
+					}
+					mu.Unlock()
+					out, err := st.Ack(ctx, acks)
+					if err != nil {
+						errs <- err
+						return
+					}
+					for _, r := range out {
+						if !r.Success {
+							t.Errorf("ack of group %s: %s", group, r.Error)
+						}
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if len(seen) != groups*parts*per {
+		t.Fatalf("delivered %d distinct (group, message), want %d", len(seen), groups*parts*per)
+	}
+	for k, n := range seen {
+		if n != 1 {
+			t.Fatalf("%v delivered %d times", k, n)
+		}
+	}
+	if n := pg.CombinedPops(st); n == 0 {
+		t.Fatal("no pop was served by a combined transaction")
+	}
+	if n := pg.CombinedAcks(st); n == 0 {
+		t.Fatal("no ack was applied by a combined transaction")
+	}
+	var held, behind int
+	if err := st.Pool().QueryRow(ctx, `SELECT count(*) FILTER (WHERE c.lease_id IS NOT NULL), count(*) FILTER (WHERE c.cursor_offset <> p.next_offset)
+		FROM queen.consumer_cursors c JOIN queen.partitions p ON p.id = c.partition_id`).Scan(&held, &behind); err != nil || held != 0 || behind != 0 {
+		t.Fatalf("%d leases held, %d cursors behind at the end (%v)", held, behind, err)
 	}
 }

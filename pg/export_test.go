@@ -57,3 +57,9 @@ func FastAcks(s *Store) int64 { return s.leases.applied.Load() }
 func PredictedBatches(s *Store) (committed, missed int64) {
 	return s.predicted.Load(), s.predictedMiss.Load()
 }
+
+// CombinedPops is how many pops combined transactions served.
+func CombinedPops(s *Store) int64 { return s.combine.served.Load() }
+
+// CombinedAcks is how many ack calls combined transactions applied.
+func CombinedAcks(s *Store) int64 { return s.ackCombine.served.Load() }

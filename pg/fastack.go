@@ -44,30 +44,63 @@ SELECT count(*) FROM u, LATERAL (SELECT pg_notify($6, $7)) n`
 // one releases the lease (it completes the run; the earlier ones leave a
 // gap open).
 func (s *Store) fastAck(ctx context.Context, reqs []AckRequest) ([]AckResult, bool, error) {
-	if len(reqs) == 0 {
+	e := s.fastAckEntry(reqs)
+	if e == nil {
 		return nil, false, nil
+	}
+	return s.fastAckCombined(ctx, reqs, e)
+}
+
+// fastAckEntry is the lease memo's entry for reqs when they are the
+// common batch ack fastAck applies to, else nil.
+func (s *Store) fastAckEntry(reqs []AckRequest) *leaseMemoEntry {
+	if len(reqs) == 0 {
+		return nil
 	}
 	r0 := reqs[0]
 	e := s.leases.get(r0.PartitionID, r0.Group, r0.LeaseID)
 	if e == nil || int64(len(reqs)) != e.last-e.first+1 {
-		return nil, false, nil
+		return nil
 	}
 	seen := make([]bool, len(reqs))
 	for i, r := range reqs {
 		switch r.Status {
 		case "", AckCompleted, AckSuccess:
 		default:
-			return nil, false, nil
+			return nil
 		}
 		if r.PartitionID != r0.PartitionID || r.Group != r0.Group || (r.LeaseID != nil && *r.LeaseID != e.key.lease) {
-			return nil, false, nil
+			return nil
 		}
 		off := e.offsetOf(r.TransactionID, i)
 		if off < 0 || seen[off-e.first] {
-			return nil, false, nil
+			return nil
 		}
 		seen[off-e.first] = true
 	}
+	return e
+}
+
+// queueFastAck queues fastAckSQL for the lease of entry e on b.
+func queueFastAck(b *pgx.Batch, e *leaseMemoEntry) {
+	b.Queue(fastAckSQL, e.key.partition, e.group, e.first, e.last, pgtype.UUID{Bytes: e.key.lease, Valid: true},
+		NotifyChannel, e.queueName)
+}
+
+// fastAckResults are the answers to the n acks of e's whole lease when
+// fastAckSQL applied: every ack succeeds, the last releases the lease.
+func fastAckResults(e *leaseMemoEntry, n int) []AckResult {
+	out := make([]AckResult, n)
+	for i := range out {
+		out[i] = AckResult{Success: true, QueueName: e.queueName, PartitionName: e.partName}
+	}
+	out[len(out)-1].LeaseReleased = true
+	return out
+}
+
+// fastAckAlone runs fastAckSQL for reqs (entry e) in a transaction of its
+// own: BEGIN, the statement and COMMIT in one round trip.
+func (s *Store) fastAckAlone(ctx context.Context, reqs []AckRequest, e *leaseMemoEntry) ([]AckResult, bool, error) {
 	pc, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, false, err
@@ -78,8 +111,7 @@ func (s *Store) fastAck(ctx context.Context, reqs []AckRequest) ([]AckResult, bo
 	tx := pc.Conn()
 	var b pgx.Batch
 	b.Queue("BEGIN")
-	b.Queue(fastAckSQL, r0.PartitionID, r0.Group, e.first, e.last, pgtype.UUID{Bytes: e.key.lease, Valid: true},
-		NotifyChannel, e.queueName)
+	queueFastAck(&b, e)
 	var n int
 	b.Queue("COMMIT")
 	br := tx.SendBatch(ctx, &b)
@@ -102,10 +134,5 @@ func (s *Store) fastAck(ctx context.Context, reqs []AckRequest) ([]AckResult, bo
 		return nil, false, nil
 	}
 	s.leases.applied.Add(1)
-	out := make([]AckResult, len(reqs))
-	for i := range out {
-		out[i] = AckResult{Success: true, QueueName: e.queueName, PartitionName: e.partName}
-	}
-	out[len(out)-1].LeaseReleased = true
-	return out, true, nil
+	return fastAckResults(e, len(reqs)), true, nil
 }

@@ -78,6 +78,12 @@ type Store struct {
 	// leases remembers the transactionIds of the leases this broker
 	// handed out, so that an ack need not read them back (pg/fastack.go).
 	leases *leaseMemo
+
+	// combine queues concurrent autoAck pops to serve them in one
+	// transaction (pg/popcombine.go).
+	combine popCombiner
+	// ackCombine does the same for whole-lease acks (pg/ackcombine.go).
+	ackCombine ackCombiner
 }
 
 type partKey struct{ queue, partition string }

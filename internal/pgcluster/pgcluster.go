@@ -80,7 +80,7 @@ func (o Options) settings() string {
 	}
 	out := fmt.Sprintf("%s -c max_connections=%d -c shared_buffers=%s", sync, o.MaxConnections, o.SharedBuffers)
 	if o.StatStatements {
-		out += " -c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=all"
+		out += " -c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=all -c pg_stat_statements.track_planning=on"
 	}
 	return out
 }

@@ -1,0 +1,210 @@
+package pg
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Whole-lease acks served together.
+//
+// A whole-lease ack (fastAck) is one small statement; what it costs
+// PostgreSQL is mostly its transaction: the round trip and the commit. So
+// concurrent whole-lease acks of one queue share one, as concurrent pops
+// do (pg/popcombine.go): while one such transaction of the queue runs,
+// further whole-lease acks of it queue, and when it ends the next
+// transaction takes every queued one (up to ackCombineMax): BEGIN, a
+// lock timeout (ackCombineLockTimeout: a cursor row held by a slow
+// transaction must not hold up the acks of other clients; the
+// transaction then fails and every call runs by itself), their
+// fastAckSQL statements in
+// (partition, group) order (the order the general path locks cursors in,
+// so that two transactions never wait on each other in a cycle), and
+// COMMIT, in one round trip. Each ack call is answered after that commit,
+// so an ack is durable when answered, as before. A statement that
+// changed nothing (the cursor row no longer as its pop left it) leaves
+// its ack call to the general path, run by that call itself; a failed
+// transaction leaves every call to run by itself.
+
+// ackCombineMax is the most ack calls one combined transaction serves.
+const ackCombineMax = 16
+
+// ackCombineLockTimeout bounds each lock wait of a combined ack
+// transaction (SET LOCAL lock_timeout).
+const ackCombineLockTimeout = "200ms"
+
+type ackWaiter struct {
+	reqs []AckRequest
+	e    *leaseMemoEntry
+	done chan struct{}
+	// applied: the statement completed the lease (res are the answers);
+	// alone: the call runs fastAckAlone itself (the transaction failed).
+	applied, alone bool
+	taken          bool // picked up by a leader (under ackCombiner.mu)
+}
+
+type ackLine struct {
+	inFlight bool
+	queued   []*ackWaiter
+}
+
+// ackCombiner holds the queued whole-lease acks per queue name.
+type ackCombiner struct {
+	mu    sync.Mutex
+	lines map[string]*ackLine
+	// served counts the ack calls combined transactions applied (tests).
+	served atomic.Int64
+}
+
+// fastAckCombined applies the whole-lease ack reqs (memo entry e) alone
+// when no whole-lease ack transaction runs, else queued for the next one;
+// it returns what fastAck returns.
+func (s *Store) fastAckCombined(ctx context.Context, reqs []AckRequest, e *leaseMemoEntry) ([]AckResult, bool, error) {
+	c := &s.ackCombine
+	c.mu.Lock()
+	if c.lines == nil {
+		c.lines = make(map[string]*ackLine)
+	}
+	line := c.lines[e.queueName]
+	if line == nil {
+		line = &ackLine{}
+		c.lines[e.queueName] = line
+	}
+	if !line.inFlight {
+		line.inFlight = true
+		c.mu.Unlock()
+		res, ok, err := s.fastAckAlone(ctx, reqs, e)
+		go s.serveQueuedAcks(e.queueName)
+		return res, ok, err
+	}
+	w := &ackWaiter{reqs: reqs, e: e, done: make(chan struct{})}
+	line.queued = append(line.queued, w)
+	c.mu.Unlock()
+	select {
+	case <-w.done:
+	case <-ctx.Done():
+		c.mu.Lock()
+		if !w.taken {
+			for i, x := range line.queued {
+				if x == w {
+					line.queued = append(line.queued[:i], line.queued[i+1:]...)
+					break
+				}
+			}
+			c.mu.Unlock()
+			return nil, false, ctx.Err()
+		}
+		c.mu.Unlock()
+		<-w.done // in a transaction already: its outcome decides
+	}
+	switch {
+	case w.alone:
+		return s.fastAckAlone(ctx, reqs, e)
+	case w.applied:
+		return fastAckResults(e, len(reqs)), true, nil
+	}
+	return nil, false, nil
+}
+
+// serveQueuedAcks serves the queued whole-lease acks of queue, up to
+// ackCombineMax per transaction, until none is queued; then no such
+// transaction of the queue is in flight.
+func (s *Store) serveQueuedAcks(queue string) {
+	c := &s.ackCombine
+	for {
+		c.mu.Lock()
+		line := c.lines[queue]
+		if len(line.queued) == 0 {
+			delete(c.lines, queue)
+			c.mu.Unlock()
+			return
+		}
+		n := min(len(line.queued), ackCombineMax)
+		ws := append([]*ackWaiter(nil), line.queued[:n]...)
+		line.queued = append(line.queued[:0], line.queued[n:]...)
+		for _, w := range ws {
+			w.taken = true
+		}
+		c.mu.Unlock()
+		s.serveAcks(ws)
+	}
+}
+
+// serveAcks applies ws in one transaction (see above) and completes them.
+func (s *Store) serveAcks(ws []*ackWaiter) {
+	if len(ws) == 1 {
+		ws[0].alone = true
+		close(ws[0].done)
+		return
+	}
+	slices.SortFunc(ws, func(x, y *ackWaiter) int {
+		if c := bytes.Compare(x.e.key.partition[:], y.e.key.partition[:]); c != 0 {
+			return c
+		}
+		return strings.Compare(x.e.group, y.e.group)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), popCombineTimeout)
+	defer cancel()
+	counts, err := s.fastAcksTx(ctx, ws)
+	for i, w := range ws {
+		switch {
+		case err != nil:
+			w.alone = true
+		default:
+			s.leases.forget(w.e.key.partition, w.e.key.lease)
+			if counts[i] > 0 {
+				s.leases.applied.Add(1)
+				s.ackCombine.served.Add(1)
+				w.applied = true
+			}
+		}
+		close(w.done)
+	}
+	if err != nil {
+		s.log.Debug("ack: combined whole-lease acks failed; they run one by one", "err", err)
+	}
+}
+
+// fastAcksTx sends BEGIN, one fastAckSQL per waiter and COMMIT in one
+// round trip and returns each statement's count (1 applied, 0 not).
+func (s *Store) fastAcksTx(ctx context.Context, ws []*ackWaiter) ([]int, error) {
+	pc, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// A connection released inside a transaction (an error below) is
+	// closed by the pool, which rolls the transaction back.
+	defer pc.Release()
+	var b pgx.Batch
+	b.Queue("BEGIN")
+	b.Queue("SET LOCAL lock_timeout = '" + ackCombineLockTimeout + "'")
+	for _, w := range ws {
+		queueFastAck(&b, w.e)
+	}
+	b.Queue("COMMIT")
+	br := pc.Conn().SendBatch(ctx, &b)
+	counts := make([]int, len(ws))
+	if _, err = br.Exec(); err == nil {
+		_, err = br.Exec()
+	}
+	if err == nil {
+		for i := range ws {
+			if err = br.QueryRow().Scan(&counts[i]); err != nil {
+				break
+			}
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if st := pc.Conn().PgConn().TxStatus(); err == nil && st != 'I' {
+		err = fmt.Errorf("commit did not end the transaction (status %q)", st)
+	}
+	return counts, err
+}

@@ -71,6 +71,7 @@ type partState struct {
 	base    int64
 	msgs    []Message
 	encrypt bool // the queue has encryptionEnabled
+	items   int  // the batch's items in the partition (decide sizes msgs with it)
 }
 
 // Project stores one projector batch in one transaction and records cp as
@@ -564,8 +565,18 @@ func (s *Store) forgetOffsets(ids []uuid.UUID) {
 // entries in known (probe results; entries of this batch are added as
 // items are stored) and allocates offsets in parts. checkSeg lists the
 // duplicates whose original is outside this batch.
+//
+// Allocations are per batch, not per item: every partition's msgs is sized
+// for all its items at once, and the batch's entries share one array.
 func decide(items []ProjectItem, ids []uuid.UUID, parts map[uuid.UUID]*partState, known map[dedupKey]*dedupEntry) (out []Outcome, checkSeg []int) {
 	out = make([]Outcome, len(items))
+	for i := range ids {
+		parts[ids[i]].items++
+	}
+	for _, ps := range parts {
+		ps.msgs = slices.Grow(ps.msgs, ps.items)
+	}
+	entries := make([]dedupEntry, 0, len(items))
 	for i := range items {
 		it := &items[i]
 		ps := parts[ids[i]]
@@ -577,7 +588,8 @@ func decide(items []ProjectItem, ids []uuid.UUID, parts map[uuid.UUID]*partState
 			}
 			continue
 		}
-		known[k] = &dedupEntry{offset: ps.next, id: it.Message.ID, acceptedAt: it.AcceptedAtMicros, inBatch: true}
+		entries = append(entries, dedupEntry{offset: ps.next, id: it.Message.ID, acceptedAt: it.AcceptedAtMicros, inBatch: true})
+		known[k] = &entries[len(entries)-1]
 		out[i] = Outcome{MessageID: it.Message.ID, Offset: ps.next}
 		ps.msgs = append(ps.msgs, it.Message)
 		ps.next++
@@ -612,7 +624,7 @@ type batchWrites struct {
 	// segEnc: the encryptionEnabled each segment was built for, checked
 	// by write_segments; nil: no check.
 	segEnc  []bool
-	segBody [][]byte
+	segBody segmentBodies // encoded as the batch is sent (pg/pgarray.go)
 	runs    dedupRuns
 	// newKeys: key hashes of client transactionIds the sidecar must not
 	// know yet (projectPredicted), checked after the segments lock their
@@ -663,7 +675,7 @@ func (s *Store) buildWrites(lockIDs []uuid.UUID, parts map[uuid.UUID]*partState)
 		w.segBase = append(w.segBase, ps.base)
 		w.segCount = append(w.segCount, int32(ps.next-ps.base))
 		w.segEnc = append(w.segEnc, ps.encrypt)
-		w.segBody = append(w.segBody, EncodeSegment(nil, ps.msgs))
+		w.segBody = append(w.segBody, ps.msgs)
 	}
 	return w, nil
 }

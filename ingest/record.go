@@ -177,12 +177,8 @@ func compactFlags(it *Item) byte {
 	if it.Partition == DefaultPartition {
 		flags |= flagDefaultPart
 	}
-	if len(it.TransactionID) == 36 {
-		var idText [36]byte
-		encodeUUID(idText[:], it.MessageID)
-		if string(idText[:]) == it.TransactionID {
-			flags |= flagMintedTxID
-		}
+	if binenc.IsUUIDText(it.MessageID, it.TransactionID) {
+		flags |= flagMintedTxID
 	}
 	return flags
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/google/uuid"
@@ -132,6 +133,26 @@ func TestSegmentLen(t *testing.T) {
 		}
 		if a := testing.AllocsPerRun(3, func() { EncodeSegment(nil, msgs) }); a != 1 {
 			t.Fatalf("%d messages: EncodeSegment allocated %v times, want once", n, a)
+		}
+	}
+}
+
+// TestIsMintedMatchesMintedForm: isMinted(id, txid) is mintedForm(txid)
+// naming id, for minted ids' texts, other versions, uppercase, another
+// id's text and non-UUID keys.
+func TestIsMintedMatchesMintedForm(t *testing.T) {
+	v7 := uuid.Must(uuid.NewV7())
+	v4 := uuid.New()
+	for _, c := range []struct {
+		id   uuid.UUID
+		txid string
+	}{
+		{v7, v7.String()}, {v4, v4.String()}, {v7, strings.ToUpper(v7.String())}, {v7, uuid.Must(uuid.NewV7()).String()},
+		{v7, "order-1"}, {v7, ""}, {v7, "urn:uuid:" + v7.String()}, {v7, v7.String()[:35] + "x"},
+	} {
+		u, ok := mintedForm(c.txid)
+		if want := ok && u == c.id; isMinted(c.id, c.txid) != want {
+			t.Fatalf("isMinted(%s, %q) = %v, mintedForm says %v", c.id, c.txid, !want, want)
 		}
 	}
 }

@@ -12,8 +12,8 @@ import (
 
 // BenchmarkProjectEncode is the broker's whole CPU share of one
 // one-round-trip projection batch before the socket write: 800 items (8
-// pushes × 100) over 10 partitions decided and built (decide,
-// buildWrites), then every queued statement's arguments encoded as pgx
+// pushes × 100) over 10 partitions checked, stored and built
+// (buildPredicted), then every queued statement's arguments encoded as pgx
 // encodes them for the extended protocol (binary arrays, each statement's
 // parameters into a buffer that starts at 256 bytes) and copied into the
 // bind messages of one connection write buffer (starting at 1 KiB), with
@@ -36,12 +36,7 @@ func BenchmarkProjectEncode(b *testing.B) {
 						lockIDs = append(lockIDs, id)
 					}
 				}
-				known := make(map[dedupKey]*dedupEntry, len(items))
-				for j := range items {
-					known[dedupKey{ids[j], items[j].Message.TransactionID}] = nil
-				}
-				out, _ := decide(items, ids, parts, known)
-				w, err := s.buildWrites(lockIDs, parts)
+				out, w, err := s.buildPredicted(items, ids, lockIDs, parts, false)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -264,18 +264,7 @@ func EncodeRecord(dst []byte, r *Record) []byte {
 
 // encodeUUID writes id's canonical text (what uuid.UUID.String returns)
 // into dst[:36] without allocating.
-func encodeUUID(dst []byte, id uuid.UUID) {
-	const hex = "0123456789abcdef"
-	j := 0
-	for i, b := range id {
-		if i == 4 || i == 6 || i == 8 || i == 10 {
-			dst[j] = '-'
-			j++
-		}
-		dst[j], dst[j+1] = hex[b>>4], hex[b&0xf]
-		j += 2
-	}
-}
+func encodeUUID(dst []byte, id uuid.UUID) { binenc.PutUUIDText(dst, id) }
 
 // readHeader reads the header of push record b (kind 1 or 2): its kind,
 // acceptance time and item count, refusing a count the input cannot hold

@@ -1,28 +1,34 @@
 package binenc
 
-// IsUUIDText reports whether s is exactly the canonical text of the UUID
-// id (lowercase hex in 8-4-4-4-12 groups, what uuid.UUID.String returns),
-// without building that text: it stops at the first byte that differs, so
-// a client transactionId costs a byte or two, not a 36-byte encode. The
-// push record (a minted transactionId is left out) and the dedup sidecar
-// (a minted id's key is not probed) both ask it per item.
-func IsUUIDText(id [16]byte, s string) bool {
-	const hex = "0123456789abcdef"
-	if len(s) != 36 {
-		return false
-	}
+const hexDigits = "0123456789abcdef"
+
+// PutUUIDText writes the canonical text of the UUID id (lowercase hex in
+// 8-4-4-4-12 groups, what uuid.UUID.String returns) into dst[:36] without
+// allocating.
+func PutUUIDText(dst []byte, id [16]byte) {
+	_ = dst[35]
 	j := 0
 	for i, b := range id {
 		if i == 4 || i == 6 || i == 8 || i == 10 {
-			if s[j] != '-' {
-				return false
-			}
+			dst[j] = '-'
 			j++
 		}
-		if s[j] != hex[b>>4] || s[j+1] != hex[b&0xf] {
-			return false
-		}
+		dst[j], dst[j+1] = hexDigits[b>>4], hexDigits[b&0xf]
 		j += 2
 	}
-	return true
+}
+
+// IsUUIDText reports whether s is exactly the canonical text of the UUID
+// id (PutUUIDText's). A text of another length, or whose first two
+// characters differ (nearly every client transactionId), is refused
+// before the id's text is built. The push record (a minted transactionId
+// is left out) and the dedup sidecar (a minted id's key is not probed)
+// both ask it per item.
+func IsUUIDText(id [16]byte, s string) bool {
+	if len(s) != 36 || s[0] != hexDigits[id[0]>>4] || s[1] != hexDigits[id[0]&0xf] {
+		return false
+	}
+	var text [36]byte
+	PutUUIDText(text[:], id)
+	return string(text[:]) == s
 }

@@ -30,3 +30,15 @@ func TestIsUUIDText(t *testing.T) {
 		}
 	}
 }
+
+// TestPutUUIDText: the text is uuid.UUID.String's.
+func TestPutUUIDText(t *testing.T) {
+	for range 100 {
+		id := uuid.New()
+		var b [36]byte
+		PutUUIDText(b[:], id)
+		if string(b[:]) != id.String() {
+			t.Fatalf("%s written as %s", id, b)
+		}
+	}
+}

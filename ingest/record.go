@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"time"
 
@@ -345,9 +346,13 @@ func DecodeRecordInto(r *Record, b []byte) error {
 	} else {
 		r.Items = make([]Item, n)
 	}
-	names := make([]string, 0, maxInterned) // queue/partition names seen
+	var namesBuf [maxInterned]string
+	names := namesBuf[:0] // queue/partition names seen
 	var subs *string
-	txids := make([]byte, 0, 40*n)
+	// The transactionIds are written into one builder, whose String is
+	// the one string they are sliced from (no second copy).
+	var txids strings.Builder
+	txids.Grow(40 * n)
 	txEnd := make([]int, n) // end of items[i]'s transactionId in txids
 	for i := range r.Items {
 		it := &r.Items[i]
@@ -365,11 +370,11 @@ func DecodeRecordInto(r *Record, b []byte) error {
 		if flags&flagMintedTxID != 0 {
 			var text [36]byte
 			encodeUUID(text[:], it.MessageID)
-			txids = append(txids, text[:]...)
+			txids.Write(text[:])
 		} else {
-			txids = append(txids, rd.Bytes()...)
+			txids.Write(rd.Bytes())
 		}
-		txEnd[i] = len(txids)
+		txEnd[i] = txids.Len()
 		if flags&flagProducerSub != 0 {
 			sub := rd.Bytes()
 			if subs == nil || *subs != string(sub) {
@@ -386,7 +391,7 @@ func DecodeRecordInto(r *Record, b []byte) error {
 	if rd.Len() != 0 {
 		return fmt.Errorf("%w: %d trailing bytes", ErrBadRecord, rd.Len())
 	}
-	all, start := string(txids), 0
+	all, start := txids.String(), 0
 	for i := range r.Items {
 		r.Items[i].TransactionID = all[start:txEnd[i]]
 		start = txEnd[i]

@@ -92,24 +92,25 @@ func newItemsInto(dst []Item, parsed []ParsedItem, producerSub *string) ([]Item,
 	}
 	first := mintV7(len(parsed))
 	// The text of the minted ids that stand for absent transactionIds is
-	// encoded into one buffer, made one string, and sliced: one allocation
-	// per push, not one per item.
-	var text []byte
+	// written into one builder, whose String is sliced: one allocation per
+	// push, not one per item.
+	var text strings.Builder
 	for i := range parsed {
 		p := &parsed[i]
 		id := v7ID(first+int64(i), random[8*i:8*i+8])
 		if p.TransactionID == "" {
-			if text == nil {
-				text = make([]byte, 0, 36*(len(parsed)-i))
+			if text.Cap() == 0 {
+				text.Grow(36 * (len(parsed) - i))
 			}
-			text = text[:len(text)+36]
-			encodeUUID(text[len(text)-36:], id)
+			var t [36]byte
+			encodeUUID(t[:], id)
+			text.Write(t[:])
 		}
 		items[i] = Item{Queue: p.Queue, Partition: p.Partition, TransactionID: p.TransactionID, MessageID: id,
 			ProducerSub: producerSub, Payload: p.Payload, TraceID: p.TraceID}
 	}
-	if text != nil {
-		all := string(text)
+	if text.Len() > 0 {
+		all := text.String()
 		for i := range items {
 			if items[i].TransactionID == "" {
 				items[i].TransactionID, all = all[:36], all[36:]

@@ -167,8 +167,9 @@ type itemParser struct {
 	dst []ParsedItem
 	// txids holds the transactionIds of the items read so far, end to
 	// end; txEnd[i] is where items[i]'s ends (items without one add
-	// nothing). items slices them from one string at the end: one
-	// allocation per push, not one per transactionId.
+	// nothing; nil until the first one). items slices them from one
+	// string at the end: one allocation per push, not one per
+	// transactionId.
 	txids strings.Builder
 	txEnd []int
 }
@@ -235,7 +236,7 @@ func (p *itemParser) items(allowTrace bool) (items []ParsedItem, verr error) {
 	s.enter()
 	s.pos++
 	p.txids.Reset() // "items" may repeat: the last one counts
-	p.txEnd = p.txEnd[:0]
+	p.txEnd = nil
 	items = p.dst[:0]
 	if items == nil {
 		items = []ParsedItem{}
@@ -260,7 +261,13 @@ func (p *itemParser) items(allowTrace bool) (items []ParsedItem, verr error) {
 				verr = err
 			} else {
 				items = append(items, it)
-				p.txEnd = append(p.txEnd, p.txids.Len())
+				if p.txEnd == nil && p.txids.Len() > 0 {
+					// The first transactionId: the items before it have none.
+					p.txEnd = make([]int, len(items)-1, max(64, 2*len(items)))
+				}
+				if p.txEnd != nil {
+					p.txEnd = append(p.txEnd, p.txids.Len())
+				}
 			}
 		}
 		if s.peek() == ',' {

@@ -17,8 +17,10 @@ import (
 // profiler captures what a scenario's measured phase spends: a CPU profile
 // of the broker (Go's pprof, from the broker's /debug/pprof/profile) and
 // PostgreSQL's statements by total execution time (pg_stat_statements,
-// reset when the phase starts). It writes DIR/NAME.broker.pprof and
-// DIR/NAME.pgss.txt. A profiled run is slower than a plain one (the
+// reset when the phase starts). It writes DIR/NAME.broker.pprof,
+// DIR/NAME.broker.allocs.pprof (the broker's allocations since it started,
+// warm-up included, by bytes and objects: `go tool pprof -sample_index=alloc_space`)
+// and DIR/NAME.pgss.txt. A profiled run is slower than a plain one (the
 // sampling and statement tracking cost CPU): its figures are for finding
 // where time goes, not for the report.
 type profiler struct {
@@ -54,20 +56,31 @@ func startProfile(ctx context.Context, st *Stack, dir, name string, d time.Durat
 func (p *profiler) fetchCPU(ctx context.Context, secs int) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(secs)*time.Second+30*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", p.st.URL, secs), nil)
+	if err := p.fetch(ctx, fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs), ".broker.pprof"); err != nil {
+		return fmt.Errorf("bench: broker CPU profile: %w", err)
+	}
+	if err := p.fetch(ctx, "/debug/pprof/allocs", ".broker.allocs.pprof"); err != nil {
+		return fmt.Errorf("bench: broker allocation profile: %w", err)
+	}
+	return nil
+}
+
+// fetch writes the broker's pprof answer for path to DIR/NAME+suffix.
+func (p *profiler) fetch(ctx context.Context, path, suffix string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.st.URL+path, nil)
 	if err != nil {
 		return err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("bench: broker CPU profile: %w", err)
+		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("bench: broker CPU profile: %s: %s", resp.Status, b)
+		return fmt.Errorf("%s: %s", resp.Status, b)
 	}
-	f, err := os.Create(filepath.Join(p.dir, p.name+".broker.pprof"))
+	f, err := os.Create(filepath.Join(p.dir, p.name+suffix))
 	if err != nil {
 		return err
 	}

@@ -139,6 +139,9 @@ func FuzzDecodeRecord(f *testing.F) {
 
 // fuzzBodies seed the push body fuzz targets.
 var fuzzBodies = []string{
+	`{"items":[{"queue":"q","transactionId":"a1","payload":1},{"queue":"q","payload":2},{"queue":"q","transactionId":"","payload":3},{"queue":"q","transactionId":"c\u00e9","payload":4}]}`,
+	`{"items":[{"queue":"q","transactionId":"first-array","payload":1}],"items":[{"queue":"q","payload":1},{"queue":"q","transactionId":"second","payload":2}]}`,
+	`{"items":[{"queue":"q","transactionId":"t1","payload":1},{"queue":"q","transactionId":null,"payload":2},{"queue":"q","transactionId":"t3","transactionId":"t3b","payload":3}]}`,
 	``,
 	` `,
 	`null`,

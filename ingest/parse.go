@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"fmt"
+	"strings"
 	"unicode"
 	"unicode/utf8"
 
@@ -164,6 +165,13 @@ type itemParser struct {
 	maxItems int
 	// dst, when not nil, is where items are appended (from dst[:0]).
 	dst []ParsedItem
+	// txids holds the transactionIds of the items read so far, end to
+	// end; txEnd[i] is where items[i]'s ends (items without one add
+	// nothing; nil until the first one). items slices them from one
+	// string at the end: one allocation per push, not one per
+	// transactionId.
+	txids strings.Builder
+	txEnd []int
 }
 
 const maxInterned = 16
@@ -227,6 +235,8 @@ func (p *itemParser) items(allowTrace bool) (items []ParsedItem, verr error) {
 	}
 	s.enter()
 	s.pos++
+	p.txids.Reset() // "items" may repeat: the last one counts
+	p.txEnd = nil
 	items = p.dst[:0]
 	if items == nil {
 		items = []ParsedItem{}
@@ -251,6 +261,13 @@ func (p *itemParser) items(allowTrace bool) (items []ParsedItem, verr error) {
 				verr = err
 			} else {
 				items = append(items, it)
+				if p.txEnd == nil && p.txids.Len() > 0 {
+					// The first transactionId: the items before it have none.
+					p.txEnd = make([]int, len(items)-1, max(64, 2*len(items)))
+				}
+				if p.txEnd != nil {
+					p.txEnd = append(p.txEnd, p.txids.Len())
+				}
 			}
 		}
 		if s.peek() == ',' {
@@ -266,6 +283,12 @@ func (p *itemParser) items(allowTrace bool) (items []ParsedItem, verr error) {
 	}
 	if verr != nil {
 		return nil, verr
+	}
+	if p.txids.Len() > 0 {
+		all, start := p.txids.String(), 0
+		for i := range items {
+			items[i].TransactionID, start = all[start:p.txEnd[i]], p.txEnd[i]
+		}
 	}
 	return items, nil
 }
@@ -366,7 +389,10 @@ func (p *itemParser) item(i int, allowTrace bool) (ParsedItem, error) {
 			if !utf8.Valid(t) {
 				return it, bad("items[%d].transactionId is not valid UTF-8", i)
 			}
-			it.TransactionID = string(t)
+			if p.txids.Cap() == 0 {
+				p.txids.Grow(64 * 16)
+			}
+			p.txids.Write(t) // items sets TransactionID from it
 		default:
 			return it, bad("items[%d].transactionId must be a string or null", i)
 		}

@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
+	"sync"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -58,11 +61,14 @@ type Item struct {
 // when the body gave none, as the push route's contract says) and
 // producerSub (the validated JWT sub, or nil). It is the one place a push
 // item is built. Payloads keep aliasing the parsed body. The error is
-// uuid's or crypto/rand's (no randomness).
+// crypto/rand's (no randomness).
 //
-// The random bits of all the push's ids are read from crypto/rand in one
-// call (one getrandom, not one per id); uuid.NewV7FromReader lays them out
-// with its monotonic millisecond clock, as uuid.NewV7 does.
+// The ids are laid out as uuid.NewV7 lays them out (RFC 9562: 48 bits of
+// Unix milliseconds, version 7, 12 bits of sub-millisecond time that go up
+// by one where ids would repeat, the variant, 62 random bits), from one
+// clock reading and one crypto/rand read per push: mintV7 reserves the
+// push's run of timestamps at once, so the ids of a push, and of all
+// pushes of this process, strictly increase.
 func NewItems(parsed []ParsedItem, producerSub *string) ([]Item, error) {
 	return newItemsInto(nil, parsed, producerSub)
 }
@@ -75,32 +81,36 @@ func newItemsInto(dst []Item, parsed []ParsedItem, producerSub *string) ([]Item,
 		items = make([]Item, len(parsed))
 	}
 	items = items[:len(parsed)]
-	src := &randBytes{b: make([]byte, 16*len(parsed))}
-	if _, err := rand.Read(src.b); err != nil {
+	var stack [64 * 8]byte
+	random := stack[:0]
+	if len(parsed) > 64 {
+		random = make([]byte, 8*len(parsed))
+	}
+	random = random[:8*len(parsed)]
+	if _, err := rand.Read(random); err != nil {
 		return nil, err
 	}
+	first := mintV7(len(parsed))
 	// The text of the minted ids that stand for absent transactionIds is
-	// encoded into one buffer, made one string, and sliced: one allocation
-	// per push, not one per item.
-	var text []byte
+	// written into one builder, whose String is sliced: one allocation per
+	// push, not one per item.
+	var text strings.Builder
 	for i := range parsed {
 		p := &parsed[i]
-		id, err := uuid.NewV7FromReader(src)
-		if err != nil {
-			return nil, err
-		}
+		id := v7ID(first+int64(i), random[8*i:8*i+8])
 		if p.TransactionID == "" {
-			if text == nil {
-				text = make([]byte, 0, 36*(len(parsed)-i))
+			if text.Cap() == 0 {
+				text.Grow(36 * (len(parsed) - i))
 			}
-			text = text[:len(text)+36]
-			encodeUUID(text[len(text)-36:], id)
+			var t [36]byte
+			encodeUUID(t[:], id)
+			text.Write(t[:])
 		}
 		items[i] = Item{Queue: p.Queue, Partition: p.Partition, TransactionID: p.TransactionID, MessageID: id,
 			ProducerSub: producerSub, Payload: p.Payload, TraceID: p.TraceID}
 	}
-	if text != nil {
-		all := string(text)
+	if text.Len() > 0 {
+		all := text.String()
 		for i := range items {
 			if items[i].TransactionID == "" {
 				items[i].TransactionID, all = all[:36], all[36:]
@@ -110,16 +120,42 @@ func newItemsInto(dst []Item, parsed []ParsedItem, producerSub *string) ([]Item,
 	return items, nil
 }
 
-// randBytes is an io.Reader over random bytes read beforehand.
-type randBytes struct{ b []byte }
+// v7Clock is the last UUIDv7 timestamp mintV7 handed out: Unix
+// milliseconds << 12 | the 12-bit sub-millisecond part.
+var v7Clock struct {
+	sync.Mutex
+	last int64
+}
 
-func (r *randBytes) Read(p []byte) (int, error) {
-	if len(r.b) == 0 {
-		return 0, io.ErrUnexpectedEOF
+// mintV7 reserves n consecutive UUIDv7 timestamps (milliseconds << 12 |
+// 12 bits) and returns the first: now (the sub-millisecond part is the
+// nanoseconds within the millisecond / 256, as uuid.NewV7 takes it), or
+// one past the last one handed out when the clock has not passed it, so
+// that every id minted by this process is greater than the one before.
+func mintV7(n int) int64 {
+	nano := time.Now().UnixNano()
+	ms := nano / int64(time.Millisecond)
+	now := ms<<12 | (nano-ms*int64(time.Millisecond))>>8
+	v7Clock.Lock()
+	if now <= v7Clock.last {
+		now = v7Clock.last + 1
 	}
-	n := copy(p, r.b)
-	r.b = r.b[n:]
-	return n, nil
+	v7Clock.last = now + int64(n) - 1
+	v7Clock.Unlock()
+	return now
+}
+
+// v7ID is the UUIDv7 of timestamp t (mintV7's form) with random[:8] as
+// its last 8 bytes (the top two bits become the variant).
+func v7ID(t int64, random []byte) uuid.UUID {
+	var id uuid.UUID
+	ms := uint64(t >> 12)
+	id[0], id[1], id[2], id[3], id[4], id[5] = byte(ms>>40), byte(ms>>32), byte(ms>>24), byte(ms>>16), byte(ms>>8), byte(ms)
+	id[6] = 0x70 | byte(t>>8)&0x0f
+	id[7] = byte(t)
+	copy(id[8:], random[:8])
+	id[8] = id[8]&0x3f | 0x80
+	return id
 }
 
 // AppendProjectItems appends the items of r as pg.Store stores them (the
@@ -177,12 +213,8 @@ func compactFlags(it *Item) byte {
 	if it.Partition == DefaultPartition {
 		flags |= flagDefaultPart
 	}
-	if len(it.TransactionID) == 36 {
-		var idText [36]byte
-		encodeUUID(idText[:], it.MessageID)
-		if string(idText[:]) == it.TransactionID {
-			flags |= flagMintedTxID
-		}
+	if binenc.IsUUIDText(it.MessageID, it.TransactionID) {
+		flags |= flagMintedTxID
 	}
 	return flags
 }
@@ -234,18 +266,7 @@ func EncodeRecord(dst []byte, r *Record) []byte {
 
 // encodeUUID writes id's canonical text (what uuid.UUID.String returns)
 // into dst[:36] without allocating.
-func encodeUUID(dst []byte, id uuid.UUID) {
-	const hex = "0123456789abcdef"
-	j := 0
-	for i, b := range id {
-		if i == 4 || i == 6 || i == 8 || i == 10 {
-			dst[j] = '-'
-			j++
-		}
-		dst[j], dst[j+1] = hex[b>>4], hex[b&0xf]
-		j += 2
-	}
-}
+func encodeUUID(dst []byte, id uuid.UUID) { binenc.PutUUIDText(dst, id) }
 
 // readHeader reads the header of push record b (kind 1 or 2): its kind,
 // acceptance time and item count, refusing a count the input cannot hold
@@ -326,9 +347,13 @@ func DecodeRecordInto(r *Record, b []byte) error {
 	} else {
 		r.Items = make([]Item, n)
 	}
-	names := make([]string, 0, maxInterned) // queue/partition names seen
+	var namesBuf [maxInterned]string
+	names := namesBuf[:0] // queue/partition names seen
 	var subs *string
-	txids := make([]byte, 0, 40*n)
+	// The transactionIds are written into one builder, whose String is
+	// the one string they are sliced from (no second copy).
+	var txids strings.Builder
+	txids.Grow(40 * n)
 	txEnd := make([]int, n) // end of items[i]'s transactionId in txids
 	for i := range r.Items {
 		it := &r.Items[i]
@@ -346,11 +371,11 @@ func DecodeRecordInto(r *Record, b []byte) error {
 		if flags&flagMintedTxID != 0 {
 			var text [36]byte
 			encodeUUID(text[:], it.MessageID)
-			txids = append(txids, text[:]...)
+			txids.Write(text[:])
 		} else {
-			txids = append(txids, rd.Bytes()...)
+			txids.Write(rd.Bytes())
 		}
-		txEnd[i] = len(txids)
+		txEnd[i] = txids.Len()
 		if flags&flagProducerSub != 0 {
 			sub := rd.Bytes()
 			if subs == nil || *subs != string(sub) {
@@ -367,7 +392,7 @@ func DecodeRecordInto(r *Record, b []byte) error {
 	if rd.Len() != 0 {
 		return fmt.Errorf("%w: %d trailing bytes", ErrBadRecord, rd.Len())
 	}
-	all, start := string(txids), 0
+	all, start := txids.String(), 0
 	for i := range r.Items {
 		r.Items[i].TransactionID = all[start:txEnd[i]]
 		start = txEnd[i]

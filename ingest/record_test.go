@@ -1,10 +1,12 @@
 package ingest
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -145,5 +147,48 @@ func TestRecordReaderSkip(t *testing.T) {
 	rr, _ := NewRecordReader(enc)
 	if err := rr.Skip(len(r.Items) + 1); !errors.Is(err, ErrBadRecord) {
 		t.Fatalf("skip past the end: %v", err)
+	}
+}
+
+// TestNewItemsMintsV7: the minted message ids are RFC 9562 version 7
+// UUIDs (variant bits, a millisecond time within a second of now), unique,
+// strictly increasing within a push and across pushes (also pushes of more
+// ids than one millisecond's 4,096 sub-millisecond steps), and a minted
+// transactionId is its id's text.
+func TestNewItemsMintsV7(t *testing.T) {
+	var last uuid.UUID
+	seen := make(map[uuid.UUID]bool)
+	for _, n := range []int{1, 3, 64, 65, 5000, 1} {
+		parsed := make([]ParsedItem, n)
+		for i := range parsed {
+			parsed[i] = ParsedItem{Queue: "q", Partition: DefaultPartition, Payload: []byte("1")}
+			if i%2 == 1 {
+				parsed[i].TransactionID = fmt.Sprintf("tx-%d", i)
+			}
+		}
+		before := time.Now()
+		items, err := NewItems(parsed, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, it := range items {
+			id := it.MessageID
+			if id.Version() != 7 || id.Variant() != uuid.RFC4122 {
+				t.Fatalf("push of %d, item %d: %s is version %d variant %v", n, i, id, id.Version(), id.Variant())
+			}
+			sec, nsec := id.Time().UnixTime()
+			if at := time.Unix(sec, nsec); at.Before(before.Add(-time.Second)) || at.After(time.Now().Add(time.Second)) {
+				t.Fatalf("push of %d, item %d: %s has time %v, now is %v", n, i, id, at, before)
+			}
+			if bytes.Compare(id[:], last[:]) <= 0 || seen[id] {
+				t.Fatalf("push of %d, item %d: %s does not follow %s", n, i, id, last)
+			}
+			last, seen[id] = id, true
+			if want := parsed[i].TransactionID; want != "" && it.TransactionID != want {
+				t.Fatalf("item %d: transactionId %q, want %q", i, it.TransactionID, want)
+			} else if want == "" && it.TransactionID != id.String() {
+				t.Fatalf("item %d: minted transactionId %q, want %s", i, it.TransactionID, id)
+			}
+		}
 	}
 }

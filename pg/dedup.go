@@ -11,6 +11,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/queenmq/queen-go/internal/binenc"
 )
 
 // The dedup sidecar (DESIGN.md §2, spec/producing.md "transactionId and
@@ -110,9 +112,12 @@ const mintedTickMillis = 10
 
 // isMinted reports whether txid is the text of id, the key the broker
 // gives an item pushed without a transactionId.
+//
+// That is: id is version 7 and txid is its canonical text, which is what
+// mintedForm accepting txid as id's text amounts to; checked without
+// parsing txid (binenc.IsUUIDText stops at the first differing byte).
 func isMinted(id uuid.UUID, txid string) bool {
-	u, ok := mintedForm(txid)
-	return ok && u == id
+	return id.Version() == 7 && binenc.IsUUIDText(id, txid)
 }
 
 // mintedForm parses txid as a minted id's text: 36 characters of canonical

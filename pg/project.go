@@ -71,6 +71,7 @@ type partState struct {
 	base    int64
 	msgs    []Message
 	encrypt bool // the queue has encryptionEnabled
+	items   int  // the batch's items in the partition (decide sizes msgs with it)
 }
 
 // Project stores one projector batch in one transaction and records cp as
@@ -419,32 +420,10 @@ func (s *Store) projectPredicted(ctx context.Context, conn batcher, items []Proj
 		lockIDs = append(lockIDs, id)
 	}
 	s.mu.Unlock()
-	legacy := s.legacyDedup.Load()
-	known := make(map[dedupKey]*dedupEntry, len(items))
-	var hashes []int64
-	for i := range items {
-		m := &items[i].Message
-		k := dedupKey{ids[i], m.TransactionID}
-		if _, ok := known[k]; ok {
-			return nil, nil, errNoPrediction // first-wins inside the batch: the long way decides it
-		}
-		known[k] = nil
-		if isMinted(m.ID, m.TransactionID) {
-			continue
-		}
-		if _, ok := mintedForm(m.TransactionID); ok || legacy {
-			return nil, nil, errNoPrediction
-		}
-		hashes = append(hashes, keyHash(k.pid, k.txid))
-	}
-	// Every key is new (or the pipeline rolls back) and unique, so every
-	// item is stored and the window (not predicted) never applies.
-	out, _ := decide(items, ids, parts, known)
-	w, err := s.buildWrites(lockIDs, parts)
+	out, w, err := s.buildPredicted(items, ids, lockIDs, parts, s.legacyDedup.Load())
 	if err != nil {
 		return nil, nil, err
 	}
-	w.newKeys = hashes
 	var b pgx.Batch
 	b.Queue("BEGIN")
 	w.queue(&b, items, out)
@@ -457,6 +436,47 @@ func (s *Store) projectPredicted(ctx context.Context, conn batcher, items []Proj
 	}
 	learned := learnedOffsets(lockIDs, parts)
 	return out, learned, nil
+}
+
+// buildPredicted is projectPredicted's Go side: with parts holding every
+// partition's predicted next offset, it checks that the batch qualifies
+// (errNoPrediction otherwise; legacy: older sidecar tables hold entries),
+// stores every item (storeAll) and builds the writes, with the key hashes
+// of the client transactionIds for assert_new_keys.
+func (s *Store) buildPredicted(items []ProjectItem, ids, lockIDs []uuid.UUID, parts map[uuid.UUID]*partState, legacy bool) ([]Outcome, *batchWrites, error) {
+	// The client keys seen, for first-wins inside the batch. A minted id's
+	// key needs no entry: only an item with that same id (ids are unique)
+	// or one whose client transactionId has the minted form (which is not
+	// predicted) could repeat it.
+	var known map[dedupKey]struct{}
+	var hashes []int64
+	for i := range items {
+		m := &items[i].Message
+		if isMinted(m.ID, m.TransactionID) {
+			continue
+		}
+		if _, ok := mintedForm(m.TransactionID); ok || legacy {
+			return nil, nil, errNoPrediction
+		}
+		k := dedupKey{ids[i], m.TransactionID}
+		if known == nil {
+			known = make(map[dedupKey]struct{}, len(items)-i)
+		}
+		if _, ok := known[k]; ok {
+			return nil, nil, errNoPrediction // first-wins inside the batch: the long way decides it
+		}
+		known[k] = struct{}{}
+		hashes = append(hashes, keyHash(k.pid, k.txid))
+	}
+	// Every key is new (or the pipeline rolls back) and unique, so every
+	// item is stored and the window (not predicted) never applies.
+	out := storeAll(items, ids, parts)
+	w, err := s.buildWrites(lockIDs, parts)
+	if err != nil {
+		return nil, nil, err
+	}
+	w.newKeys = hashes
+	return out, w, nil
 }
 
 // errNoPrediction: projectPredicted does not apply to the batch.
@@ -564,11 +584,16 @@ func (s *Store) forgetOffsets(ids []uuid.UUID) {
 // entries in known (probe results; entries of this batch are added as
 // items are stored) and allocates offsets in parts. checkSeg lists the
 // duplicates whose original is outside this batch.
+//
+// Allocations are per batch, not per item: every partition's msgs is sized
+// for all its items at once, and the batch's entries share one array.
 func decide(items []ProjectItem, ids []uuid.UUID, parts map[uuid.UUID]*partState, known map[dedupKey]*dedupEntry) (out []Outcome, checkSeg []int) {
 	out = make([]Outcome, len(items))
+	pss := partsOf(ids, parts)
+	entries := make([]dedupEntry, 0, len(items))
 	for i := range items {
 		it := &items[i]
-		ps := parts[ids[i]]
+		ps := pss[i]
 		k := dedupKey{ps.id, it.Message.TransactionID}
 		if e := known[k]; ps.window > 0 && e != nil && it.AcceptedAtMicros-e.acceptedAt < ps.window {
 			out[i] = Outcome{Duplicate: true, MessageID: e.id, Offset: e.offset}
@@ -577,12 +602,46 @@ func decide(items []ProjectItem, ids []uuid.UUID, parts map[uuid.UUID]*partState
 			}
 			continue
 		}
-		known[k] = &dedupEntry{offset: ps.next, id: it.Message.ID, acceptedAt: it.AcceptedAtMicros, inBatch: true}
+		entries = append(entries, dedupEntry{offset: ps.next, id: it.Message.ID, acceptedAt: it.AcceptedAtMicros, inBatch: true})
+		known[k] = &entries[len(entries)-1]
 		out[i] = Outcome{MessageID: it.Message.ID, Offset: ps.next}
 		ps.msgs = append(ps.msgs, it.Message)
 		ps.next++
 	}
 	return out, checkSeg
+}
+
+// storeAll is decide for a batch whose keys are all new and distinct
+// (projectPredicted): every item is stored, at the next offset of its
+// partition in parts, in WAL order.
+func storeAll(items []ProjectItem, ids []uuid.UUID, parts map[uuid.UUID]*partState) []Outcome {
+	out := make([]Outcome, len(items))
+	pss := partsOf(ids, parts)
+	for i := range items {
+		ps := pss[i]
+		out[i] = Outcome{MessageID: items[i].Message.ID, Offset: ps.next}
+		ps.msgs = append(ps.msgs, items[i].Message)
+		ps.next++
+	}
+	return out
+}
+
+// partsOf returns the partState of every item (ids[i] in parts) and sizes
+// each partition's msgs for all of its items.
+func partsOf(ids []uuid.UUID, parts map[uuid.UUID]*partState) []*partState {
+	pss := make([]*partState, len(ids))
+	var last *partState
+	for i, id := range ids {
+		if last == nil || last.id != id {
+			last = parts[id]
+		}
+		pss[i] = last
+		last.items++
+	}
+	for _, ps := range parts {
+		ps.msgs = slices.Grow(ps.msgs, ps.items)
+	}
+	return pss
 }
 
 // storedQueues lists, in first-stored order and without repeats, the
@@ -612,7 +671,7 @@ type batchWrites struct {
 	// segEnc: the encryptionEnabled each segment was built for, checked
 	// by write_segments; nil: no check.
 	segEnc  []bool
-	segBody [][]byte
+	segBody segmentBodies // encoded as the batch is sent (pg/pgarray.go)
 	runs    dedupRuns
 	// newKeys: key hashes of client transactionIds the sidecar must not
 	// know yet (projectPredicted), checked after the segments lock their
@@ -663,7 +722,7 @@ func (s *Store) buildWrites(lockIDs []uuid.UUID, parts map[uuid.UUID]*partState)
 		w.segBase = append(w.segBase, ps.base)
 		w.segCount = append(w.segCount, int32(ps.next-ps.base))
 		w.segEnc = append(w.segEnc, ps.encrypt)
-		w.segBody = append(w.segBody, EncodeSegment(nil, ps.msgs))
+		w.segBody = append(w.segBody, ps.msgs)
 	}
 	return w, nil
 }

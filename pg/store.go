@@ -105,6 +105,10 @@ func Open(cfg Config) (*Store, error) {
 	pc.MinConns = 0
 	pc.ConnConfig.ConnectTimeout = cfg.ConnectTimeout
 	pc.HealthCheckPeriod = 5 * time.Second
+	pc.AfterConnect = func(_ context.Context, c *pgx.Conn) error {
+		registerFastArrays(c.TypeMap()) // pg/pgarray.go
+		return nil
+	}
 	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
 	if err != nil {
 		return nil, fmt.Errorf("pg: pool: %w", err)

@@ -1,0 +1,158 @@
+package pg
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// TestFastArrayCodecsMatchPgx: for every shape registerFastArrays takes
+// over (bigint[] from []int64, uuid[] from []pgtype.UUID, bytea[] from
+// [][]byte and from segmentBodies), nil, empty, one element, NULL elements
+// and many, the bytes are exactly what pgx's own ArrayCodec writes (for
+// segmentBodies: what it writes for the bodies EncodeSegment builds,
+// through segmentBodies' ArrayGetter fallback and as [][]byte), and the
+// plan is the fast one; other shapes (text format, []int32) still encode.
+func TestFastArrayCodecsMatchPgx(t *testing.T) {
+	plain, fast := pgtype.NewMap(), pgtype.NewMap()
+	registerFastArrays(fast)
+
+	msgs := func(n int) []Message {
+		out := make([]Message, n)
+		for i := range out {
+			out[i] = Message{ID: uuid.New(), TransactionID: fmt.Sprintf("tx-%d", i), CreatedAtMicros: int64(1e15 + i),
+				Payload: bytes.Repeat([]byte{'x'}, 100*i), Encrypted: i%3 == 1}
+			if i%2 == 1 {
+				sub := "sub"
+				out[i].ProducerSub = &sub
+			}
+			if i%4 == 3 {
+				tr := uuid.New()
+				out[i].TraceID = &tr
+			}
+		}
+		return out
+	}
+	segs := segmentBodies{msgs(1), msgs(7), msgs(300)}
+	bodies := make([][]byte, len(segs))
+	for i := range segs {
+		bodies[i] = EncodeSegment(nil, segs[i])
+	}
+	cases := []struct {
+		name   string
+		oid    uint32
+		value  any
+		want   any // what pgx encodes to the same bytes; nil: value itself
+		planOf any // the fast plan expected
+	}{
+		{"int8 nil", pgtype.Int8ArrayOID, []int64(nil), nil, encodeInt8Array{}},
+		{"int8 empty", pgtype.Int8ArrayOID, []int64{}, nil, encodeInt8Array{}},
+		{"int8 one", pgtype.Int8ArrayOID, []int64{-1}, nil, encodeInt8Array{}},
+		{"int8 many", pgtype.Int8ArrayOID, []int64{0, 1, 255, 256, math.MaxInt64, math.MinInt64, -7}, nil, encodeInt8Array{}},
+		{"uuid nil", pgtype.UUIDArrayOID, []pgtype.UUID(nil), nil, encodeUUIDArray{}},
+		{"uuid empty", pgtype.UUIDArrayOID, []pgtype.UUID{}, nil, encodeUUIDArray{}},
+		{"uuid with null", pgtype.UUIDArrayOID, []pgtype.UUID{{Bytes: uuid.New(), Valid: true}, {}, {Bytes: uuid.New(), Valid: true}}, nil, encodeUUIDArray{}},
+		{"bytea nil", pgtype.ByteaArrayOID, [][]byte(nil), nil, encodeByteaArray{}},
+		{"bytea empty", pgtype.ByteaArrayOID, [][]byte{}, nil, encodeByteaArray{}},
+		{"bytea with null and empty", pgtype.ByteaArrayOID, [][]byte{[]byte("a"), nil, {}, bytes.Repeat([]byte{0}, 1000)}, nil, encodeByteaArray{}},
+		{"segments", pgtype.ByteaArrayOID, segs, bodies, encodeSegmentBodies{}},
+		{"segments nil", pgtype.ByteaArrayOID, segmentBodies(nil), [][]byte(nil), encodeSegmentBodies{}},
+		{"segments empty", pgtype.ByteaArrayOID, segmentBodies{}, [][]byte{}, encodeSegmentBodies{}},
+		{"segments via ArrayGetter", pgtype.ByteaArrayOID, segs, segs, encodeSegmentBodies{}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			want := c.want
+			if want == nil {
+				want = c.value
+			}
+			prefix := []byte("prefix")
+			exp, err := plain.Encode(c.oid, pgtype.BinaryFormatCode, want, bytes.Clone(prefix))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := fast.Encode(c.oid, pgtype.BinaryFormatCode, c.value, bytes.Clone(prefix))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, exp) || (got == nil) != (exp == nil) {
+				t.Fatalf("fast encoding differs from pgx's:\n got %x\nwant %x", got, exp)
+			}
+			if plan := fast.PlanEncode(c.oid, pgtype.BinaryFormatCode, c.value); fmt.Sprintf("%T", plan) != fmt.Sprintf("%T", c.planOf) {
+				t.Fatalf("plan %T, want %T", plan, c.planOf)
+			}
+		})
+	}
+	// Shapes left to pgx still encode, in both formats.
+	for _, v := range []struct {
+		oid    uint32
+		format int16
+		value  any
+	}{
+		{pgtype.Int8ArrayOID, pgtype.TextFormatCode, []int64{1, 2}},
+		{pgtype.Int8ArrayOID, pgtype.BinaryFormatCode, []int32{1, 2}},
+		{pgtype.ByteaArrayOID, pgtype.TextFormatCode, [][]byte{[]byte("a")}},
+	} {
+		exp, err := plain.Encode(v.oid, v.format, v.value, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := fast.Encode(v.oid, v.format, v.value, nil)
+		if err != nil || !bytes.Equal(got, exp) {
+			t.Fatalf("%T in format %d: %q, %v; want %q", v.value, v.format, got, err, exp)
+		}
+	}
+}
+
+// TestSegmentLen: SegmentLen is the length EncodeSegment appends, for
+// messages with every optional field and varint sizes at their bounds.
+func TestSegmentLen(t *testing.T) {
+	for _, n := range []int{0, 1, 127, 128, 300} {
+		msgs := make([]Message, n)
+		for i := range msgs {
+			msgs[i] = Message{ID: uuid.New(), TransactionID: string(bytes.Repeat([]byte{'t'}, i%130)),
+				CreatedAtMicros: []int64{0, -1, 63, 64, -65, math.MaxInt64, math.MinInt64}[i%7],
+				Payload:         bytes.Repeat([]byte{'p'}, (i*37)%20000)}
+			if i%2 == 0 {
+				sub := string(bytes.Repeat([]byte{'s'}, i))
+				msgs[i].ProducerSub = &sub
+			}
+			if i%3 == 0 {
+				tr := uuid.New()
+				msgs[i].TraceID = &tr
+			}
+		}
+		body := EncodeSegment([]byte("x"), msgs)
+		if got, want := SegmentLen(msgs), len(body)-1; got != want {
+			t.Fatalf("%d messages: SegmentLen %d, EncodeSegment wrote %d", n, got, want)
+		}
+		if buf := make([]byte, 0, SegmentLen(msgs)); &EncodeSegment(buf, msgs)[:1][0] != &buf[:1][0] {
+			t.Fatalf("%d messages: EncodeSegment grew a buffer of SegmentLen bytes", n)
+		}
+	}
+}
+
+// TestIsMintedMatchesMintedForm: isMinted(id, txid) is mintedForm(txid)
+// naming id, for minted ids' texts, other versions, uppercase, another
+// id's text and non-UUID keys.
+func TestIsMintedMatchesMintedForm(t *testing.T) {
+	v7 := uuid.Must(uuid.NewV7())
+	v4 := uuid.New()
+	for _, c := range []struct {
+		id   uuid.UUID
+		txid string
+	}{
+		{v7, v7.String()}, {v4, v4.String()}, {v7, strings.ToUpper(v7.String())}, {v7, uuid.Must(uuid.NewV7()).String()},
+		{v7, "order-1"}, {v7, ""}, {v7, "urn:uuid:" + v7.String()}, {v7, v7.String()[:35] + "x"},
+	} {
+		u, ok := mintedForm(c.txid)
+		if want := ok && u == c.id; isMinted(c.id, c.txid) != want {
+			t.Fatalf("isMinted(%s, %q) = %v, mintedForm says %v", c.id, c.txid, !want, want)
+		}
+	}
+}

@@ -23,7 +23,7 @@ func refParseBody(body []byte, maxItems int) (items []ParsedItem, err error) {
 			items, err = nil, bad("malformed JSON")
 		}
 	}()
-	trimmed := bytes.TrimSpace(body)
+	trimmed := trimJSONSpace(body)
 	if len(trimmed) == 0 {
 		return nil, bad("empty request body")
 	}
@@ -93,7 +93,7 @@ func refParseItem(i int, raw json.RawMessage, allowTrace bool) (ParsedItem, erro
 	if !ok {
 		return it, bad("items[%d].payload is required", i)
 	}
-	it.Payload = bytes.TrimSpace(payload)
+	it.Payload = trimJSONSpace(payload)
 	it.Partition = DefaultPartition
 	if p, ok := fields["partition"]; ok {
 		name, err := refNameField(p)
@@ -156,7 +156,7 @@ func refNameField(raw json.RawMessage) (string, error) {
 }
 
 func refKind(raw []byte) byte {
-	t := bytes.TrimSpace(raw)
+	t := trimJSONSpace(raw)
 	if len(t) == 0 {
 		return 0
 	}
@@ -201,4 +201,11 @@ func FuzzParseBodyMatchesReference(f *testing.F) {
 			}
 		}
 	})
+}
+
+// trimJSONSpace trims the four whitespace bytes of RFC 8259 (space, tab,
+// line feed, carriage return) from both ends of b; bytes.TrimSpace would
+// also trim \f, \v and Unicode spaces, which JSON does not allow.
+func trimJSONSpace(b []byte) []byte {
+	return bytes.Trim(b, " \t\n\r")
 }

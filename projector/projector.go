@@ -579,11 +579,20 @@ func (p *Projector) projectOnce(ctx context.Context, cursor uint64) error {
 		if err != nil {
 			return err
 		}
-		if !done && readErr == nil && len(recs) > 0 && recs[0].open == nil && len(recs) < p.cfg.MaxBatchEntries && !full() &&
-			len(items) < p.cfg.MinBatchItems && p.waitGroupCommit(ctx) {
+		// MinBatchItems: a small batch waits for the group commits in
+		// flight, MaxBatchWait in all.
+		var deadline time.Time
+		for !done && readErr == nil && len(recs) > 0 && recs[0].open == nil && len(recs) < p.cfg.MaxBatchEntries && !full() &&
+			len(items) < p.cfg.MinBatchItems {
+			if deadline.IsZero() {
+				deadline = time.Now().Add(p.cfg.MaxBatchWait)
+			}
+			if !p.waitGroupCommit(ctx, time.Until(deadline)) {
+				break
+			}
 			batch, err := p.cur.Next(p.cfg.MaxBatchEntries-len(recs), p.cfg.MaxBatchBytes-size)
 			readErr = err
-			if _, err := add(batch); err != nil {
+			if done, err = add(batch); err != nil {
 				return err
 			}
 		}
@@ -665,9 +674,9 @@ func (p *Projector) projectOnce(ctx context.Context, cursor uint64) error {
 
 // waitGroupCommit is MinBatchItems' wait: when the WAL is fsyncing a group
 // commit past the cursor (which has read every durable record), it waits
-// for that fsync, at most MaxBatchWait; it reports whether records past
-// the cursor may be durable now.
-func (p *Projector) waitGroupCommit(ctx context.Context) bool {
+// for that fsync, at most d; it reports whether records past the cursor
+// are durable now.
+func (p *Projector) waitGroupCommit(ctx context.Context, d time.Duration) bool {
 	notify := p.wal.Notify()
 	select { // a token from a durable advance already seen
 	case <-notify:
@@ -676,10 +685,10 @@ func (p *Projector) waitGroupCommit(ctx context.Context) bool {
 	if p.wal.DurableIndex() >= p.cur.Position() {
 		return true
 	}
-	if !p.wal.InFlight() {
+	if d <= 0 || !p.wal.InFlight() {
 		return false
 	}
-	t := time.NewTimer(p.cfg.MaxBatchWait)
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-notify:

@@ -187,9 +187,14 @@ CREATE TABLE IF NOT EXISTS queen.segments (
 -- segments go with it (a queue delete cascades to its partitions, which
 -- fires it), whichever broker version deletes it.
 ALTER TABLE queen.segments DROP CONSTRAINT IF EXISTS segments_partition_id_fkey;
+-- Its plan is pinned as the projector's are: the planner knows nothing of
+-- the transition table, and a hash join would read every segment of every
+-- queue to delete one queue's; an index probe per deleted partition is
+-- right at every size.
 CREATE OR REPLACE FUNCTION queen.delete_partition_segments()
 RETURNS trigger
 LANGUAGE plpgsql
+SET enable_hashjoin = off SET enable_mergejoin = off SET enable_seqscan = off SET enable_bitmapscan = off
 AS $$
 BEGIN
     DELETE FROM queen.segments s USING gone g WHERE s.partition_id = g.id;

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -97,5 +98,114 @@ func TestBatchesAndPieces(t *testing.T) {
 	cp, ok, err := store.Checkpoint(ctx, id)
 	if err != nil || !ok || cp.Index != uint64(len(sizes)) || cp.PartialItems != 0 {
 		t.Fatalf("checkpoint %+v %v %v, want record %d whole", cp, ok, err, len(sizes))
+	}
+}
+
+// pauseSwitch is a Config.Maintenance that a test turns on and off.
+type pauseSwitch struct{ on atomic.Bool }
+
+func (m *pauseSwitch) PushEnabled() bool { return m.on.Load() }
+
+// TestSmallBatchWaitsForGroupCommit: a batch smaller than MinBatchItems
+// waits for the WAL group commit in flight (its fsync held here) and takes
+// its record too; with MinBatchItems negative, or when the fsync takes
+// longer than MaxBatchWait, it goes alone.
+func TestSmallBatchWaitsForGroupCommit(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		min      int
+		wait     time.Duration
+		hold     time.Duration
+		want     string
+		minTaken time.Duration // the first batch is not committed before this
+	}{
+		{"waits", 0, 10 * time.Second, 300 * time.Millisecond, "[2]", 300 * time.Millisecond},
+		{"off", -1, 10 * time.Second, 2 * time.Second, "[1 1]", 0},
+		{"bounded", 0, 100 * time.Millisecond, 2 * time.Second, "[1 1]", 100 * time.Millisecond},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			var held atomic.Bool
+			// ObserveSync runs in the WAL writer after the fsync and before
+			// the records count as durable: blocking it holds the group in
+			// flight.
+			release := make(chan struct{})
+			w, _, err := wal.Open(t.TempDir(), wal.Options{ObserveSync: func(time.Duration) {
+				if held.Load() {
+					<-release
+				}
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			store, err := pg.Open(pg.Config{URL: testenv.NewDatabase(t), PoolSize: 4})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer store.Close()
+			var mu sync.Mutex
+			var batches []int
+			var first time.Time
+			pause := &pauseSwitch{}
+			p := projector.New(projector.Config{BrokerID: uuid.New(), MinBatchItems: c.min, MaxBatchWait: c.wait, Logger: testenv.Logger,
+				Maintenance: pause,
+				ObserveBatch: func(items int, _ time.Duration, err error) {
+					if err == nil {
+						mu.Lock()
+						if first.IsZero() {
+							first = time.Now()
+						}
+						batches = append(batches, items)
+						mu.Unlock()
+					}
+				}}, w, store, ingest.NewRegistry())
+			if err := p.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			defer p.Stop()
+			// A first record while the WAL is idle: nothing is in flight,
+			// so nothing waits.
+			if _, err := w.Append(record("q", "a", 1), nil); err != nil {
+				t.Fatal(err)
+			}
+			testenv.WaitFor(t, 30*time.Second, "the first record projected", func() bool { return p.Checkpoint() == 1 })
+			// Paused, a durable record and a group commit held in flight
+			// behind it.
+			pause.on.Store(true)
+			p.MaintenanceChanged()
+			if _, err := w.Append(record("q", "b", 1), nil); err != nil {
+				t.Fatal(err)
+			}
+			held.Store(true)
+			appended := make(chan error, 1)
+			go func() { _, err := w.Append(record("q", "c", 1), nil); appended <- err }()
+			testenv.WaitFor(t, 10*time.Second, "the third record's group commit in flight", w.InFlight)
+			mu.Lock()
+			batches, first = nil, time.Time{}
+			mu.Unlock()
+			start := time.Now()
+			pause.on.Store(false)
+			p.MaintenanceChanged()
+			time.AfterFunc(c.hold, func() { close(release) })
+			if err := <-appended; err != nil {
+				t.Fatal(err)
+			}
+			testenv.WaitFor(t, 30*time.Second, "every record projected", func() bool { return p.Checkpoint() == 3 })
+			p.Stop()
+			mu.Lock()
+			defer mu.Unlock()
+			if got := fmt.Sprint(batches); got != c.want {
+				t.Errorf("batches of %s items, want %s", got, c.want)
+			}
+			took := first.Sub(start)
+			if took < c.minTaken {
+				t.Errorf("first batch committed after %v, want at least %v", took, c.minTaken)
+			}
+			if c.want != "[2]" && took > c.hold {
+				t.Errorf("first batch committed after %v, not before the held fsync ended (%v)", took, c.hold)
+			}
+		})
 	}
 }

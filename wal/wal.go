@@ -121,6 +121,10 @@ type Log struct {
 	// durable is the last index written and fsynced; only the writer
 	// goroutine (and an open) stores it.
 	durable atomic.Uint64
+	// writing is the last index of the group commit being written and
+	// fsynced while it is above durable (InFlight); only the writer
+	// goroutine stores it.
+	writing atomic.Uint64
 	// size is the bytes of all segment files: summed on open and after a
 	// truncation, grown by each write.
 	size atomic.Int64
@@ -401,6 +405,7 @@ func (l *Log) writeBatch(batch []*appendReq) error {
 			r.onAssign(idx)
 		}
 	}
+	l.writing.Store(idx)
 	rolled, err := l.st.writeBatch(batch)
 	l.lgMu.RUnlock()
 	if err == nil {
@@ -412,6 +417,7 @@ func (l *Log) writeBatch(batch []*appendReq) error {
 	if err != nil {
 		err = fmt.Errorf("wal: write: %w", err)
 		l.failLog.Error("wal: write failed; failing the handle and rolling back", "dir", l.dir, "durable", l.durable.Load(), "err", err)
+		l.writing.Store(l.durable.Load())
 		l.lgMu.Lock()
 		l.broken = err
 		if rerr := l.reopenLocked(); rerr != nil {
@@ -482,6 +488,15 @@ func (l *Log) DurableIndex() uint64 { return l.durable.Load() }
 // FirstIndex is the lowest index still in the log (1 on a new log; after
 // truncation, the first kept index; DurableIndex+1 when empty).
 func (l *Log) FirstIndex() uint64 { return l.first.Load() }
+
+// InFlight reports whether a group commit is being written and fsynced:
+// records past DurableIndex that become durable (or fail) within one
+// fsync. The projector uses it to let a small batch wait for them
+// (projector.Config.MinBatchItems).
+func (l *Log) InFlight() bool {
+	w := l.writing.Load()
+	return w > l.durable.Load()
+}
 
 // Notify returns a channel that receives (coalesced) after new records
 // become durable.

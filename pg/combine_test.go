@@ -139,3 +139,69 @@ func TestCombinedAcksKeepTheirDeadlines(t *testing.T) {
 		}
 	}
 }
+
+// TestCombinedAcksNotHeldUpByOneLock: a whole-lease ack that waits for a
+// cursor row another transaction holds does not hold up the whole-lease
+// acks of the queue's other partitions queued behind it (the lock
+// timeout of combined acks applies to the ack in flight too); every ack
+// still succeeds.
+func TestCombinedAcksNotHeldUpByOneLock(t *testing.T) {
+	t.Parallel()
+	st, ctx := setupStatus(t)
+	var leases []*pg.PopResult
+	for p := range 5 {
+		store(t, ctx, st, "q", string(rune('a'+p)), 5)
+	}
+	for range 5 {
+		res, err := st.Pop(ctx, pg.PopRequest{Queue: "q", Group: "g", Batch: 5})
+		if err != nil || len(res.Messages) != 5 {
+			t.Fatalf("pop: %v", err)
+		}
+		leases = append(leases, res)
+	}
+	conn, err := st.Pool().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `SELECT 1 FROM queen.consumer_cursors WHERE partition_id = $1 AND consumer_group = 'g' FOR UPDATE`,
+		leases[4].Messages[0].PartitionID); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	check := func(i int) {
+		res, err := st.Ack(ctx, acksOf(leases[i], ""))
+		if err != nil {
+			t.Errorf("ack %d: %v", i, err)
+			return
+		}
+		for _, r := range res {
+			if !r.Success {
+				t.Errorf("ack %d: %+v", i, r)
+			}
+		}
+	}
+	wg.Go(func() { check(4) }) // waits for the row lock
+	time.Sleep(100 * time.Millisecond)
+	took := make([]time.Duration, 4)
+	for i := range 4 {
+		wg.Go(func() {
+			start := time.Now()
+			check(i)
+			took[i] = time.Since(start)
+		})
+	}
+	time.Sleep(3 * time.Second)
+	if _, err := conn.Exec(ctx, "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	for i, d := range took {
+		if d > 1500*time.Millisecond {
+			t.Errorf("ack %d of an unlocked partition answered after %v", i, d)
+		}
+	}
+}

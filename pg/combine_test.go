@@ -205,3 +205,61 @@ func TestCombinedAcksNotHeldUpByOneLock(t *testing.T) {
 		}
 	}
 }
+
+// TestCombinedPopsNotHeldUpByOneLock: a wildcard pop that waits for a
+// busy partition's cursor (every candidate locked) does not hold up the
+// pops of its key queued behind it while another partition has messages.
+func TestCombinedPopsNotHeldUpByOneLock(t *testing.T) {
+	t.Parallel()
+	st, ctx := setupStatus(t)
+	store(t, ctx, st, "q", "a", 5)
+	store(t, ctx, st, "q", "b", 5)
+	// Give both partitions a cursor of the group (a clean claim).
+	for range 2 {
+		res, err := st.Pop(ctx, pg.PopRequest{Queue: "q", Group: pg.QueueModeGroup, Batch: 5, AutoAck: true})
+		if err != nil || len(res.Messages) != 5 {
+			t.Fatalf("pop: %v", err)
+		}
+	}
+	store(t, ctx, st, "q", "a", 5)
+	var aID any
+	if err := st.Pool().QueryRow(ctx, `SELECT id FROM queen.partitions WHERE name = 'a'`).Scan(&aID); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := st.Pool().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `SELECT 1 FROM queen.consumer_cursors WHERE partition_id = $1 FOR UPDATE`, aID); err != nil {
+		t.Fatal(err)
+	}
+	req := pg.PopRequest{Queue: "q", Group: pg.QueueModeGroup, Batch: 5}
+	var wg sync.WaitGroup
+	wg.Go(func() { // waits for partition a
+		if res, err := st.Pop(ctx, req); err != nil || len(res.Messages) != 5 {
+			t.Errorf("pop of a: %v", err)
+		}
+	})
+	time.Sleep(200 * time.Millisecond)
+	store(t, ctx, st, "q", "b", 5)
+	wg.Go(func() {
+		start := time.Now()
+		res, err := st.Pop(ctx, req)
+		took := time.Since(start)
+		if err != nil || len(res.Messages) != 5 || res.Messages[0].Partition != "b" {
+			t.Errorf("pop of b: %v %+v", err, res)
+		}
+		if took > 1500*time.Millisecond {
+			t.Errorf("pop of b, waiting for none, answered after %v", took)
+		}
+	})
+	time.Sleep(3 * time.Second)
+	if _, err := conn.Exec(ctx, "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+}

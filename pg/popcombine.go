@@ -123,10 +123,15 @@ func (s *Store) popCombined(ctx context.Context, req PopRequest) (*PopResult, er
 	if line.inFlight < popCombineInFlight {
 		line.inFlight++
 		c.mu.Unlock()
-		res, err := s.popAlone(ctx, req)
 		// Serve what queued meanwhile without holding up this pop's
-		// answer.
-		go s.serveQueued(key)
+		// answer, once it has ended or run popCombineHandoff.
+		ended := make(chan struct{})
+		go func() {
+			untilHandoff(ended)
+			s.serveQueued(key)
+		}()
+		res, err := s.popAlone(ctx, req)
+		close(ended)
 		return res, err
 	}
 	w := &popWaiter{req: req, done: make(chan struct{})}
@@ -168,10 +173,13 @@ func removeWaiter(q []*popWaiter, w *popWaiter) []*popWaiter {
 	return q
 }
 
-// serveQueued is called by a pop of key that has finished its own
-// transaction: while pops of key are queued, it takes up to
-// popCombineMax of them and serves them in one transaction; then it
-// leaves the line (one transaction of key fewer in flight).
+// serveQueued is called for a pop of key that has finished its own
+// transaction (or run popCombineHandoff): while pops of key are queued,
+// it takes up to popCombineMax of them and serves them in one
+// transaction, the next batch once that has ended or run
+// popCombineHandoff; then it leaves the line (one transaction of key
+// fewer in flight; one that outlived popCombineHandoff is no longer
+// counted).
 func (s *Store) serveQueued(key popKey) {
 	c := &s.combine
 	for {
@@ -192,7 +200,31 @@ func (s *Store) serveQueued(key popKey) {
 			w.taken = true
 		}
 		c.mu.Unlock()
-		s.serveBatch(batch)
+		ended := make(chan struct{})
+		go func() {
+			defer close(ended)
+			s.serveBatch(batch)
+		}()
+		untilHandoff(ended)
+	}
+}
+
+// popCombineHandoff is how long a transaction of a key may run before the
+// pops queued behind it are served without waiting for it: a pop waiting
+// for a busy partition's cursor (every candidate locked, see popTx) or
+// for a slow PostgreSQL must not hold up the pops of its key that other
+// partitions could serve. Far longer than a pop's transaction takes
+// normally (milliseconds), so it does not change what is combined.
+const popCombineHandoff = 200 * time.Millisecond
+
+// untilHandoff returns once ended is closed or popCombineHandoff has
+// passed.
+func untilHandoff(ended <-chan struct{}) {
+	t := time.NewTimer(popCombineHandoff)
+	defer t.Stop()
+	select {
+	case <-ended:
+	case <-t.C:
 	}
 }
 

@@ -23,7 +23,8 @@ import (
 // transaction takes every queued one (up to ackCombineMax): BEGIN, a
 // lock timeout (ackCombineLockTimeout: a cursor row held by a slow
 // transaction must not hold up the acks of other clients; the
-// transaction then fails and every call runs by itself), their
+// transaction then fails and every call runs by itself; the ack in
+// flight that the others queue behind has it too, see fastAckAlone), their
 // fastAckSQL statements in
 // (partition, group) order (the order the general path locks cursors in,
 // so that two transactions never wait on each other in a cycle), and

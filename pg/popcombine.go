@@ -24,7 +24,8 @@ import (
 // every queued pop (up to popCombineMax) into one transaction. Nothing
 // waits for company: a pop with no transaction of its key running runs
 // alone at once, and a queued pop waits only for a transaction already
-// running. Each pop still receives a contiguous run of one partition, in
+// running, popCombineHandoff at most, and never past its own deadline
+// (combinedContext). Each pop still receives a contiguous run of one partition, in
 // order, at most its batch; the rules per partition are a single pop's.
 //
 //   - autoAck pops of one (queue, consumer group, batch, subscription):

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -22,7 +23,8 @@ import (
 // transaction takes every queued one (up to ackCombineMax): BEGIN, a
 // lock timeout (ackCombineLockTimeout: a cursor row held by a slow
 // transaction must not hold up the acks of other clients; the
-// transaction then fails and every call runs by itself), their
+// transaction then fails and every call runs by itself; the ack in
+// flight that the others queue behind has it too, see fastAckAlone), their
 // fastAckSQL statements in
 // (partition, group) order (the order the general path locks cursors in,
 // so that two transactions never wait on each other in a cycle), and
@@ -42,7 +44,9 @@ const ackCombineLockTimeout = "200ms"
 type ackWaiter struct {
 	reqs []AckRequest
 	e    *leaseMemoEntry
-	done chan struct{}
+	// deadline is the call's context's (zero: none); see combinedContext.
+	deadline time.Time
+	done     chan struct{}
 	// applied: the statement completed the lease (res are the answers);
 	// alone: the call runs fastAckAlone itself (the transaction failed).
 	applied, alone bool
@@ -84,6 +88,7 @@ func (s *Store) fastAckCombined(ctx context.Context, reqs []AckRequest, e *lease
 		return res, ok, err
 	}
 	w := &ackWaiter{reqs: reqs, e: e, done: make(chan struct{})}
+	w.deadline, _ = ctx.Deadline()
 	line.queued = append(line.queued, w)
 	c.mu.Unlock()
 	select {
@@ -149,7 +154,11 @@ func (s *Store) serveAcks(ws []*ackWaiter) {
 		}
 		return strings.Compare(x.e.group, y.e.group)
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), popCombineTimeout)
+	deadlines := make([]time.Time, len(ws))
+	for i, w := range ws {
+		deadlines[i] = w.deadline
+	}
+	ctx, cancel := combinedContext(deadlines)
 	defer cancel()
 	counts, err := s.fastAcksTx(ctx, ws)
 	for i, w := range ws {

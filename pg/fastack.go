@@ -2,9 +2,11 @@ package pg
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
@@ -99,8 +101,27 @@ func fastAckResults(e *leaseMemoEntry, n int) []AckResult {
 }
 
 // fastAckAlone runs fastAckSQL for reqs (entry e) in a transaction of its
-// own: BEGIN, the statement and COMMIT in one round trip.
+// own: BEGIN, the lock timeout of combined acks, the statement and COMMIT
+// in one round trip. While it runs, the whole-lease acks of its queue
+// queue behind it (pg/ackcombine.go), so a cursor row held by a slow
+// transaction must not hold it up: past ackCombineLockTimeout it changes
+// nothing and answers ok false (the caller takes the general path, which
+// waits for the row under the call's own context, no longer holding up
+// the others).
 func (s *Store) fastAckAlone(ctx context.Context, reqs []AckRequest, e *leaseMemoEntry) ([]AckResult, bool, error) {
+	res, ok, err := s.fastAckTx(ctx, reqs, e)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == codeLockNotAvailable {
+		return nil, false, nil
+	}
+	return res, ok, err
+}
+
+// codeLockNotAvailable is the SQLSTATE of a lock wait past lock_timeout.
+const codeLockNotAvailable = "55P03"
+
+// fastAckTx is fastAckAlone's transaction.
+func (s *Store) fastAckTx(ctx context.Context, reqs []AckRequest, e *leaseMemoEntry) ([]AckResult, bool, error) {
 	pc, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, false, err
@@ -111,13 +132,16 @@ func (s *Store) fastAckAlone(ctx context.Context, reqs []AckRequest, e *leaseMem
 	tx := pc.Conn()
 	var b pgx.Batch
 	b.Queue("BEGIN")
+	b.Queue("SET LOCAL lock_timeout = '" + ackCombineLockTimeout + "'")
 	queueFastAck(&b, e)
 	var n int
 	b.Queue("COMMIT")
 	br := tx.SendBatch(ctx, &b)
-	if _, err := br.Exec(); err != nil {
-		br.Close()
-		return nil, false, err
+	for range 2 { // BEGIN, SET LOCAL
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return nil, false, err
+		}
 	}
 	if err := br.QueryRow().Scan(&n); err != nil {
 		br.Close()

@@ -24,7 +24,8 @@ import (
 // every queued pop (up to popCombineMax) into one transaction. Nothing
 // waits for company: a pop with no transaction of its key running runs
 // alone at once, and a queued pop waits only for a transaction already
-// running. Each pop still receives a contiguous run of one partition, in
+// running, popCombineHandoff at most, and never past its own deadline
+// (combinedContext). Each pop still receives a contiguous run of one partition, in
 // order, at most its batch; the rules per partition are a single pop's.
 //
 //   - autoAck pops of one (queue, consumer group, batch, subscription):
@@ -67,12 +68,14 @@ type popKey struct {
 // popWaiter is one queued pop: done is closed once res/err are set or
 // alone is (the pop runs by itself).
 type popWaiter struct {
-	req   PopRequest
-	done  chan struct{}
-	res   *PopResult
-	err   error
-	alone bool
-	taken bool // picked up by a leader (under popCombiner.mu)
+	req PopRequest
+	// deadline is the pop's context's (zero: none); see combinedContext.
+	deadline time.Time
+	done     chan struct{}
+	res      *PopResult
+	err      error
+	alone    bool
+	taken    bool // picked up by a leader (under popCombiner.mu)
 }
 
 type popLine struct {
@@ -121,13 +124,19 @@ func (s *Store) popCombined(ctx context.Context, req PopRequest) (*PopResult, er
 	if line.inFlight < popCombineInFlight {
 		line.inFlight++
 		c.mu.Unlock()
-		res, err := s.popAlone(ctx, req)
 		// Serve what queued meanwhile without holding up this pop's
-		// answer.
-		go s.serveQueued(key)
+		// answer, once it has ended or run popCombineHandoff.
+		ended := make(chan struct{})
+		go func() {
+			untilHandoff(ended)
+			s.serveQueued(key)
+		}()
+		res, err := s.popAlone(ctx, req)
+		close(ended)
 		return res, err
 	}
 	w := &popWaiter{req: req, done: make(chan struct{})}
+	w.deadline, _ = ctx.Deadline()
 	line.queued = append(line.queued, w)
 	c.mu.Unlock()
 	select {
@@ -165,10 +174,13 @@ func removeWaiter(q []*popWaiter, w *popWaiter) []*popWaiter {
 	return q
 }
 
-// serveQueued is called by a pop of key that has finished its own
-// transaction: while pops of key are queued, it takes up to
-// popCombineMax of them and serves them in one transaction; then it
-// leaves the line (one transaction of key fewer in flight).
+// serveQueued is called for a pop of key that has finished its own
+// transaction (or run popCombineHandoff): while pops of key are queued,
+// it takes up to popCombineMax of them and serves them in one
+// transaction, the next batch once that has ended or run
+// popCombineHandoff; then it leaves the line (one transaction of key
+// fewer in flight; one that outlived popCombineHandoff is no longer
+// counted).
 func (s *Store) serveQueued(key popKey) {
 	c := &s.combine
 	for {
@@ -189,7 +201,31 @@ func (s *Store) serveQueued(key popKey) {
 			w.taken = true
 		}
 		c.mu.Unlock()
-		s.serveBatch(batch)
+		ended := make(chan struct{})
+		go func() {
+			defer close(ended)
+			s.serveBatch(batch)
+		}()
+		untilHandoff(ended)
+	}
+}
+
+// popCombineHandoff is how long a transaction of a key may run before the
+// pops queued behind it are served without waiting for it: a pop waiting
+// for a busy partition's cursor (every candidate locked, see popTx) or
+// for a slow PostgreSQL must not hold up the pops of its key that other
+// partitions could serve. Far longer than a pop's transaction takes
+// normally (milliseconds), so it does not change what is combined.
+const popCombineHandoff = 200 * time.Millisecond
+
+// untilHandoff returns once ended is closed or popCombineHandoff has
+// passed.
+func untilHandoff(ended <-chan struct{}) {
+	t := time.NewTimer(popCombineHandoff)
+	defer t.Stop()
+	select {
+	case <-ended:
+	case <-t.C:
 	}
 }
 
@@ -208,10 +244,7 @@ func (s *Store) serveBatch(ws []*popWaiter) {
 	finish := func(w *popWaiter, res *PopResult) { w.finish(res, nil) }
 	req := ws[0].req
 	req.Partitions, req.perPartition, req.Batch = len(ws), req.Batch, req.Batch*len(ws)
-	// The combined transaction serves several clients: it is not cut
-	// short by one of them leaving (each waiter's own context bounds
-	// only its wait).
-	ctx, cancel := context.WithTimeout(context.Background(), popCombineTimeout)
+	ctx, cancel := combinedContext(popDeadlines(ws))
 	defer cancel()
 	res, err := s.popAlone(ctx, req)
 	if err != nil {
@@ -237,8 +270,35 @@ func (s *Store) serveBatch(ws []*popWaiter) {
 	}
 }
 
-// popCombineTimeout bounds a combined pop's transaction.
+// popCombineTimeout bounds a combined pop's or ack's transaction.
 const popCombineTimeout = 30 * time.Second
+
+// combinedContext is the context of a combined transaction serving calls
+// whose contexts end at deadlines (zero: no deadline): it ends at the
+// earliest of them, popCombineTimeout from now at the latest, and is not
+// cancelled by a caller leaving. A call taken into the transaction waits
+// for its outcome, so the transaction must not run past any of their
+// deadlines (an HTTP pop's or ack's database timeout, a long-poll's
+// timeout): should PostgreSQL not answer, every call is then answered by
+// its own deadline, as a call alone is. A transaction cut short this way
+// failed, and each call runs by itself under its own context.
+func combinedContext(deadlines []time.Time) (context.Context, context.CancelFunc) {
+	end := time.Now().Add(popCombineTimeout)
+	for _, d := range deadlines {
+		if !d.IsZero() && d.Before(end) {
+			end = d
+		}
+	}
+	return context.WithDeadline(context.Background(), end)
+}
+
+func popDeadlines(ws []*popWaiter) []time.Time {
+	out := make([]time.Time, len(ws))
+	for i, w := range ws {
+		out[i] = w.deadline
+	}
+	return out
+}
 
 // serveLeased serves leased pops ws (len >= 2) in one transaction and one
 // round trip: BEGIN, each pop's claimOneSQL with a lease of its own, and
@@ -249,7 +309,7 @@ const popCombineTimeout = 30 * time.Second
 // second claim sees the first one's lease. Should the transaction fail,
 // its leases are given back and every pop runs by itself.
 func (s *Store) serveLeased(ws []*popWaiter) {
-	ctx, cancel := context.WithTimeout(context.Background(), popCombineTimeout)
+	ctx, cancel := combinedContext(popDeadlines(ws))
 	defer cancel()
 	leases := make([]uuid.UUID, len(ws))
 	for i := range ws {
@@ -265,19 +325,23 @@ func (s *Store) serveLeased(ws []*popWaiter) {
 	claims, conn, err := s.claimLeased(ctx, ws, leases)
 	if err != nil {
 		s.log.Debug("pop: combined leased pop failed; its pops run one by one", "err", err)
-		sent := conn != nil
-		if sent {
-			conn.Release()
-		}
-		for i, w := range ws {
-			if sent {
-				// The commit may have happened: no lease of these pops
-				// is to stay.
-				if _, rerr := s.ReleaseLease(ctx, leases[i]); rerr != nil {
-					s.log.Warn("pop: could not give back the lease of a failed pop; it lapses by itself", "err", rerr)
-				}
-			}
+		for _, w := range ws {
 			w.finish(nil, nil)
+		}
+		if conn == nil {
+			return
+		}
+		conn.Release()
+		// The commit may have happened: no lease of these pops is to
+		// stay. Given back after the pops were let go (they need not
+		// wait for it), under a context of its own (ctx may be what
+		// ended the transaction).
+		rctx, rcancel := context.WithTimeout(context.Background(), popCombineTimeout)
+		defer rcancel()
+		for _, id := range leases {
+			if _, rerr := s.ReleaseLease(rctx, id); rerr != nil {
+				s.log.Warn("pop: could not give back the lease of a failed pop; it lapses by itself", "err", rerr)
+			}
 		}
 		return
 	}

@@ -1,0 +1,265 @@
+package pg_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/queenmq/queen-go/pg"
+)
+
+// lockCursors holds an ACCESS EXCLUSIVE lock on queen.consumer_cursors
+// (every pop and ack then waits) until the returned func is called.
+func lockCursors(t *testing.T, ctx context.Context, st *pg.Store) func() {
+	t.Helper()
+	conn, err := st.Pool().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "BEGIN; LOCK TABLE queen.consumer_cursors IN ACCESS EXCLUSIVE MODE"); err != nil {
+		conn.Release()
+		t.Fatal(err)
+	}
+	var once sync.Once
+	release := func() {
+		once.Do(func() {
+			if _, err := conn.Exec(context.Background(), "ROLLBACK"); err != nil {
+				t.Error(err)
+			}
+			conn.Release()
+		})
+	}
+	t.Cleanup(release)
+	return release
+}
+
+// runBehindLeader runs lead with a context of leadFor and, once it is in
+// flight, each of the n calls with a context of callFor (they queue
+// behind lead, and a combined transaction takes them when lead ends), all
+// while PostgreSQL blocks them (lockCursors) for blockFor. It returns
+// how long each of the n calls took.
+func runBehindLeader(t *testing.T, ctx context.Context, st *pg.Store, n int, leadFor, callFor, blockFor time.Duration,
+	lead func(ctx context.Context), call func(ctx context.Context, i int)) []time.Duration {
+	t.Helper()
+	release := lockCursors(t, ctx, st)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		c, cancel := context.WithTimeout(ctx, leadFor)
+		defer cancel()
+		lead(c)
+	})
+	time.Sleep(50 * time.Millisecond) // lead is in flight
+	took := make([]time.Duration, n)
+	for i := range n {
+		wg.Go(func() {
+			start := time.Now()
+			c, cancel := context.WithTimeout(ctx, callFor)
+			defer cancel()
+			call(c, i)
+			took[i] = time.Since(start)
+		})
+	}
+	time.Sleep(blockFor)
+	release()
+	wg.Wait()
+	return took
+}
+
+// TestCombinedPopsKeepTheirDeadlines: pops a combined transaction takes
+// answer by their own context's deadline (the HTTP pop's database
+// timeout, or a long-poll's timeout), not the combined transaction's
+// own bound, when PostgreSQL does not answer (here: a table lock held).
+func TestCombinedPopsKeepTheirDeadlines(t *testing.T) {
+	t.Parallel()
+	for _, autoAck := range []bool{true, false} {
+		t.Run(map[bool]string{true: "autoAck", false: "leased"}[autoAck], func(t *testing.T) {
+			t.Parallel()
+			st, ctx := setupStatus(t)
+			for p := range 6 {
+				store(t, ctx, st, "q", string(rune('a'+p)), 5)
+			}
+			req := pg.PopRequest{Queue: "q", Group: pg.QueueModeGroup, Batch: 5, AutoAck: autoAck}
+			var mu sync.Mutex
+			got := 0 // messages the pops answered with
+			pop := func(c context.Context) {
+				if res, err := st.Pop(c, req); err == nil {
+					mu.Lock()
+					got += len(res.Messages)
+					mu.Unlock()
+				}
+			}
+			took := runBehindLeader(t, ctx, st, 4, 300*time.Millisecond, time.Second, 4*time.Second,
+				pop, func(c context.Context, i int) { pop(c) })
+			for i, d := range took {
+				if d > 2500*time.Millisecond {
+					t.Errorf("pop %d with a deadline of 1s answered after %v", i, d)
+				}
+			}
+			// Once PostgreSQL answers again, every message not answered
+			// is there to pop (none lost, none leased by a pop that
+			// failed).
+			n := got
+			for range 12 {
+				res, err := st.Pop(ctx, pg.PopRequest{Queue: "q", Group: pg.QueueModeGroup, Batch: 5, AutoAck: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				n += len(res.Messages)
+			}
+			if n != 30 {
+				t.Errorf("%d messages answered and left after the timed-out pops, want 30", n)
+			}
+		})
+	}
+}
+
+// TestCombinedAcksKeepTheirDeadlines: as TestCombinedPopsKeepTheirDeadlines
+// for whole-lease acks.
+func TestCombinedAcksKeepTheirDeadlines(t *testing.T) {
+	t.Parallel()
+	st, ctx := setupStatus(t)
+	var leases []*pg.PopResult
+	for p := range 5 {
+		store(t, ctx, st, "q", string(rune('a'+p)), 5)
+	}
+	for range 5 {
+		res, err := st.Pop(ctx, pg.PopRequest{Queue: "q", Group: "g", Batch: 5})
+		if err != nil || len(res.Messages) != 5 {
+			t.Fatalf("pop: %v", err)
+		}
+		leases = append(leases, res)
+	}
+	took := runBehindLeader(t, ctx, st, 4, 300*time.Millisecond, time.Second, 4*time.Second,
+		func(c context.Context) { _, _ = st.Ack(c, acksOf(leases[4], "")) },
+		func(c context.Context, i int) { _, _ = st.Ack(c, acksOf(leases[i], "")) })
+	for i, d := range took {
+		if d > 2500*time.Millisecond {
+			t.Errorf("ack %d with a deadline of 1s answered after %v", i, d)
+		}
+	}
+}
+
+// TestCombinedAcksNotHeldUpByOneLock: a whole-lease ack that waits for a
+// cursor row another transaction holds does not hold up the whole-lease
+// acks of the queue's other partitions queued behind it (the lock
+// timeout of combined acks applies to the ack in flight too); every ack
+// still succeeds.
+func TestCombinedAcksNotHeldUpByOneLock(t *testing.T) {
+	t.Parallel()
+	st, ctx := setupStatus(t)
+	var leases []*pg.PopResult
+	for p := range 5 {
+		store(t, ctx, st, "q", string(rune('a'+p)), 5)
+	}
+	for range 5 {
+		res, err := st.Pop(ctx, pg.PopRequest{Queue: "q", Group: "g", Batch: 5})
+		if err != nil || len(res.Messages) != 5 {
+			t.Fatalf("pop: %v", err)
+		}
+		leases = append(leases, res)
+	}
+	conn, err := st.Pool().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `SELECT 1 FROM queen.consumer_cursors WHERE partition_id = $1 AND consumer_group = 'g' FOR UPDATE`,
+		leases[4].Messages[0].PartitionID); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	check := func(i int) {
+		res, err := st.Ack(ctx, acksOf(leases[i], ""))
+		if err != nil {
+			t.Errorf("ack %d: %v", i, err)
+			return
+		}
+		for _, r := range res {
+			if !r.Success {
+				t.Errorf("ack %d: %+v", i, r)
+			}
+		}
+	}
+	wg.Go(func() { check(4) }) // waits for the row lock
+	time.Sleep(100 * time.Millisecond)
+	took := make([]time.Duration, 4)
+	for i := range 4 {
+		wg.Go(func() {
+			start := time.Now()
+			check(i)
+			took[i] = time.Since(start)
+		})
+	}
+	time.Sleep(3 * time.Second)
+	if _, err := conn.Exec(ctx, "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	for i, d := range took {
+		if d > 1500*time.Millisecond {
+			t.Errorf("ack %d of an unlocked partition answered after %v", i, d)
+		}
+	}
+}
+
+// TestCombinedPopsNotHeldUpByOneLock: a wildcard pop that waits for a
+// busy partition's cursor (every candidate locked) does not hold up the
+// pops of its key queued behind it while another partition has messages.
+func TestCombinedPopsNotHeldUpByOneLock(t *testing.T) {
+	t.Parallel()
+	st, ctx := setupStatus(t)
+	store(t, ctx, st, "q", "a", 5)
+	store(t, ctx, st, "q", "b", 5)
+	// Give both partitions a cursor of the group (a clean claim).
+	for range 2 {
+		res, err := st.Pop(ctx, pg.PopRequest{Queue: "q", Group: pg.QueueModeGroup, Batch: 5, AutoAck: true})
+		if err != nil || len(res.Messages) != 5 {
+			t.Fatalf("pop: %v", err)
+		}
+	}
+	store(t, ctx, st, "q", "a", 5)
+	var aID any
+	if err := st.Pool().QueryRow(ctx, `SELECT id FROM queen.partitions WHERE name = 'a'`).Scan(&aID); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := st.Pool().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `SELECT 1 FROM queen.consumer_cursors WHERE partition_id = $1 FOR UPDATE`, aID); err != nil {
+		t.Fatal(err)
+	}
+	req := pg.PopRequest{Queue: "q", Group: pg.QueueModeGroup, Batch: 5}
+	var wg sync.WaitGroup
+	wg.Go(func() { // waits for partition a
+		if res, err := st.Pop(ctx, req); err != nil || len(res.Messages) != 5 {
+			t.Errorf("pop of a: %v", err)
+		}
+	})
+	time.Sleep(200 * time.Millisecond)
+	store(t, ctx, st, "q", "b", 5)
+	wg.Go(func() {
+		start := time.Now()
+		res, err := st.Pop(ctx, req)
+		took := time.Since(start)
+		if err != nil || len(res.Messages) != 5 || res.Messages[0].Partition != "b" {
+			t.Errorf("pop of b: %v %+v", err, res)
+		}
+		if took > 1500*time.Millisecond {
+			t.Errorf("pop of b, waiting for none, answered after %v", took)
+		}
+	})
+	time.Sleep(3 * time.Second)
+	if _, err := conn.Exec(ctx, "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+}

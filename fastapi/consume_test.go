@@ -2,6 +2,7 @@ package fastapi
 
 import (
 	"bytes"
+	"math"
 	"strconv"
 	"testing"
 	"time"
@@ -249,4 +250,48 @@ func BenchmarkAckAnswer(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestPopAnswerLen: writePop sizes its buffer exactly (what keeps it in
+// fasthttp's body pool), for leased and autoAck answers, with and
+// without trace ids and producer subjects, strings that need escaping,
+// several partitions and multi-digit offsets.
+func TestPopAnswerLen(t *testing.T) {
+	req, res := popAnswer(5, 40)
+	trace := uuid.New()
+	odd := `sub "<é>" \ &`
+	res.Messages[1].TraceID = &trace
+	res.Messages[2].ProducerSub = nil
+	res.Messages[3].ProducerSub = &odd
+	res.Messages[3].TransactionID = "tx\n\"<>"
+	res.Messages[4].Partition, res.Messages[4].PartitionID, res.Messages[4].Offset = `p"1`, uuid.New(), 7
+	res.Claimed = append(res.Claimed, pg.ClaimedPartition{ID: res.Messages[4].PartitionID, Name: `p"1`})
+	for _, autoAck := range []bool{false, true} {
+		for _, group := range []string{"workers", `g<&>"`, "__QUEUE_MODE__"} {
+			r := *res
+			if autoAck {
+				r.LeaseID = uuid.Nil
+			}
+			var ctx fasthttp.RequestCtx
+			q := req
+			q.Group = group
+			writePop(&ctx, q, &r)
+			body := ctx.Response.Body()
+			if !json.Valid(body) {
+				t.Fatalf("not JSON: %s", body)
+			}
+			lease := []byte(`""`)
+			if !autoAck {
+				lease = appendUUID(nil, r.LeaseID, true)
+			}
+			if got := popAnswerLen(&r, lease, appendJSONString(nil, group)); got != len(body) {
+				t.Errorf("autoAck %v group %q: popAnswerLen %d, answer %d bytes", autoAck, group, got, len(body))
+			}
+		}
+	}
+	for _, v := range []int64{0, 9, 10, 99, 100, 12345, -1, -10, math.MaxInt64, math.MinInt64} {
+		if got, want := intLen(v), len(strconv.FormatInt(v, 10)); got != want {
+			t.Errorf("intLen(%d) = %d, want %d", v, got, want)
+		}
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -187,13 +188,15 @@ type claimedSegment struct {
 	body       []byte
 }
 
-// messages decodes the claimed offsets from..to (those outside what was
-// read are absent, as fetch leaves out offsets whose segment is gone).
-func (c *claimedCursor) messages(from, to int64) ([]StoredMessage, error) {
+// messages appends to out[:0] the claimed offsets from..to (those
+// outside what was read are absent, as fetch leaves out offsets whose
+// segment is gone), growing it at most once.
+func (c *claimedCursor) messages(out []StoredMessage, from, to int64) ([]StoredMessage, error) {
+	out = out[:0]
 	if to < from {
-		return nil, nil
+		return out, nil
 	}
-	out := make([]StoredMessage, 0, to-from+1) // one allocation for all segments
+	out = slices.Grow(out, int(to-from+1))
 	for _, sg := range c.segs {
 		if sg.last < from || sg.base > to {
 			continue
@@ -204,6 +207,26 @@ func (c *claimedCursor) messages(from, to int64) ([]StoredMessage, error) {
 		}
 	}
 	return out, nil
+}
+
+// storedScratch holds the []StoredMessage a claimed pop decodes into
+// before popPartition hands its messages out as []PoppedMessage (copies):
+// reused from pop to pop instead of allocated, and scanned by the GC,
+// once per pop. Scratch of more than maxStoredScratch messages is not
+// kept.
+var storedScratch = sync.Pool{New: func() any { return new([]StoredMessage) }}
+
+const maxStoredScratch = 4096
+
+// releaseStored clears the messages of scratch sp (so that it holds no
+// segment body) and returns it to storedScratch.
+func releaseStored(sp *[]StoredMessage) {
+	clear(*sp)
+	if cap(*sp) > maxStoredScratch {
+		return
+	}
+	*sp = (*sp)[:0]
+	storedScratch.Put(sp)
 }
 
 // claimResult is what claim read: q nil when the queue does not exist;

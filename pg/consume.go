@@ -575,7 +575,14 @@ func (s *Store) popPartition(ctx context.Context, tx dbtx, q *queueRow, partID u
 	if cursor < c.nextOffset && !windowActive(q, c.lastMsgAt) {
 		to := min(cursor+int64(budget)-1, c.nextOffset-1)
 		if pre != nil && !pre.deleted {
-			msgs, err = pre.messages(cursor, to)
+			sp := storedScratch.Get().(*[]StoredMessage)
+			msgs, err = pre.messages(*sp, cursor, to)
+			if err == nil {
+				*sp = msgs // what releaseStored clears
+			}
+			// msgs is copied into the answer (out, below) before this
+			// returns.
+			defer releaseStored(sp)
 		} else {
 			msgs, err = fetch(ctx, tx, partID, cursor, to)
 		}

@@ -2,6 +2,7 @@ package fastapi
 
 import (
 	"bytes"
+	"math"
 	"strconv"
 	"testing"
 	"time"
@@ -249,4 +250,63 @@ func BenchmarkAckAnswer(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestPopAnswerLen: writePop sizes its buffer exactly (what keeps it in
+// fasthttp's body pool) for strings that need no escaping, for leased and
+// autoAck answers, with and without trace ids and producer subjects,
+// several partitions and multi-digit offsets; with strings that need
+// escaping it counts short, and the answer is still whole.
+func TestPopAnswerLen(t *testing.T) {
+	build := func(escaped bool) (pg.PopRequest, *pg.PopResult) {
+		req, res := popAnswer(5, 40)
+		trace := uuid.New()
+		sub, tx, part := "sub-2", "tx-3", "p1"
+		if escaped {
+			sub, tx, part = `sub "<é>" \ &`, "tx\n\"<>", `p"1`
+		}
+		res.Messages[1].TraceID = &trace
+		res.Messages[2].ProducerSub = nil
+		res.Messages[3].ProducerSub = &sub
+		res.Messages[3].TransactionID = tx
+		res.Messages[4].Partition, res.Messages[4].PartitionID, res.Messages[4].Offset = part, uuid.New(), 7
+		res.Claimed = append(res.Claimed, pg.ClaimedPartition{ID: res.Messages[4].PartitionID, Name: part})
+		return req, res
+	}
+	for _, escaped := range []bool{false, true} {
+		req, res := build(escaped)
+		groups := []string{"workers", "__QUEUE_MODE__"}
+		if escaped {
+			groups = append(groups, `g<&>"`)
+		}
+		for _, autoAck := range []bool{false, true} {
+			for _, group := range groups {
+				r := *res
+				if autoAck {
+					r.LeaseID = uuid.Nil
+				}
+				var ctx fasthttp.RequestCtx
+				q := req
+				q.Group = group
+				writePop(&ctx, q, &r)
+				body := ctx.Response.Body()
+				if !json.Valid(body) {
+					t.Fatalf("not JSON: %s", body)
+				}
+				lease := []byte(`""`)
+				if !autoAck {
+					lease = appendUUID(nil, r.LeaseID, true)
+				}
+				got := popAnswerLen(&r, lease, appendJSONString(nil, group))
+				if (!escaped && got != len(body)) || (escaped && got >= len(body)) {
+					t.Errorf("escaped %v autoAck %v group %q: popAnswerLen %d, answer %d bytes", escaped, autoAck, group, got, len(body))
+				}
+			}
+		}
+	}
+	for _, v := range []int64{0, 9, 10, 99, 100, 12345, -1, -10, math.MaxInt64, math.MinInt64} {
+		if got, want := intLen(v), len(strconv.FormatInt(v, 10)); got != want {
+			t.Errorf("intLen(%d) = %d, want %d", v, got, want)
+		}
+	}
 }

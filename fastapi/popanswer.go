@@ -2,6 +2,7 @@ package fastapi
 
 import (
 	"encoding/hex"
+	"math"
 	"slices"
 	"strconv"
 	"time"
@@ -42,18 +43,11 @@ func writePop(ctx *fasthttp.RequestCtx, req pg.PopRequest, res *pg.PopResult) {
 	}
 	group := appendJSONString(nil, req.Group)
 
-	// Size the buffer once (a string that needs escaping may grow it once
-	// more): the fixed part of every message is at most popMessageOverhead
-	// bytes beyond its variable fields.
-	n := 256 + len(res.Messages[0].Queue) + len(res.Claimed[0].Name) + len(group)
-	for i := range res.Messages {
-		m := &res.Messages[i]
-		n += popMessageOverhead + len(m.Payload) + len(group) + len(lease) +
-			len(m.TransactionID) + len(m.Partition) + len(m.Queue)
-		if m.ProducerSub != nil {
-			n += len(*m.ProducerSub)
-		}
-	}
+	// Size the buffer exactly (popAnswerLen): fasthttp's body pool keeps
+	// a buffer only while its capacity is within the size class of what
+	// it held, so an over-estimate would cost every pop answer a fresh
+	// allocation of its size.
+	n := popAnswerLen(res, lease, group)
 	b := ctx.Response.SwapBody(nil)[:0]
 	b = slices.Grow(b, n)
 
@@ -86,10 +80,69 @@ func writePop(ctx *fasthttp.RequestCtx, req pg.PopRequest, res *pg.PopResult) {
 	ctx.Response.SwapBody(b)
 }
 
-// popMessageOverhead bounds the bytes of one message's answer beyond its
-// payload, its strings (unescaped), its lease and its group: field names,
-// quotes, three UUIDs, the time and the offset.
-const popMessageOverhead = 400
+// popAnswerLen is the length of the pop answer writePop writes for res
+// with lease and group (both already encoded), counting each string as
+// it is when it needs no escaping (what names, transactionIds and
+// producer subjects almost always are: the strings are not scanned twice)
+// and createdAt years as 0000..9999: exact then, short otherwise (the
+// buffer then grows once more).
+func popAnswerLen(res *pg.PopResult, lease, group []byte) int {
+	const uuidLen, timeLen = 38, len("2006-01-02T15:04:05.000000Z")
+	n := len(`{"success":true,"queue":`) + jsonStringLen(res.Messages[0].Queue) +
+		len(`,"partition":`) + jsonStringLen(res.Claimed[0].Name) +
+		len(`,"partitionId":`) + uuidLen + len(`,"leaseId":`) + len(lease) +
+		len(`,"consumerGroup":`) + len(group) +
+		len(`,"partitionsClaimed":`) + intLen(int64(len(res.Claimed))) + len(`,"messages":[`) +
+		len(res.Messages) - 1 + len("]}")
+	// Per message, what does not depend on it:
+	fixed := len(`{"id":`) + uuidLen + len(`,"transactionId":`) + len(`,"traceId":`) + len(`,"data":`) +
+		len(`,"producerSub":`) + len(`,"createdAt":"`) + timeLen + len(`"`) +
+		len(`,"leaseId":`) + len(lease) + len(`,"consumerGroup":`) + len(group) + len("}")
+	var wherePart, whereQueue string
+	whereLen := -1
+	for i := range res.Messages {
+		m := &res.Messages[i]
+		n += fixed + jsonStringLen(m.TransactionID) + len(m.Payload) + intLen(m.Offset)
+		if m.TraceID != nil {
+			n += uuidLen
+		} else {
+			n += len("null")
+		}
+		if m.ProducerSub != nil {
+			n += jsonStringLen(*m.ProducerSub)
+		} else {
+			n += len("null")
+		}
+		if whereLen < 0 || m.Partition != wherePart || m.Queue != whereQueue {
+			wherePart, whereQueue = m.Partition, m.Queue
+			whereLen = len(`,"partitionId":`) + uuidLen + len(`,"partition":`) + jsonStringLen(m.Partition) +
+				len(`,"queue":`) + jsonStringLen(m.Queue) + len(`,"offset":`)
+		}
+		n += whereLen
+	}
+	return n
+}
+
+// jsonStringLen is len(appendJSONString(nil, s)) when s needs no
+// escaping, shorter otherwise.
+func jsonStringLen(s string) int { return len(s) + 2 }
+
+// intLen is len(strconv.AppendInt(nil, v, 10)).
+func intLen(v int64) int {
+	n := 1
+	if v < 0 {
+		n++
+		if v == math.MinInt64 {
+			return 20
+		}
+		v = -v
+	}
+	for v >= 10 {
+		v /= 10
+		n++
+	}
+	return n
+}
 
 // popEncoder appends the messages of one pop answer. What repeats from
 // message to message is encoded once: the lease and group, the part

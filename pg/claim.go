@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -187,10 +188,15 @@ type claimedSegment struct {
 	body       []byte
 }
 
-// messages decodes the claimed offsets from..to (those outside what was
-// read are absent, as fetch leaves out offsets whose segment is gone).
-func (c *claimedCursor) messages(from, to int64) ([]StoredMessage, error) {
-	var out []StoredMessage
+// messages appends to out[:0] the claimed offsets from..to (those
+// outside what was read are absent, as fetch leaves out offsets whose
+// segment is gone), growing it at most once.
+func (c *claimedCursor) messages(out []StoredMessage, from, to int64) ([]StoredMessage, error) {
+	out = out[:0]
+	if to < from {
+		return out, nil
+	}
+	out = slices.Grow(out, int(to-from+1))
 	for _, sg := range c.segs {
 		if sg.last < from || sg.base > to {
 			continue
@@ -201,6 +207,26 @@ func (c *claimedCursor) messages(from, to int64) ([]StoredMessage, error) {
 		}
 	}
 	return out, nil
+}
+
+// storedScratch holds the []StoredMessage a claimed pop decodes into
+// before popPartition hands its messages out as []PoppedMessage (copies):
+// reused from pop to pop instead of allocated, and scanned by the GC,
+// once per pop. Scratch of more than maxStoredScratch messages is not
+// kept.
+var storedScratch = sync.Pool{New: func() any { return new([]StoredMessage) }}
+
+const maxStoredScratch = 4096
+
+// releaseStored clears the messages of scratch sp (so that it holds no
+// segment body) and returns it to storedScratch.
+func releaseStored(sp *[]StoredMessage) {
+	clear(*sp)
+	if cap(*sp) > maxStoredScratch {
+		return
+	}
+	*sp = (*sp)[:0]
+	storedScratch.Put(sp)
 }
 
 // claimResult is what claim read: q nil when the queue does not exist;
@@ -261,26 +287,45 @@ func queueClaim(b *pgx.Batch, req PopRequest, lease uuid.UUID) {
 	}
 }
 
-// scanClaim reads a claim statement's rows (closing them).
+// scanClaim reads a claim statement's rows (closing them). The queue
+// columns repeat on every row and a cursor's columns on each of its
+// segments' rows: the first row is scanned whole, and each later one only
+// for its partition and segment (and its cursor columns when the
+// partition changes), into values that need no allocation (pgx skips nil
+// destinations); a segment's body is the one copy made per row.
 func scanClaim(rows pgx.Rows) (*claimResult, error) {
 	defer rows.Close()
 	res := &claimResult{}
 	var cur *claimedCursor
+	var (
+		q                                        queueRow
+		qid, pid, lease                          pgtype.UUID
+		name                                     pgtype.Text
+		next, cursor, leaseEnd, take, base, last pgtype.Int8
+		retries                                  pgtype.Int8
+		live, updated, deleted                   pgtype.Bool
+		c                                        cursorRow
+		body                                     []byte
+	)
+	all := []any{&qid, &q.name, &q.leaseTime, &q.retryLimit, &q.delayed, &q.windowBuffer, &res.fast, &res.candidates,
+		&pid, &name, &next, &cursor, &lease, &c.leaseExpires, &live, &leaseEnd, &retries, &c.acked, &take,
+		&updated, &deleted, &base, &last, &body}
+	const pidCol, firstCursorCol, lastCursorCol, baseCol = 8, 9, 20, 21
+	seg := make([]any, len(all))
+	seg[pidCol] = all[pidCol]
+	copy(seg[baseCol:], all[baseCol:])
+	cursorCols := make([]any, len(all))
+	copy(cursorCols[firstCursorCol:lastCursorCol+1], all[firstCursorCol:lastCursorCol+1])
 	for rows.Next() {
-		var q queueRow
-		var qid, pid, lease pgtype.UUID
-		var name *string
-		var next, cursor, leaseEnd, take, base, last *int64
-		var retries *int
-		var live, updated, deleted *bool
-		var c cursorRow
-		var body []byte
-		if err := rows.Scan(&qid, &q.name, &q.leaseTime, &q.retryLimit, &q.delayed, &q.windowBuffer, &res.fast, &res.candidates,
-			&pid, &name, &next, &cursor, &lease, &c.leaseExpires, &live, &leaseEnd, &retries, &c.acked, &take,
-			&updated, &deleted, &base, &last, &body); err != nil {
+		first := res.q == nil
+		dest := seg
+		if first {
+			dest = all
+		}
+		if err := rows.Scan(dest...); err != nil {
 			return nil, err
 		}
-		if res.q == nil {
+		if first {
 			q.id = qid.Bytes
 			if q.leaseTime <= 0 {
 				q.leaseTime = DefaultLeaseSeconds
@@ -291,14 +336,23 @@ func scanClaim(rows pgx.Rows) (*claimResult, error) {
 			continue
 		}
 		if cur == nil || cur.id != uuid.UUID(pid.Bytes) {
-			c.offset, c.nextOffset, c.live, c.leaseEnd, c.retries = *cursor, *next, *live, *leaseEnd, *retries
+			if !first {
+				c = cursorRow{}
+				if err := rows.Scan(cursorCols...); err != nil {
+					return nil, err
+				}
+			}
+			if !cursor.Valid || !next.Valid || !live.Valid || !leaseEnd.Valid || !retries.Valid || !name.Valid || !take.Valid {
+				return nil, fmt.Errorf("claim: partition %s: NULL cursor column", uuid.UUID(pid.Bytes))
+			}
+			c.offset, c.nextOffset, c.live, c.leaseEnd, c.retries = cursor.Int64, next.Int64, live.Bool, leaseEnd.Int64, int(retries.Int64)
 			c.leaseID = optUUID(lease)
-			cur = &claimedCursor{id: pid.Bytes, name: *name, cursorRow: c, take: int(*take),
-				updated: updated != nil && *updated, deleted: deleted != nil && *deleted}
+			cur = &claimedCursor{id: pid.Bytes, name: name.String, cursorRow: c, take: int(take.Int64),
+				updated: updated.Valid && updated.Bool, deleted: deleted.Valid && deleted.Bool}
 			res.cursors = append(res.cursors, cur)
 		}
-		if base != nil {
-			cur.segs = append(cur.segs, claimedSegment{*base, *last, body})
+		if base.Valid {
+			cur.segs = append(cur.segs, claimedSegment{base.Int64, last.Int64, body})
 		}
 	}
 	rows.Close()

@@ -203,7 +203,7 @@ func (s *Store) popTx(ctx context.Context, req PopRequest, res *PopResult) error
 				}
 				if len(msgs) > 0 {
 					res.Claimed = append(res.Claimed, ClaimedPartition{cc.id, cc.name})
-					res.Messages = append(res.Messages, msgs...)
+					res.Messages = appendPopped(res.Messages, msgs)
 				}
 			}
 			// Every candidate was locked by pops in flight: wait for the
@@ -296,10 +296,20 @@ func (s *Store) deliverCommitted(ctx context.Context, tx dbtx, req PopRequest, r
 		}
 		if len(msgs) > 0 {
 			res.Claimed = append(res.Claimed, ClaimedPartition{cc.id, cc.name})
-			res.Messages = append(res.Messages, msgs...)
+			res.Messages = appendPopped(res.Messages, msgs)
 		}
 	}
 	return true, nil
+}
+
+// appendPopped is append(to, msgs...), except that msgs itself (which
+// popPartition allocates per call) is taken when to is empty: a pop of one
+// partition does not copy its messages a second time.
+func appendPopped(to, msgs []PoppedMessage) []PoppedMessage {
+	if len(to) == 0 {
+		return msgs
+	}
+	return append(to, msgs...)
 }
 
 // commitPop sends the pop's cursor writes w with COMMIT, in one round
@@ -385,7 +395,7 @@ func (s *Store) popGeneral(ctx context.Context, tx dbtx, q *queueRow, req PopReq
 		}
 		if len(msgs) > 0 {
 			res.Claimed = append(res.Claimed, ClaimedPartition{c.id, c.name})
-			res.Messages = append(res.Messages, msgs...)
+			res.Messages = appendPopped(res.Messages, msgs)
 			budget -= len(msgs)
 		}
 	}
@@ -565,7 +575,14 @@ func (s *Store) popPartition(ctx context.Context, tx dbtx, q *queueRow, partID u
 	if cursor < c.nextOffset && !windowActive(q, c.lastMsgAt) {
 		to := min(cursor+int64(budget)-1, c.nextOffset-1)
 		if pre != nil && !pre.deleted {
-			msgs, err = pre.messages(cursor, to)
+			sp := storedScratch.Get().(*[]StoredMessage)
+			msgs, err = pre.messages(*sp, cursor, to)
+			if err == nil {
+				*sp = msgs // what releaseStored clears
+			}
+			// msgs is copied into the answer (out, below) before this
+			// returns.
+			defer releaseStored(sp)
 		} else {
 			msgs, err = fetch(ctx, tx, partID, cursor, to)
 		}

@@ -44,7 +44,7 @@ type BatchPart struct {
 func BatchRowOf(parts ...BatchPart) (pids []uuid.UUID, bases, hashes []int64, newest time.Time) {
 	var r dedupRuns
 	for _, p := range parts {
-		r.add(p.PID, p.Base, p.Msgs)
+		r.add(p.PID, p.Base, p.Msgs, nil)
 	}
 	return r.pid, r.base, r.hashes, time.UnixMicro(r.newest)
 }

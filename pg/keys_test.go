@@ -1,0 +1,57 @@
+package pg
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/google/uuid"
+)
+
+// TestPredictedSidecarKeys: the one-round-trip path's sidecar row and
+// assert_new_keys argument, built from the key hashes computed once per
+// item, equal what dedupRuns.add and keyHash compute on their own, for a
+// batch mixing client transactionIds and minted ids over partitions.
+func TestPredictedSidecarKeys(t *testing.T) {
+	items, ids := benchItems(60, 4, false)
+	minted, _ := benchItems(60, 4, true)
+	for i := range items {
+		if i%3 == 0 {
+			items[i].Message = minted[i].Message
+		}
+	}
+	parts := make(map[uuid.UUID]*partState)
+	var lockIDs []uuid.UUID
+	for _, id := range ids {
+		if _, ok := parts[id]; !ok {
+			parts[id] = &partState{id: id, next: 7, base: 7}
+			lockIDs = append(lockIDs, id)
+		}
+	}
+	s := &Store{}
+	_, w, err := s.buildPredicted(items, ids, lockIDs, parts, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want dedupRuns
+	var wantNew []int64
+	for _, id := range lockIDs {
+		var msgs []Message
+		for i := range items {
+			if ids[i] == id {
+				msgs = append(msgs, items[i].Message)
+			}
+		}
+		want.add(id, 7, msgs, nil)
+	}
+	for i := range items {
+		if !isMinted(items[i].Message.ID, items[i].Message.TransactionID) {
+			wantNew = append(wantNew, keyHash(ids[i], items[i].Message.TransactionID))
+		}
+	}
+	if !slices.Equal(w.runs.hashes, want.hashes) || !slices.Equal(w.runs.base, want.base) || !slices.Equal(w.runs.pid, want.pid) {
+		t.Fatalf("sidecar row differs:\n got %v\nwant %v", w.runs.hashes, want.hashes)
+	}
+	if !slices.Equal(w.newKeys, wantNew) || len(wantNew) != 40 {
+		t.Fatalf("new keys differ: got %d, want %d", len(w.newKeys), len(wantNew))
+	}
+}

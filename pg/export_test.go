@@ -1,6 +1,7 @@
 package pg
 
 import (
+	"context"
 	"time"
 
 	"github.com/google/uuid"
@@ -63,3 +64,16 @@ func CombinedPops(s *Store) int64 { return s.combine.served.Load() }
 
 // CombinedAcks is how many ack calls combined transactions applied.
 func CombinedAcks(s *Store) int64 { return s.ackCombine.served.Load() }
+
+// KeptWriteBuffers returns the write buffers that s's idle pool
+// connections keep between projection batches (pg/wbuf.go).
+func KeptWriteBuffers(ctx context.Context, s *Store) [][]byte {
+	var out [][]byte
+	for _, c := range s.pool.AcquireAllIdle(ctx) {
+		if kept, ok := c.Conn().PgConn().CustomData()[wbufKey].(*[]byte); ok {
+			out = append(out, *kept)
+		}
+		c.Release()
+	}
+	return out
+}

@@ -55,3 +55,34 @@ func TestPredictedSidecarKeys(t *testing.T) {
 		t.Fatalf("new keys differ: got %d, want %d", len(w.newKeys), len(wantNew))
 	}
 }
+
+// TestWbufReserveEncode: wbufReserve keeps the pending bytes, gives the
+// room asked for, reuses the kept buffer and never keeps one beyond
+// wbufKeepMax.
+func TestWbufReserveEncode(t *testing.T) {
+	var kept []byte
+	pending := []byte("pending messages")
+	r := &wbufReserve{need: 4096, kept: &kept}
+	got, err := r.Encode(slices.Clone(pending))
+	if err != nil || string(got) != string(pending) || cap(got)-len(got) < 4096 {
+		t.Fatalf("first: %q len %d cap %d, %v", got, len(got), cap(got), err)
+	}
+	if cap(kept) < len(pending)+4096 || &kept[:1][0] != &got[:1][0] {
+		t.Fatalf("kept buffer cap %d is not the one handed out", cap(kept))
+	}
+	// Enough room already: dst itself.
+	if again, _ := r.Encode(got); &again[:1][0] != &got[:1][0] {
+		t.Fatal("a buffer with room was replaced")
+	}
+	// Another connection buffer, too small: copied into the kept one.
+	other := []byte("xy")
+	if again, _ := r.Encode(other); string(again) != "xy" || &again[:1][0] != &kept[:1][0] {
+		t.Fatal("the kept buffer was not reused")
+	}
+	// Too large to keep: a buffer of its own, the kept one stays.
+	big := &wbufReserve{need: wbufKeepMax + 1, kept: &kept}
+	before := cap(kept)
+	if out, _ := big.Encode(nil); cap(out) < wbufKeepMax+1 || cap(kept) != before {
+		t.Fatalf("big: cap %d, kept cap %d (was %d)", cap(out), cap(kept), before)
+	}
+}

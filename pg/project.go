@@ -378,7 +378,7 @@ func (s *Store) projectTx(ctx context.Context, conn batcher, begin bool, items [
 	if b.Len() == 0 {
 		return out, learned, nil
 	}
-	if err := conn.SendBatch(ctx, &b).Close(); err != nil {
+	if err := sendBatch(ctx, conn, &b, w.wireLen()).Close(); err != nil {
 		return nil, nil, fmt.Errorf("pg: write and commit (outcome unknown): %w", err)
 	}
 	return out, learned, nil
@@ -432,7 +432,7 @@ func (s *Store) projectPredicted(ctx context.Context, conn batcher, items []Proj
 	b.Queue("BEGIN")
 	w.queue(&b, items, out)
 	finish(&b)
-	if err := conn.SendBatch(ctx, &b).Close(); err != nil {
+	if err := sendBatch(ctx, conn, &b, w.wireLen()).Close(); err != nil {
 		if isCode(err, codeOffsetsStale) || isCode(err, codeKeysNotNew) {
 			return nil, nil, fmt.Errorf("pg: predicted batch: %w", err)
 		}

@@ -1,0 +1,112 @@
+package pg
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// The projection batch and pgx's connection write buffer.
+//
+// pgx builds a pipelined batch's messages in its connection's write buffer
+// (pgproto3.Frontend), which restarts at 1 KiB after every batch larger
+// than that: a batch whose segment bodies are hundreds of KiB long grows it
+// by appending, once to fit write_segments' bind message and again for the
+// statements after it, about twice the batch's size in garbage per batch.
+// sendBatch hands the connection, before the batch, a buffer of the
+// batch's expected size (wbufReserve, a message that appends no bytes but
+// returns the buffer pgx is to write into), kept per connection
+// (pgconn.PgConn.CustomData) and reused batch after batch, so a batch is
+// encoded into it without growing it. The buffer belongs to its
+// connection only: pgx may keep it as the connection's write buffer
+// (a batch of at most 1 KiB), and only that connection, one operation at
+// a time, writes into it.
+
+// wbufKey is the CustomData key of a connection's kept write buffer
+// (a *[]byte).
+const wbufKey = "queen.pg.wbuf"
+
+// wbufKeepMax bounds the write buffer a connection keeps between batches:
+// a projector batch of the default MaxBatchBytes (4 MiB of WAL payload)
+// with its framing fits. A larger batch gets a buffer of its size for
+// itself only.
+const wbufKeepMax = 5 << 20
+
+// wbufSlack is added to a batch's estimated size for what the estimate
+// leaves out: the statements' bind framing, the checkpoint, the pg_notify
+// queue names, COMMIT and Sync.
+const wbufSlack = 4 << 10
+
+// sendBatch is conn.SendBatch(ctx, b) with the connection's write buffer
+// holding at least size more bytes first (see above); size is the batch's
+// expected encoded length in bytes (0 or a conn that is neither a
+// *pgx.Conn nor a pgx.Tx: plain SendBatch). The statements, their order and
+// their results are SendBatch's.
+func sendBatch(ctx context.Context, conn batcher, b *pgx.Batch, size int) pgx.BatchResults {
+	var pc *pgconn.PgConn
+	switch c := conn.(type) {
+	case *pgx.Conn:
+		pc = c.PgConn()
+	case pgx.Tx:
+		pc = c.Conn().PgConn()
+	}
+	if pc != nil && size > 0 && !pc.IsClosed() {
+		kept, _ := pc.CustomData()[wbufKey].(*[]byte)
+		if kept == nil {
+			kept = new([]byte)
+			pc.CustomData()[wbufKey] = kept
+		}
+		pc.Frontend().Send(&wbufReserve{need: size + wbufSlack, kept: kept})
+	}
+	return conn.SendBatch(ctx, b)
+}
+
+// wbufReserve is a frontend message of no bytes: its Encode returns the
+// pending messages dst in a buffer with room for need more bytes, the
+// connection's kept buffer when that is large enough (kept becomes the
+// larger buffer when it is not, up to wbufKeepMax).
+type wbufReserve struct {
+	need int
+	kept *[]byte
+}
+
+// Frontend marks wbufReserve as a pgproto3.FrontendMessage.
+func (*wbufReserve) Frontend() {}
+
+// Decode implements pgproto3.Message; a wbufReserve is never received.
+func (*wbufReserve) Decode([]byte) error { return errors.New("pg: wbufReserve is not decoded") }
+
+// Encode implements pgproto3.Message: dst, its bytes unchanged, in a
+// buffer with need bytes free.
+func (r *wbufReserve) Encode(dst []byte) ([]byte, error) {
+	if cap(dst)-len(dst) >= r.need {
+		return dst, nil
+	}
+	n := len(dst) + r.need
+	buf := *r.kept
+	if cap(buf) < n {
+		buf = make([]byte, 0, n)
+		if n <= wbufKeepMax {
+			*r.kept = buf
+		}
+	}
+	// buf is not dst's array: dst would have had the room.
+	return append(buf[:0], dst...), nil
+}
+
+// wireLen estimates the encoded length in bytes of w's statements
+// (queue): the segment bodies and the array parameters, without the
+// framing that wbufSlack covers.
+func (w *batchWrites) wireLen() int {
+	n := 0
+	for _, msgs := range w.segBody {
+		n += 4 + SegmentLen(msgs)
+	}
+	// uuid[] 20 bytes an element; bigint[], integer[], boolean[] at most 12.
+	n += 20*len(w.segPID) + 12*3*len(w.segBase)
+	n += 12 * (len(w.newKeys) + len(w.runs.hashes) + len(w.runs.base))
+	n += 20 * len(w.runs.pid)
+	return n
+}

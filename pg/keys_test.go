@@ -1,10 +1,12 @@
 package pg
 
 import (
+	"bytes"
 	"slices"
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // TestPredictedSidecarKeys: the one-round-trip path's sidecar row and
@@ -84,5 +86,39 @@ func TestWbufReserveEncode(t *testing.T) {
 	before := cap(kept)
 	if out, _ := big.Encode(nil); cap(out) < wbufKeepMax+1 || cap(kept) != before {
 		t.Fatalf("big: cap %d, kept cap %d (was %d)", cap(out), cap(kept), before)
+	}
+}
+
+// TestSegmentBodiesKeptBuffer: a connection's type map encodes segment
+// bodies into the parameter buffer it keeps, batch after batch, with the
+// parameters already in pgx's buffer in front unchanged.
+func TestSegmentBodiesKeptBuffer(t *testing.T) {
+	m := pgtype.NewMap()
+	registerFastArrays(m)
+	typ, _ := m.TypeForOID(pgtype.ByteaArrayOID)
+	kept := typ.Codec.(*fastArrayCodec).kept
+	items, _ := benchItems(50, 1, false)
+	msgs := make([]Message, len(items))
+	for i := range items {
+		msgs[i] = items[i].Message
+	}
+	want := EncodeSegment(nil, msgs)
+	var first *byte
+	for round := 0; round < 3; round++ {
+		got, err := m.Encode(pgtype.ByteaArrayOID, pgtype.BinaryFormatCode, segmentBodies{msgs}, []byte("params"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got[:6]) != "params" || !bytes.Equal(got[6+arrayHeaderLen+4:], want) {
+			t.Fatalf("round %d: encoding differs", round)
+		}
+		if cap(*kept) == 0 || &got[0] != &(*kept)[:1][0] {
+			t.Fatalf("round %d: not encoded into the kept buffer", round)
+		}
+		if round == 0 {
+			first = &got[0]
+		} else if &got[0] != first {
+			t.Fatalf("round %d: the kept buffer was replaced", round)
+		}
 	}
 }

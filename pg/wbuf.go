@@ -81,19 +81,28 @@ func (*wbufReserve) Decode([]byte) error { return errors.New("pg: wbufReserve is
 // Encode implements pgproto3.Message: dst, its bytes unchanged, in a
 // buffer with need bytes free.
 func (r *wbufReserve) Encode(dst []byte) ([]byte, error) {
-	if cap(dst)-len(dst) >= r.need {
-		return dst, nil
+	return reserve(dst, r.need, r.kept), nil
+}
+
+// reserve returns dst's bytes in a buffer with need bytes free after
+// them: dst itself when it has the room, else *kept when that is large
+// enough, else a new buffer, which becomes *kept when it is at most
+// wbufKeepMax bytes. kept must belong to the one user of dst (a
+// connection) and be written only through reserve's results.
+func reserve(dst []byte, need int, kept *[]byte) []byte {
+	if cap(dst)-len(dst) >= need {
+		return dst
 	}
-	n := len(dst) + r.need
-	buf := *r.kept
+	n := len(dst) + need
+	buf := *kept
 	if cap(buf) < n {
 		buf = make([]byte, 0, n)
 		if n <= wbufKeepMax {
-			*r.kept = buf
+			*kept = buf
 		}
 	}
 	// buf is not dst's array: dst would have had the room.
-	return append(buf[:0], dst...), nil
+	return append(buf[:0], dst...)
 }
 
 // wireLen estimates the encoded length in bytes of w's statements

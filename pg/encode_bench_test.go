@@ -28,7 +28,7 @@ func BenchmarkProjectEncode(b *testing.B) {
 			s := &Store{}
 			b.ReportAllocs()
 			bytes := 0
-			var kept []byte
+			kept := newKeptBuffer()
 			for b.Loop() {
 				parts := make(map[uuid.UUID]*partState)
 				var lockIDs []uuid.UUID
@@ -46,7 +46,7 @@ func BenchmarkProjectEncode(b *testing.B) {
 				w.queue(&batch, items, out)
 				// pgx's fresh connection buffer, then the batch's
 				// reservation in the kept one (sendBatch).
-				wbuf, _ := (&wbufReserve{need: w.wireLen() + wbufSlack, kept: &kept}).Encode(make([]byte, 0, 1024))
+				wbuf, _ := (&wbufReserve{need: w.wireLen() + wbufSlack, kept: kept}).Encode(make([]byte, 0, 1024))
 				for _, q := range batch.QueuedQueries {
 					params := make([]byte, 0, 256)
 					for _, a := range q.Arguments {
@@ -58,7 +58,7 @@ func BenchmarkProjectEncode(b *testing.B) {
 						wbuf = append(wbuf, params[at:]...)
 					}
 				}
-				if &wbuf[:1][0] != &kept[:1][0] {
+				if &wbuf[:1][0] != &kept.b[:1][0] {
 					b.Fatal("the batch outgrew its reservation (batchWrites.wireLen)")
 				}
 				bytes = len(wbuf)

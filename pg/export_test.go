@@ -70,8 +70,8 @@ func CombinedAcks(s *Store) int64 { return s.ackCombine.served.Load() }
 func KeptWriteBuffers(ctx context.Context, s *Store) [][]byte {
 	var out [][]byte
 	for _, c := range s.pool.AcquireAllIdle(ctx) {
-		if kept, ok := c.Conn().PgConn().CustomData()[wbufKey].(*[]byte); ok {
-			out = append(out, *kept)
+		if kept, ok := c.Conn().PgConn().CustomData()[wbufKey].(*keptBuffer); ok {
+			out = append(out, kept.b)
 		}
 		c.Release()
 	}

@@ -43,7 +43,7 @@ import (
 // m (a connection's type map) by fastArrayCodec wrappers of pgx's own,
 // with one kept parameter buffer for the connection.
 func registerFastArrays(m *pgtype.Map) {
-	kept := new([]byte)
+	kept := newKeptBuffer()
 	for _, oid := range []uint32{pgtype.Int8ArrayOID, pgtype.UUIDArrayOID, pgtype.ByteaArrayOID} {
 		t, ok := m.TypeForOID(oid)
 		if !ok {
@@ -65,7 +65,7 @@ type fastArrayCodec struct {
 	// only by that connection's type map, one statement at a time, and
 	// only through encodeSegmentBodies, which never writes below the
 	// parameters already in pgx's buffer.
-	kept *[]byte
+	kept *keptBuffer
 }
 
 // PlanEncode implements pgtype.Codec.
@@ -182,7 +182,7 @@ type segmentBodies [][]Message
 
 // encodeSegmentBodies is the plan of segmentBodies; kept (nil: none) is
 // the connection's parameter buffer (fastArrayCodec).
-type encodeSegmentBodies struct{ kept *[]byte }
+type encodeSegmentBodies struct{ kept *keptBuffer }
 
 func (e encodeSegmentBodies) Encode(value any, buf []byte) ([]byte, error) {
 	segs := value.(segmentBodies)

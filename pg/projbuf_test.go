@@ -3,6 +3,7 @@ package pg
 import (
 	"bytes"
 	"slices"
+	"sync/atomic"
 	"testing"
 
 	"github.com/google/uuid"
@@ -62,15 +63,15 @@ func TestPredictedSidecarKeys(t *testing.T) {
 // room asked for, reuses the kept buffer and never keeps one beyond
 // wbufKeepMax.
 func TestWbufReserveEncode(t *testing.T) {
-	var kept []byte
+	kept := newKeptBuffer()
 	pending := []byte("pending messages")
-	r := &wbufReserve{need: 4096, kept: &kept}
+	r := &wbufReserve{need: 4096, kept: kept}
 	got, err := r.Encode(slices.Clone(pending))
 	if err != nil || string(got) != string(pending) || cap(got)-len(got) < 4096 {
 		t.Fatalf("first: %q len %d cap %d, %v", got, len(got), cap(got), err)
 	}
-	if cap(kept) < len(pending)+4096 || &kept[:1][0] != &got[:1][0] {
-		t.Fatalf("kept buffer cap %d is not the one handed out", cap(kept))
+	if cap(kept.b) < len(pending)+4096 || &kept.b[:1][0] != &got[:1][0] {
+		t.Fatalf("kept buffer cap %d is not the one handed out", cap(kept.b))
 	}
 	// Enough room already: dst itself.
 	if again, _ := r.Encode(got); &again[:1][0] != &got[:1][0] {
@@ -78,14 +79,14 @@ func TestWbufReserveEncode(t *testing.T) {
 	}
 	// Another connection buffer, too small: copied into the kept one.
 	other := []byte("xy")
-	if again, _ := r.Encode(other); string(again) != "xy" || &again[:1][0] != &kept[:1][0] {
+	if again, _ := r.Encode(other); string(again) != "xy" || &again[:1][0] != &kept.b[:1][0] {
 		t.Fatal("the kept buffer was not reused")
 	}
 	// Too large to keep: a buffer of its own, the kept one stays.
-	big := &wbufReserve{need: wbufKeepMax + 1, kept: &kept}
-	before := cap(kept)
-	if out, _ := big.Encode(nil); cap(out) < wbufKeepMax+1 || cap(kept) != before {
-		t.Fatalf("big: cap %d, kept cap %d (was %d)", cap(out), cap(kept), before)
+	big := &wbufReserve{need: wbufKeepMax + 1, kept: kept}
+	before := cap(kept.b)
+	if out, _ := big.Encode(nil); cap(out) < wbufKeepMax+1 || cap(kept.b) != before {
+		t.Fatalf("big: cap %d, kept cap %d (was %d)", cap(out), cap(kept.b), before)
 	}
 }
 
@@ -112,7 +113,7 @@ func TestSegmentBodiesKeptBuffer(t *testing.T) {
 		if string(got[:6]) != "params" || !bytes.Equal(got[6+arrayHeaderLen+4:], want) {
 			t.Fatalf("round %d: encoding differs", round)
 		}
-		if cap(*kept) == 0 || &got[0] != &(*kept)[:1][0] {
+		if cap(kept.b) == 0 || &got[0] != &kept.b[:1][0] {
 			t.Fatalf("round %d: not encoded into the kept buffer", round)
 		}
 		if round == 0 {
@@ -120,5 +121,32 @@ func TestSegmentBodiesKeptBuffer(t *testing.T) {
 		} else if &got[0] != first {
 			t.Fatalf("round %d: the kept buffer was replaced", round)
 		}
+	}
+}
+
+// TestKeptBufferBudget: a buffer is kept only within keptBudget, and a
+// kept buffer's growth is what is counted (a counter of the test's own, so
+// that other kept buffers collected meanwhile do not move it).
+func TestKeptBufferBudget(t *testing.T) {
+	var total atomic.Int64
+	k := &keptBuffer{held: new(atomic.Int64), total: &total}
+	if !k.keep(make([]byte, 0, 1000)) || total.Load() != 1000 {
+		t.Fatalf("first keep: total %d, want 1000", total.Load())
+	}
+	if !k.keep(make([]byte, 0, 3000)) || total.Load() != 3000 || k.held.Load() != 3000 {
+		t.Fatalf("growth: total %d held %d, want 3000 and 3000", total.Load(), k.held.Load())
+	}
+	total.Store(keptBudget - 100)
+	if k.keep(make([]byte, 0, 4000)) || cap(k.b) != 3000 || total.Load() != keptBudget-100 {
+		t.Fatalf("past the budget: kept cap %d, total %d", cap(k.b), total.Load())
+	}
+	total.Store(3000)
+	if k.keep(make([]byte, 0, wbufKeepMax+1)) {
+		t.Fatal("a buffer over wbufKeepMax was kept")
+	}
+	// reserve still hands out the room asked for past the budget.
+	total.Store(keptBudget)
+	if out := reserve([]byte("ab"), 4000, k); string(out) != "ab" || cap(out)-len(out) < 4000 || cap(k.b) != 3000 {
+		t.Fatalf("reserve past the budget: %q cap %d, kept cap %d", out, cap(out), cap(k.b))
 	}
 }

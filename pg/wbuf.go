@@ -3,6 +3,8 @@ package pg
 import (
 	"context"
 	"errors"
+	"runtime"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -25,7 +27,7 @@ import (
 // a time, writes into it.
 
 // wbufKey is the CustomData key of a connection's kept write buffer
-// (a *[]byte).
+// (a *keptBuffer).
 const wbufKey = "queen.pg.wbuf"
 
 // wbufKeepMax bounds the write buffer a connection keeps between batches:
@@ -33,6 +35,55 @@ const wbufKey = "queen.pg.wbuf"
 // with its framing fits. A larger batch gets a buffer of its size for
 // itself only.
 const wbufKeepMax = 5 << 20
+
+// keptBudget bounds the bytes all kept buffers of the process hold
+// together (the write buffers here and the segment-body parameter buffers
+// of pg/pgarray.go, two per pool connection that has carried a
+// projection batch): the projector takes whichever pool connection is
+// free, so without a bound every connection of the pool (DB_POOL_SIZE)
+// could come to keep two buffers of up to wbufKeepMax. Past the budget a
+// batch gets a buffer for itself only, as a batch over wbufKeepMax does;
+// that costs speed, never correctness. 16 MiB holds the buffers of a few
+// connections at the largest batches, and of every connection at 100-item
+// pushes (a few hundred KiB each).
+const keptBudget = 16 << 20
+
+// keptTotal is the bytes kept buffers hold now (the sum of their
+// capacities), at most keptBudget.
+var keptTotal atomic.Int64
+
+// keptBuffer is a buffer one connection keeps from batch to batch. Its
+// capacity is counted in keptTotal until the keptBuffer is collected (its
+// connection closed and gone), when a cleanup gives it back.
+type keptBuffer struct {
+	b     []byte
+	held  *atomic.Int64 // cap(b), as counted in total
+	total *atomic.Int64 // &keptTotal (a test's own counter in tests)
+}
+
+// newKeptBuffer returns an empty keptBuffer whose bytes return to the
+// budget when it is collected.
+func newKeptBuffer() *keptBuffer {
+	k := &keptBuffer{held: new(atomic.Int64), total: &keptTotal}
+	runtime.AddCleanup(k, func(held *atomic.Int64) { keptTotal.Add(-held.Load()) }, k.held)
+	return k
+}
+
+// keep makes buf k's buffer when it is at most wbufKeepMax bytes and the
+// budget has room for the growth; it reports whether it did.
+func (k *keptBuffer) keep(buf []byte) bool {
+	if cap(buf) > wbufKeepMax {
+		return false
+	}
+	grow := int64(cap(buf) - cap(k.b))
+	if k.total.Add(grow) > keptBudget {
+		k.total.Add(-grow)
+		return false
+	}
+	k.held.Add(grow)
+	k.b = buf
+	return true
+}
 
 // wbufSlack is added to a batch's estimated size for what the estimate
 // leaves out: the statements' bind framing, the checkpoint, the pg_notify
@@ -53,9 +104,9 @@ func sendBatch(ctx context.Context, conn batcher, b *pgx.Batch, size int) pgx.Ba
 		pc = c.Conn().PgConn()
 	}
 	if pc != nil && size > 0 && !pc.IsClosed() {
-		kept, _ := pc.CustomData()[wbufKey].(*[]byte)
+		kept, _ := pc.CustomData()[wbufKey].(*keptBuffer)
 		if kept == nil {
-			kept = new([]byte)
+			kept = newKeptBuffer()
 			pc.CustomData()[wbufKey] = kept
 		}
 		pc.Frontend().Send(&wbufReserve{need: size + wbufSlack, kept: kept})
@@ -69,7 +120,7 @@ func sendBatch(ctx context.Context, conn batcher, b *pgx.Batch, size int) pgx.Ba
 // larger buffer when it is not, up to wbufKeepMax).
 type wbufReserve struct {
 	need int
-	kept *[]byte
+	kept *keptBuffer
 }
 
 // Frontend marks wbufReserve as a pgproto3.FrontendMessage.
@@ -85,21 +136,20 @@ func (r *wbufReserve) Encode(dst []byte) ([]byte, error) {
 }
 
 // reserve returns dst's bytes in a buffer with need bytes free after
-// them: dst itself when it has the room, else *kept when that is large
-// enough, else a new buffer, which becomes *kept when it is at most
-// wbufKeepMax bytes. kept must belong to the one user of dst (a
-// connection) and be written only through reserve's results.
-func reserve(dst []byte, need int, kept *[]byte) []byte {
+// them: dst itself when it has the room, else kept's when that is large
+// enough, else a new buffer, which becomes kept's when keptBuffer.keep
+// allows (at most wbufKeepMax bytes, within keptBudget). kept must belong
+// to the one user of dst (a connection) and be written only through
+// reserve's results.
+func reserve(dst []byte, need int, kept *keptBuffer) []byte {
 	if cap(dst)-len(dst) >= need {
 		return dst
 	}
 	n := len(dst) + need
-	buf := *kept
+	buf := kept.b
 	if cap(buf) < n {
 		buf = make([]byte, 0, n)
-		if n <= wbufKeepMax {
-			*kept = buf
-		}
+		kept.keep(buf)
 	}
 	// buf is not dst's array: dst would have had the room.
 	return append(buf[:0], dst...)

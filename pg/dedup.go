@@ -175,8 +175,10 @@ type dedupRuns struct {
 }
 
 // add appends partition pid's messages msgs, stored at offsets base.. (one
-// segment).
-func (r *dedupRuns) add(pid uuid.UUID, base int64, msgs []Message) {
+// segment). keys, when not nil, holds keyHash(pid, msgs[i].TransactionID)
+// of every message with a client transactionId (computed once by the
+// caller); nil: add computes them.
+func (r *dedupRuns) add(pid uuid.UUID, base int64, msgs []Message, keys []int64) {
 	if len(msgs) == 0 {
 		return
 	}
@@ -190,7 +192,11 @@ func (r *dedupRuns) add(pid uuid.UUID, base int64, msgs []Message) {
 			at = m.CreatedAtMicros
 		}
 		if !isMinted(m.ID, m.TransactionID) {
-			r.hashes = append(r.hashes, keyHash(pid, m.TransactionID))
+			if keys != nil {
+				r.hashes = append(r.hashes, keys[i])
+			} else {
+				r.hashes = append(r.hashes, keyHash(pid, m.TransactionID))
+			}
 			continue
 		}
 		if tick := mintedTick(m.ID); !slices.Contains(r.ticks, tick) {

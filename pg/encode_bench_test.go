@@ -16,8 +16,9 @@ import (
 // (buildPredicted), then every queued statement's arguments encoded as pgx
 // encodes them for the extended protocol (binary arrays, each statement's
 // parameters into a buffer that starts at 256 bytes) and copied into the
-// bind messages of one connection write buffer (starting at 1 KiB), with
-// the type map of a pool connection (registerFastArrays).
+// bind messages of one connection write buffer (pgx's fresh 1 KiB, then
+// the batch's reservation in the buffer the connection keeps: sendBatch),
+// with the type map of a pool connection (registerFastArrays).
 func BenchmarkProjectEncode(b *testing.B) {
 	for _, minted := range []bool{false, true} {
 		b.Run(fmt.Sprintf("minted=%v", minted), func(b *testing.B) {
@@ -27,6 +28,7 @@ func BenchmarkProjectEncode(b *testing.B) {
 			s := &Store{}
 			b.ReportAllocs()
 			bytes := 0
+			kept := newKeptBuffer()
 			for b.Loop() {
 				parts := make(map[uuid.UUID]*partState)
 				var lockIDs []uuid.UUID
@@ -42,7 +44,9 @@ func BenchmarkProjectEncode(b *testing.B) {
 				}
 				var batch pgx.Batch
 				w.queue(&batch, items, out)
-				wbuf := make([]byte, 0, 1024)
+				// pgx's fresh connection buffer, then the batch's
+				// reservation in the kept one (sendBatch).
+				wbuf, _ := (&wbufReserve{need: w.wireLen() + wbufSlack, kept: kept}).Encode(make([]byte, 0, 1024))
 				for _, q := range batch.QueuedQueries {
 					params := make([]byte, 0, 256)
 					for _, a := range q.Arguments {
@@ -53,6 +57,9 @@ func BenchmarkProjectEncode(b *testing.B) {
 						}
 						wbuf = append(wbuf, params[at:]...)
 					}
+				}
+				if &wbuf[:1][0] != &kept.b[:1][0] {
+					b.Fatal("the batch outgrew its reservation (batchWrites.wireLen)")
 				}
 				bytes = len(wbuf)
 			}

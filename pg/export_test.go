@@ -1,6 +1,7 @@
 package pg
 
 import (
+	"context"
 	"time"
 
 	"github.com/google/uuid"
@@ -44,7 +45,7 @@ type BatchPart struct {
 func BatchRowOf(parts ...BatchPart) (pids []uuid.UUID, bases, hashes []int64, newest time.Time) {
 	var r dedupRuns
 	for _, p := range parts {
-		r.add(p.PID, p.Base, p.Msgs)
+		r.add(p.PID, p.Base, p.Msgs, nil)
 	}
 	return r.pid, r.base, r.hashes, time.UnixMicro(r.newest)
 }
@@ -63,3 +64,16 @@ func CombinedPops(s *Store) int64 { return s.combine.served.Load() }
 
 // CombinedAcks is how many ack calls combined transactions applied.
 func CombinedAcks(s *Store) int64 { return s.ackCombine.served.Load() }
+
+// KeptWriteBuffers returns the write buffers that s's idle pool
+// connections keep between projection batches (pg/wbuf.go).
+func KeptWriteBuffers(ctx context.Context, s *Store) [][]byte {
+	var out [][]byte
+	for _, c := range s.pool.AcquireAllIdle(ctx) {
+		if kept, ok := c.Conn().PgConn().CustomData()[wbufKey].(*keptBuffer); ok {
+			out = append(out, kept.b)
+		}
+		c.Release()
+	}
+	return out
+}

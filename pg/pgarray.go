@@ -26,7 +26,10 @@ import (
 //   - bytea[] from segmentBodies: every partition's segment body is encoded
 //     (EncodeSegment's layout) straight into pgx's parameter buffer, so a
 //     payload is copied once on its way from the WAL record into the bind
-//     message, not into a body of its own first.
+//     message, not into a body of its own first; and pgx's parameter
+//     buffer, which restarts at 256 bytes for every statement, is first
+//     moved into a buffer of the connection's own, kept from batch to batch
+//     (up to wbufKeepMax, as the connection's write buffer: pg/wbuf.go).
 //
 // The bytes are PostgreSQL's binary array format exactly as pgx writes it
 // (one dimension, lower bound 1, the has-null flag; a nil slice is NULL),
@@ -37,8 +40,10 @@ import (
 // pgtype.ArrayGetter), only more slowly.
 
 // registerFastArrays replaces the codecs of bigint[], uuid[] and bytea[] in
-// m (a connection's type map) by fastArrayCodec wrappers of pgx's own.
+// m (a connection's type map) by fastArrayCodec wrappers of pgx's own,
+// with one kept parameter buffer for the connection.
 func registerFastArrays(m *pgtype.Map) {
+	kept := newKeptBuffer()
 	for _, oid := range []uint32{pgtype.Int8ArrayOID, pgtype.UUIDArrayOID, pgtype.ByteaArrayOID} {
 		t, ok := m.TypeForOID(oid)
 		if !ok {
@@ -48,7 +53,7 @@ func registerFastArrays(m *pgtype.Map) {
 		if !ok {
 			continue
 		}
-		m.RegisterType(&pgtype.Type{Name: t.Name, OID: oid, Codec: &fastArrayCodec{ArrayCodec: ac}})
+		m.RegisterType(&pgtype.Type{Name: t.Name, OID: oid, Codec: &fastArrayCodec{ArrayCodec: ac, kept: kept}})
 	}
 }
 
@@ -56,6 +61,11 @@ func registerFastArrays(m *pgtype.Map) {
 // shapes above in front.
 type fastArrayCodec struct {
 	*pgtype.ArrayCodec
+	// kept is the connection's parameter buffer for segment bodies: used
+	// only by that connection's type map, one statement at a time, and
+	// only through encodeSegmentBodies, which never writes below the
+	// parameters already in pgx's buffer.
+	kept *keptBuffer
 }
 
 // PlanEncode implements pgtype.Codec.
@@ -75,7 +85,7 @@ func (c *fastArrayCodec) PlanEncode(m *pgtype.Map, oid uint32, format int16, val
 			case [][]byte:
 				return encodeByteaArray{}
 			case segmentBodies:
-				return encodeSegmentBodies{}
+				return encodeSegmentBodies{kept: c.kept}
 			}
 		}
 	}
@@ -170,9 +180,11 @@ func (encodeByteaArray) Encode(value any, buf []byte) ([]byte, error) {
 // holding the parameter is sent.
 type segmentBodies [][]Message
 
-type encodeSegmentBodies struct{}
+// encodeSegmentBodies is the plan of segmentBodies; kept (nil: none) is
+// the connection's parameter buffer (fastArrayCodec).
+type encodeSegmentBodies struct{ kept *keptBuffer }
 
-func (encodeSegmentBodies) Encode(value any, buf []byte) ([]byte, error) {
+func (e encodeSegmentBodies) Encode(value any, buf []byte) ([]byte, error) {
 	segs := value.(segmentBodies)
 	if segs == nil {
 		return nil, nil
@@ -180,6 +192,9 @@ func (encodeSegmentBodies) Encode(value any, buf []byte) ([]byte, error) {
 	n := arrayHeaderLen
 	for _, msgs := range segs {
 		n += 4 + SegmentLen(msgs)
+	}
+	if e.kept != nil {
+		buf = reserve(buf, n, e.kept)
 	}
 	buf = slices.Grow(buf, n)
 	buf = appendArrayHeader(buf, pgtype.ByteaOID, len(segs), false)

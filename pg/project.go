@@ -72,6 +72,10 @@ type partState struct {
 	msgs    []Message
 	encrypt bool // the queue has encryptionEnabled
 	items   int  // the batch's items in the partition (decide sizes msgs with it)
+	// keys, when set, parallels msgs: each client transactionId's keyHash,
+	// already computed (buildPredicted), for the sidecar row (dedupRuns.add);
+	// a minted id's entry is unused.
+	keys []int64
 }
 
 // Project stores one projector batch in one transaction and records cp as
@@ -374,7 +378,7 @@ func (s *Store) projectTx(ctx context.Context, conn batcher, begin bool, items [
 	if b.Len() == 0 {
 		return out, learned, nil
 	}
-	if err := conn.SendBatch(ctx, &b).Close(); err != nil {
+	if err := sendBatch(ctx, conn, &b, w.wireLen()).Close(); err != nil {
 		return nil, nil, fmt.Errorf("pg: write and commit (outcome unknown): %w", err)
 	}
 	return out, learned, nil
@@ -428,7 +432,7 @@ func (s *Store) projectPredicted(ctx context.Context, conn batcher, items []Proj
 	b.Queue("BEGIN")
 	w.queue(&b, items, out)
 	finish(&b)
-	if err := conn.SendBatch(ctx, &b).Close(); err != nil {
+	if err := sendBatch(ctx, conn, &b, w.wireLen()).Close(); err != nil {
 		if isCode(err, codeOffsetsStale) || isCode(err, codeKeysNotNew) {
 			return nil, nil, fmt.Errorf("pg: predicted batch: %w", err)
 		}
@@ -450,6 +454,7 @@ func (s *Store) buildPredicted(items []ProjectItem, ids, lockIDs []uuid.UUID, pa
 	// predicted) could repeat it.
 	var known map[dedupKey]struct{}
 	var hashes []int64
+	var keys []int64 // keyHash of item i, 0 for a minted id; nil: all minted
 	for i := range items {
 		m := &items[i].Message
 		if isMinted(m.ID, m.TransactionID) {
@@ -461,16 +466,18 @@ func (s *Store) buildPredicted(items []ProjectItem, ids, lockIDs []uuid.UUID, pa
 		k := dedupKey{ids[i], m.TransactionID}
 		if known == nil {
 			known = make(map[dedupKey]struct{}, len(items)-i)
+			keys = make([]int64, len(items))
 		}
 		if _, ok := known[k]; ok {
 			return nil, nil, errNoPrediction // first-wins inside the batch: the long way decides it
 		}
 		known[k] = struct{}{}
-		hashes = append(hashes, keyHash(k.pid, k.txid))
+		keys[i] = keyHash(k.pid, k.txid)
+		hashes = append(hashes, keys[i])
 	}
 	// Every key is new (or the pipeline rolls back) and unique, so every
 	// item is stored and the window (not predicted) never applies.
-	out := storeAll(items, ids, parts)
+	out := storeAll(items, ids, parts, keys)
 	w, err := s.buildWrites(lockIDs, parts)
 	if err != nil {
 		return nil, nil, err
@@ -613,14 +620,26 @@ func decide(items []ProjectItem, ids []uuid.UUID, parts map[uuid.UUID]*partState
 
 // storeAll is decide for a batch whose keys are all new and distinct
 // (projectPredicted): every item is stored, at the next offset of its
-// partition in parts, in WAL order.
-func storeAll(items []ProjectItem, ids []uuid.UUID, parts map[uuid.UUID]*partState) []Outcome {
+// partition in parts, in WAL order. keys holds item i's keyHash (0 for a
+// minted id; nil: every id is minted), which goes to its partition's keys
+// alongside its message.
+func storeAll(items []ProjectItem, ids []uuid.UUID, parts map[uuid.UUID]*partState, keys []int64) []Outcome {
 	out := make([]Outcome, len(items))
 	pss := partsOf(ids, parts)
+	if keys != nil {
+		// One array for every partition's keys, cut by partition.
+		back := make([]int64, len(items))
+		for _, ps := range parts {
+			ps.keys, back = back[:0:ps.items], back[ps.items:]
+		}
+	}
 	for i := range items {
 		ps := pss[i]
 		out[i] = Outcome{MessageID: items[i].Message.ID, Offset: ps.next}
 		ps.msgs = append(ps.msgs, items[i].Message)
+		if keys != nil {
+			ps.keys = append(ps.keys, keys[i])
+		}
 		ps.next++
 	}
 	return out
@@ -712,7 +731,7 @@ func (s *Store) buildWrites(lockIDs []uuid.UUID, parts map[uuid.UUID]*partState)
 		}
 		// The sidecar reads transactionIds and ids, which encryption leaves
 		// alone; it goes first so that it sees the messages as pushed.
-		w.runs.add(id, ps.base, ps.msgs)
+		w.runs.add(id, ps.base, ps.msgs, ps.keys)
 		if ps.encrypt {
 			if err := s.encrypt(ps.msgs); err != nil {
 				return nil, err

@@ -1,0 +1,152 @@
+package pg
+
+import (
+	"bytes"
+	"slices"
+	"sync/atomic"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// TestPredictedSidecarKeys: the one-round-trip path's sidecar row and
+// assert_new_keys argument, built from the key hashes computed once per
+// item, equal what dedupRuns.add and keyHash compute on their own, for a
+// batch mixing client transactionIds and minted ids over partitions.
+func TestPredictedSidecarKeys(t *testing.T) {
+	items, ids := benchItems(60, 4, false)
+	minted, _ := benchItems(60, 4, true)
+	for i := range items {
+		if i%3 == 0 {
+			items[i].Message = minted[i].Message
+		}
+	}
+	parts := make(map[uuid.UUID]*partState)
+	var lockIDs []uuid.UUID
+	for _, id := range ids {
+		if _, ok := parts[id]; !ok {
+			parts[id] = &partState{id: id, next: 7, base: 7}
+			lockIDs = append(lockIDs, id)
+		}
+	}
+	s := &Store{}
+	_, w, err := s.buildPredicted(items, ids, lockIDs, parts, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want dedupRuns
+	var wantNew []int64
+	for _, id := range lockIDs {
+		var msgs []Message
+		for i := range items {
+			if ids[i] == id {
+				msgs = append(msgs, items[i].Message)
+			}
+		}
+		want.add(id, 7, msgs, nil)
+	}
+	for i := range items {
+		if !isMinted(items[i].Message.ID, items[i].Message.TransactionID) {
+			wantNew = append(wantNew, keyHash(ids[i], items[i].Message.TransactionID))
+		}
+	}
+	if !slices.Equal(w.runs.hashes, want.hashes) || !slices.Equal(w.runs.base, want.base) || !slices.Equal(w.runs.pid, want.pid) {
+		t.Fatalf("sidecar row differs:\n got %v\nwant %v", w.runs.hashes, want.hashes)
+	}
+	if !slices.Equal(w.newKeys, wantNew) || len(wantNew) != 40 {
+		t.Fatalf("new keys differ: got %d, want %d", len(w.newKeys), len(wantNew))
+	}
+}
+
+// TestWbufReserveEncode: wbufReserve keeps the pending bytes, gives the
+// room asked for, reuses the kept buffer and never keeps one beyond
+// wbufKeepMax.
+func TestWbufReserveEncode(t *testing.T) {
+	kept := newKeptBuffer()
+	pending := []byte("pending messages")
+	r := &wbufReserve{need: 4096, kept: kept}
+	got, err := r.Encode(slices.Clone(pending))
+	if err != nil || string(got) != string(pending) || cap(got)-len(got) < 4096 {
+		t.Fatalf("first: %q len %d cap %d, %v", got, len(got), cap(got), err)
+	}
+	if cap(kept.b) < len(pending)+4096 || &kept.b[:1][0] != &got[:1][0] {
+		t.Fatalf("kept buffer cap %d is not the one handed out", cap(kept.b))
+	}
+	// Enough room already: dst itself.
+	if again, _ := r.Encode(got); &again[:1][0] != &got[:1][0] {
+		t.Fatal("a buffer with room was replaced")
+	}
+	// Another connection buffer, too small: copied into the kept one.
+	other := []byte("xy")
+	if again, _ := r.Encode(other); string(again) != "xy" || &again[:1][0] != &kept.b[:1][0] {
+		t.Fatal("the kept buffer was not reused")
+	}
+	// Too large to keep: a buffer of its own, the kept one stays.
+	big := &wbufReserve{need: wbufKeepMax + 1, kept: kept}
+	before := cap(kept.b)
+	if out, _ := big.Encode(nil); cap(out) < wbufKeepMax+1 || cap(kept.b) != before {
+		t.Fatalf("big: cap %d, kept cap %d (was %d)", cap(out), cap(kept.b), before)
+	}
+}
+
+// TestSegmentBodiesKeptBuffer: a connection's type map encodes segment
+// bodies into the parameter buffer it keeps, batch after batch, with the
+// parameters already in pgx's buffer in front unchanged.
+func TestSegmentBodiesKeptBuffer(t *testing.T) {
+	m := pgtype.NewMap()
+	registerFastArrays(m)
+	typ, _ := m.TypeForOID(pgtype.ByteaArrayOID)
+	kept := typ.Codec.(*fastArrayCodec).kept
+	items, _ := benchItems(50, 1, false)
+	msgs := make([]Message, len(items))
+	for i := range items {
+		msgs[i] = items[i].Message
+	}
+	want := EncodeSegment(nil, msgs)
+	var first *byte
+	for round := 0; round < 3; round++ {
+		got, err := m.Encode(pgtype.ByteaArrayOID, pgtype.BinaryFormatCode, segmentBodies{msgs}, []byte("params"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got[:6]) != "params" || !bytes.Equal(got[6+arrayHeaderLen+4:], want) {
+			t.Fatalf("round %d: encoding differs", round)
+		}
+		if cap(kept.b) == 0 || &got[0] != &kept.b[:1][0] {
+			t.Fatalf("round %d: not encoded into the kept buffer", round)
+		}
+		if round == 0 {
+			first = &got[0]
+		} else if &got[0] != first {
+			t.Fatalf("round %d: the kept buffer was replaced", round)
+		}
+	}
+}
+
+// TestKeptBufferBudget: a buffer is kept only within keptBudget, and a
+// kept buffer's growth is what is counted (a counter of the test's own, so
+// that other kept buffers collected meanwhile do not move it).
+func TestKeptBufferBudget(t *testing.T) {
+	var total atomic.Int64
+	k := &keptBuffer{held: new(atomic.Int64), total: &total}
+	if !k.keep(make([]byte, 0, 1000)) || total.Load() != 1000 {
+		t.Fatalf("first keep: total %d, want 1000", total.Load())
+	}
+	if !k.keep(make([]byte, 0, 3000)) || total.Load() != 3000 || k.held.Load() != 3000 {
+		t.Fatalf("growth: total %d held %d, want 3000 and 3000", total.Load(), k.held.Load())
+	}
+	total.Store(keptBudget - 100)
+	if k.keep(make([]byte, 0, 4000)) || cap(k.b) != 3000 || total.Load() != keptBudget-100 {
+		t.Fatalf("past the budget: kept cap %d, total %d", cap(k.b), total.Load())
+	}
+	total.Store(3000)
+	if k.keep(make([]byte, 0, wbufKeepMax+1)) {
+		t.Fatal("a buffer over wbufKeepMax was kept")
+	}
+	// reserve still hands out the room asked for past the budget.
+	total.Store(keptBudget)
+	if out := reserve([]byte("ab"), 4000, k); string(out) != "ab" || cap(out)-len(out) < 4000 || cap(k.b) != 3000 {
+		t.Fatalf("reserve past the budget: %q cap %d, kept cap %d", out, cap(out), cap(k.b))
+	}
+}

@@ -120,3 +120,90 @@ func TestSchemaDropsSegmentsForeignKey(t *testing.T) {
 		t.Fatalf("after the schema, queen.segments has %d foreign keys, want none", fks)
 	}
 }
+
+// TestSegmentsQueueDeleteRacesProjection: without the foreign key, a
+// queue delete and a projection batch racing for a partition still leave
+// no segment whose partition is gone. A batch that locked the partition
+// and wrote its segment first holds the delete until it commits, and the
+// delete then takes the segment with the partition; batches projected
+// while the queue is deleted again and again (predicted and the long way,
+// the queue recreated by the next batch) leave none behind either.
+func TestSegmentsQueueDeleteRacesProjection(t *testing.T) {
+	x := setupBrokers(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	orphans := func() int {
+		t.Helper()
+		var n int
+		if err := x.a.Pool().QueryRow(ctx, `SELECT count(*) FROM queen.segments s
+			WHERE NOT EXISTS (SELECT 1 FROM queen.partitions p WHERE p.id = s.partition_id)`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	// The batch first: its transaction holds the partition row while the
+	// delete waits behind it.
+	x.projectA(t, at("race", "P", ""))
+	ids := partitionIDsOf(t, x.a, "race")
+	tx, err := x.a.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	body := pg.EncodeSegment(nil, []pg.Message{at("race", "P", "").Message})
+	if _, err := tx.Exec(ctx, `SELECT queen.write_segments($1::uuid[], '{1}'::bigint[], '{1}'::integer[], NULL::boolean[], $2::bytea[])`,
+		ids, [][]byte{body}); err != nil {
+		t.Fatal(err)
+	}
+	deleted := make(chan error, 1)
+	go func() {
+		_, err := x.b.DeleteQueue(ctx, "race")
+		deleted <- err
+	}()
+	select {
+	case err := <-deleted:
+		t.Fatalf("the delete did not wait for the batch holding its partition: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-deleted; err != nil {
+		t.Fatal(err)
+	}
+	if n := segmentsOf(t, x.a, ids); n != 0 {
+		t.Fatalf("%d segments of the deleted partition left", n)
+	}
+
+	// Batches and deletes at once.
+	stop := time.Now().Add(1500 * time.Millisecond)
+	done := make(chan error, 1)
+	go func() {
+		for time.Now().Before(stop) {
+			if _, err := x.b.DeleteQueue(ctx, "race"); err != nil {
+				done <- err
+				return
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		done <- nil
+	}()
+	for i := 0; time.Now().Before(stop); i++ {
+		x.walA++
+		items := []pg.ProjectItem{at("race", "P", ""), at("race", "Q", ""), at("race", "P", "")}
+		if i%3 == 0 {
+			items = append(items, at("race", "P", uuid.NewString()))
+		}
+		if _, err := x.a.Project(ctx, x.idA, pg.Checkpoint{Index: x.walA, HasCRC: true}, items); err != nil {
+			t.Fatalf("batch %d: %v", i, err)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := orphans(); n != 0 {
+		t.Fatalf("%d segments of deleted partitions left", n)
+	}
+	stored(t, x.a, "race") // what is left is consistent
+}

@@ -47,9 +47,13 @@ func (s *scanner) peek() byte {
 }
 
 // finish fails unless only spaces follow the value just read (a body is
-// one JSON value); after an error it does nothing.
+// one JSON value); after an error it does nothing. It tests the position,
+// not peek: peek's 0 at the end is also a NUL byte of the body.
 func (s *scanner) finish() {
-	if s.err == nil && s.peek() != 0 {
+	if s.err != nil {
+		return
+	}
+	if s.ws(); s.pos < len(s.b) {
 		s.fail("trailing data after the JSON value")
 	}
 }

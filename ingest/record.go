@@ -2,7 +2,6 @@ package ingest
 
 import (
 	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -184,7 +183,7 @@ func (it *Item) ProjectItem(acceptedAt int64) pg.ProjectItem {
 // EncodedLen is the length of r's push record, what EncodeRecord appends
 // (kind 2: the fields compactFlags leaves out are not counted).
 func (r *Record) EncodedLen() int {
-	n := 1 + varintLen(r.AcceptedAt) + uvarintLen(uint64(len(r.Items)))
+	n := 1 + binenc.VarintLen(r.AcceptedAt) + binenc.UvarintLen(uint64(len(r.Items)))
 	for i := range r.Items {
 		it := &r.Items[i]
 		flags := compactFlags(it)
@@ -219,17 +218,7 @@ func compactFlags(it *Item) byte {
 	return flags
 }
 
-func strLen(n int) int { return uvarintLen(uint64(n)) + n }
-
-func uvarintLen(x uint64) int {
-	var b [binary.MaxVarintLen64]byte
-	return binary.PutUvarint(b[:], x)
-}
-
-func varintLen(x int64) int {
-	var b [binary.MaxVarintLen64]byte
-	return binary.PutVarint(b[:], x)
-}
+func strLen(n int) int { return binenc.UvarintLen(uint64(n)) + n }
 
 // Record is one push: the items of one request and their acceptance time.
 type Record struct {

@@ -46,32 +46,20 @@ type Message struct {
 // SegmentLen is the length in bytes of the segment body of msgs: what
 // EncodeSegment appends.
 func SegmentLen(msgs []Message) int {
-	n := 1 + uvarintLen(uint64(len(msgs)))
+	n := 1 + binenc.UvarintLen(uint64(len(msgs)))
 	for i := range msgs {
 		m := &msgs[i]
-		n += 16 + varintLen(m.CreatedAtMicros) + 1 + uvarintLen(uint64(len(m.TransactionID))) + len(m.TransactionID)
+		n += 16 + binenc.VarintLen(m.CreatedAtMicros) + 1 + binenc.UvarintLen(uint64(len(m.TransactionID))) + len(m.TransactionID)
 		if m.ProducerSub != nil {
-			n += uvarintLen(uint64(len(*m.ProducerSub))) + len(*m.ProducerSub)
+			n += binenc.UvarintLen(uint64(len(*m.ProducerSub))) + len(*m.ProducerSub)
 		}
 		if m.TraceID != nil {
 			n += 16
 		}
-		n += uvarintLen(uint64(len(m.Payload))) + len(m.Payload)
+		n += binenc.UvarintLen(uint64(len(m.Payload))) + len(m.Payload)
 	}
 	return n
 }
-
-func uvarintLen(x uint64) int {
-	n := 1
-	for x >= 0x80 {
-		x >>= 7
-		n++
-	}
-	return n
-}
-
-// varintLen is the length of binary.AppendVarint's zig-zag encoding of x.
-func varintLen(x int64) int { return uvarintLen(uint64(x<<1) ^ uint64(x>>63)) }
 
 // EncodeSegment appends the body for msgs to dst, growing dst at most once
 // (to SegmentLen more bytes).

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/queenmq/queen-go/internal/binenc"
 	"github.com/queenmq/queen-go/internal/ratelog"
 )
 
@@ -254,7 +255,7 @@ func (l *Log) Full() <-chan struct{} { return l.full }
 
 // recordBytes is what a payload of n bytes takes in a segment file.
 func recordBytes(n int) int64 {
-	return int64(uvarintLen(uint64(n+headerSize)) + n + headerSize)
+	return int64(binenc.UvarintLen(uint64(n+headerSize)) + n + headerSize)
 }
 
 // Append writes payload as one record and returns its index once the record
@@ -400,7 +401,7 @@ func (l *Log) writeBatch(batch []*appendReq) error {
 		idx++
 		r.index = idx
 		sealEnvelope(r.rec)
-		written += int64(uvarintLen(uint64(len(r.rec))) + len(r.rec))
+		written += int64(binenc.UvarintLen(uint64(len(r.rec))) + len(r.rec))
 		if r.onAssign != nil {
 			r.onAssign(idx)
 		}
@@ -471,15 +472,6 @@ func (l *Log) reopenLocked() error {
 	}
 	l.broken = nil
 	return nil
-}
-
-func uvarintLen(x uint64) int {
-	n := 1
-	for x >= 0x80 {
-		x >>= 7
-		n++
-	}
-	return n
 }
 
 // DurableIndex is the highest fsynced index (0 when the log is empty).

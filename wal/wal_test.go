@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/queenmq/queen-go/internal/binenc"
 	"io"
 	"log/slog"
 	"os"
@@ -170,7 +171,7 @@ func segmentFiles(t *testing.T, dir string) []segFile {
 
 // entryLen is the on-disk size of one segment entry holding payload of n
 // bytes: uvarint(len(record)) | version | crc | payload.
-func entryLen(n int) int { return uvarintLen(uint64(n+headerSize)) + n + headerSize }
+func entryLen(n int) int { return binenc.UvarintLen(uint64(n+headerSize)) + n + headerSize }
 
 func roundTripSize(i int) int {
 	switch i {

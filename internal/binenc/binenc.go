@@ -119,3 +119,18 @@ func (r *Reader) Bytes() []byte {
 
 // String reads a length-prefixed string (copied).
 func (r *Reader) String() string { return string(r.Bytes()) }
+
+// UvarintLen is the length in bytes of x encoded by binary.AppendUvarint
+// (1 to 10).
+func UvarintLen(x uint64) int {
+	n := 1
+	for x >= 0x80 {
+		x >>= 7
+		n++
+	}
+	return n
+}
+
+// VarintLen is the length in bytes of x encoded by binary.AppendVarint
+// (its zig-zag form).
+func VarintLen(x int64) int { return UvarintLen(uint64(x<<1) ^ uint64(x>>63)) }

@@ -1,0 +1,90 @@
+package fastapi
+
+import (
+	"reflect"
+	"testing"
+)
+
+// TestDecodeAckBatchReusedBuffer: decoding ack/batch bodies one after
+// another into one kept buffer gives, for each, what decodeObject gives
+// into a fresh value (errors included): nothing of an earlier body
+// (its error text, its leaseId, more items) shows in a later one, and an
+// empty or absent array stays told apart.
+func TestDecodeAckBatchReusedBuffer(t *testing.T) {
+	t.Parallel()
+	bodies := []string{
+		`{"consumerGroup":"g","acknowledgments":[{"transactionId":"a","partitionId":"p","leaseId":"l","status":"failed","error":"boom","consumerGroup":"x"},{"transactionId":"b"},{"transactionId":"c"}]}`,
+		`{"acknowledgments":[{"transactionId":"d"}]}`,
+		`{"acknowledgments":[]}`,
+		`{}`,
+		`{"acknowledgments":null}`,
+		`{"acknowledgments":[{"transactionId":"e","partitionId":"q"},{"transactionId":"f"}]}`,
+		`{"acknowledgments":[{"transactionId":5}]}`,
+		`{"acknowledgments":{}}`,
+		`{"acknowledgments":[{"transactionId":"g","error":"x"}],"acknowledgments":[{"partitionId":"r"}]}`,
+		`{"acknowledgments":[{"status":"completed"}]}`,
+		`not json`,
+		`{"acknowledgments":[{"transactionId":"h"},{"transactionId":"i"},{"transactionId":"j"},{"transactionId":"k"},{"transactionId":"l"}]}`,
+		`{"acknowledgments":[{"leaseId":"m"}]}`,
+	}
+	buf := new(ackBatchBuf)
+	for round := range 2 {
+		for _, b := range bodies {
+			got, gotErr := decodeAckBatch([]byte(b), buf)
+			var want ackBatchBody
+			wantErr := decodeObject([]byte(b), &want)
+			if (gotErr == nil) != (wantErr == nil) || (gotErr != nil && gotErr.Error() != wantErr.Error()) {
+				t.Fatalf("round %d, %s: error %v, want %v", round, b, gotErr, wantErr)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("round %d, %s:\n got %+v\nwant %+v", round, b, deref(got), deref(want))
+			}
+		}
+	}
+	if cap(buf.items) == 0 {
+		t.Error("the items buffer was not kept")
+	}
+}
+
+func deref(a ackBatchBody) any {
+	if a.Acknowledgments == nil {
+		return a
+	}
+	return struct {
+		G     string
+		Items []ackBatchItem
+	}{a.ConsumerGroup, *a.Acknowledgments}
+}
+
+// BenchmarkAckBatchDecode: an ack/batch body of 100 acks decoded into a
+// fresh value (as before ackBatchBuf) and into a kept buffer.
+func BenchmarkAckBatchDecode(b *testing.B) {
+	body := []byte(`{"consumerGroup":"bench-g0","acknowledgments":[`)
+	for i := range 100 {
+		if i > 0 {
+			body = append(body, ',')
+		}
+		body = append(body, `{"transactionId":"019a0000-0000-7000-8000-0000000000`...)
+		body = append(body, byte('0'+i/10), byte('0'+i%10))
+		body = append(body, `","partitionId":"6d6c1f2e-0000-4000-8000-000000000001","leaseId":"6d6c1f2e-0000-4000-8000-000000000002","status":"completed"}`...)
+	}
+	body = append(body, "]}"...)
+	b.Run("fresh", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var a ackBatchBody
+			if err := decodeObject(body, &a); err != nil || len(*a.Acknowledgments) != 100 {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("kept", func(b *testing.B) {
+		b.ReportAllocs()
+		buf := new(ackBatchBuf)
+		for b.Loop() {
+			if a, err := decodeAckBatch(body, buf); err != nil || len(*a.Acknowledgments) != 100 {
+				b.Fatal(err)
+			}
+		}
+	})
+}

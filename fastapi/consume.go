@@ -265,6 +265,13 @@ type ackResult struct {
 
 // toAckRequest validates one ack item; the message is a 400 error text.
 func toAckRequest(a ackBody, group string) (pg.AckRequest, string) {
+	return toAckRequestWith(a, group, nil)
+}
+
+// toAckRequestWith is toAckRequest with lease, when not nil, the memory
+// the request's LeaseID points to (a batch's acks share one array rather
+// than allocating one UUID each).
+func toAckRequestWith(a ackBody, group string, lease *uuid.UUID) (pg.AckRequest, string) {
 	if a.TransactionID == nil || *a.TransactionID == "" {
 		return pg.AckRequest{}, "transactionId is required"
 	}
@@ -286,7 +293,11 @@ func toAckRequest(a ackBody, group string) (pg.AckRequest, string) {
 		if err != nil {
 			return r, "leaseId must be a UUID"
 		}
-		r.LeaseID = &l
+		if lease == nil {
+			lease = new(uuid.UUID)
+		}
+		*lease = l
+		r.LeaseID = lease
 	}
 	r.Group = group
 	if r.Group == "" {
@@ -395,10 +406,11 @@ func (s *Server) ackBatch(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	reqs := make([]pg.AckRequest, 0, len(*a.Acknowledgments))
+	leases := make([]uuid.UUID, len(*a.Acknowledgments))
 	for i := range *a.Acknowledgments {
 		it := &(*a.Acknowledgments)[i]
-		r, msg := toAckRequest(ackBody{TransactionID: &it.TransactionID, PartitionID: it.PartitionID, Status: it.Status,
-			ConsumerGroup: it.ConsumerGroup, Error: it.Error, LeaseID: &it.LeaseID}, a.ConsumerGroup)
+		r, msg := toAckRequestWith(ackBody{TransactionID: &it.TransactionID, PartitionID: it.PartitionID, Status: it.Status,
+			ConsumerGroup: it.ConsumerGroup, Error: it.Error, LeaseID: &it.LeaseID}, a.ConsumerGroup, &leases[i])
 		if msg != "" {
 			writeErr(ctx, fasthttp.StatusBadRequest, "acknowledgments["+strconv.Itoa(i)+"]: "+msg)
 			return

@@ -632,6 +632,10 @@ func (p *Projector) projectOnce(ctx context.Context, cursor uint64) error {
 	p.cp = cp
 	p.checkpoint.Store(cp.Index)
 	p.cur.Seek(cp.Index + 1)
+	// The committed records' payloads (items) are not used past here: the
+	// WAL may reuse their segment memory (wal.Cursor, ownership rule). The
+	// record being projected in pieces (p.open) is above cp.Index.
+	p.cur.Release(cp.Index)
 	p.unhealthy.Store(false)
 	p.mu.Lock()
 	p.lastErr = nil

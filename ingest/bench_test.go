@@ -124,3 +124,22 @@ func benchEachShape(b *testing.B, input func(b *testing.B, items int, txid bool)
 		})
 	}
 }
+
+// BenchmarkDecodeRecordInto: the projector's decode of whole records into
+// one Record it reuses across records and batches (the items' fields are
+// then copied into the batch).
+func BenchmarkDecodeRecordInto(b *testing.B) {
+	encoded := func(b *testing.B, items int, txid bool) []byte {
+		enc, _, err := buildForBench(benchBody(items, 256, txid), nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return enc
+	}
+	var r Record
+	benchEachShape(b, encoded, func(b *testing.B, enc []byte, items int) {
+		if err := DecodeRecordInto(&r, enc); err != nil || len(r.Items) != items {
+			b.Fatalf("DecodeRecordInto: %v", err)
+		}
+	})
+}

@@ -225,6 +225,10 @@ type Record struct {
 	// AcceptedAt is the broker's acceptance time in Unix microseconds.
 	AcceptedAt int64
 	Items      []Item
+	// txEnd is DecodeRecordInto's scratch (where each item's
+	// transactionId ends in the record's one string), kept so that a
+	// reused Record decodes without allocating it again.
+	txEnd []int
 }
 
 // EncodeRecord appends the binary push record for r to dst (kind 2, see
@@ -319,7 +323,7 @@ func DecodeRecord(b []byte) (*Record, error) {
 
 // DecodeRecordInto decodes a push record (kind 1 or 2) into r, reusing the
 // capacity of r.Items (the projector decodes every whole record of a batch
-// into one Record). Payload slices alias b. The allocations are per record,
+// into one Record; it keeps one across batches). Payload slices alias b. The allocations are per record,
 // not per item: a queue, partition or producerSub repeated across items is
 // one string, and the transactionIds of all items (a minted one spelled out
 // from the message id) are substrings of one. Errors wrap ErrBadRecord; r
@@ -343,7 +347,12 @@ func DecodeRecordInto(r *Record, b []byte) error {
 	// the one string they are sliced from (no second copy).
 	var txids strings.Builder
 	txids.Grow(40 * n)
-	txEnd := make([]int, n) // end of items[i]'s transactionId in txids
+	txEnd := r.txEnd[:0] // end of items[i]'s transactionId in txids
+	if cap(txEnd) < n {
+		txEnd = make([]int, n)
+	}
+	txEnd = txEnd[:n]
+	r.txEnd = txEnd
 	for i := range r.Items {
 		it := &r.Items[i]
 		flags, err := itemFlags(rd, kind, i)

@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -149,6 +150,7 @@ type Projector struct {
 	cp    pg.Checkpoint
 	open  *openRecord
 	items []pg.ProjectItem // the batch being built, reused
+	rec   ingest.Record    // decode buffer for whole records, reused
 
 	// loop runs the projection loop (run), maint the maintenance loop
 	// (maintainLoop) beside it.
@@ -486,8 +488,8 @@ type batchRecord struct {
 func (p *Projector) projectOnce(ctx context.Context, cursor uint64) error {
 	items := p.items[:0]
 	var recs []batchRecord
-	var rec ingest.Record // one decode buffer for the batch's whole records
-	size := 0             // bytes of items: WAL payload of whole records, or an estimate per item of a piece
+	rec := &p.rec // one decode buffer for the batch's whole records
+	size := 0     // bytes of items: WAL payload of whole records, or an estimate per item of a piece
 	full := func() bool { return len(items) >= p.cfg.MaxBatchItems || size >= p.cfg.MaxBatchBytes }
 	// take appends rr's remaining items, or with cut only up to the
 	// batch's budget (at least one).
@@ -504,7 +506,10 @@ func (p *Projector) projectOnce(ctx context.Context, cursor uint64) error {
 		}
 		return nil
 	}
-	defer func() { clear(p.items[:cap(p.items)]) }() // drop references to WAL payloads
+	defer func() { // drop references to WAL payloads
+		clear(p.items[:cap(p.items)])
+		clear(p.rec.Items[:cap(p.rec.Items)])
+	}()
 
 	if p.open != nil && p.open.index != cursor {
 		p.open = nil
@@ -552,7 +557,7 @@ func (p *Projector) projectOnce(ctx context.Context, cursor uint64) error {
 				if whole && skip == 0 {
 					// The common case: the record is decoded at once, with
 					// per-record allocations (DecodeRecordInto).
-					if err := ingest.DecodeRecordInto(&rec, e.Payload); err != nil {
+					if err := ingest.DecodeRecordInto(rec, e.Payload); err != nil {
 						return false, fmt.Errorf("WAL record %d: %w", e.Index, err)
 					}
 					items = rec.AppendProjectItems(items)
@@ -632,6 +637,10 @@ func (p *Projector) projectOnce(ctx context.Context, cursor uint64) error {
 	p.cp = cp
 	p.checkpoint.Store(cp.Index)
 	p.cur.Seek(cp.Index + 1)
+	// The committed records' payloads (items) are not used past here: the
+	// WAL may reuse their segment memory (wal.Cursor, ownership rule). The
+	// record being projected in pieces (p.open) is above cp.Index.
+	p.cur.Release(cp.Index)
 	p.unhealthy.Store(false)
 	p.mu.Lock()
 	p.lastErr = nil
@@ -657,6 +666,7 @@ func (p *Projector) projectOnce(ctx context.Context, cursor uint64) error {
 			if r.open != nil {
 				v = r.open.verdicts
 			}
+			v = slices.Grow(v, r.n) // one allocation per record, not append's doublings
 			for k := r.from; k < r.from+r.n; k++ {
 				v = append(v, ingest.Verdict{Duplicate: out[k].Duplicate, MessageID: out[k].MessageID})
 			}

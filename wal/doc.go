@@ -22,11 +22,18 @@
 //
 // The tail segment and the last sealed segment read (or rolled from) are
 // kept in memory (Options.SegmentSize bounds both; a record larger than a
-// segment makes its segment that large). Read returns slices of that
-// memory, which is only ever appended to; callers must not modify them. A
-// tail's buffer is allocated once, with room for a whole segment, so it is
-// never reallocated and copied as it fills (tidwall's grew by append: each
-// byte was copied about four more times, into fresh pages). A push record
+// segment makes its segment that large). A Cursor and View hand out slices
+// of that memory (Read returns a copy); callers must not modify them. A
+// tail's buffer has room for a whole segment, so it is never reallocated
+// and copied as it fills (tidwall's grew by append: each byte was copied
+// about four more times, into fresh pages), and it is the buffer of a
+// segment dropped from memory earlier whenever no reader can still hold a
+// slice of that one: a cursor's payloads stay valid until it releases
+// their index (Cursor.Release; the projector releases its checkpoint once
+// a batch is committed), a View's while its callback runs (segments.go,
+// "Segment buffers"). So the log neither allocates nor zeroes a segment's
+// worth of memory per roll, and holds about three segments at most (the
+// tail, the cached sealed one, one spare). A push record
 // is built behind HeaderSize free bytes (AppendEnveloped), so the envelope
 // is sealed in place: the payload is copied from the request body once by
 // package ingest, then once into the tail segment's memory, which one

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -21,8 +22,9 @@ import (
 //
 // The tail segment's bytes are kept in memory, in a buffer allocated once
 // with room for SegmentSize (plus slack), and so is the sealed segment read
-// (or rolled from) last: read returns slices of that memory, which is only
-// ever appended to.
+// (or rolled from) last: read returns slices of that memory, which is
+// only appended to while it is a segment's, and reused for another segment
+// only once no reader holds a slice of it ("Segment buffers", below).
 //
 // Concurrency: one writer (the Log's writer goroutine) calls writeBatch;
 // read, bounds and truncateFront may be called from any goroutine. mu
@@ -41,6 +43,17 @@ type segStore struct {
 	first, last uint64
 	// cached is the sealed segment whose bytes are in memory (nil: none).
 	cached *segment
+	// spares are the buffers of segments dropped from memory (oldest
+	// first, at most maxSpares), each kept for reuse as the next tail or
+	// loaded segment once reusable says no reader can still hold a slice
+	// of it (see segment buffers, below).
+	spares []spare
+	// reusable reports whether the bytes of a dropped buffer whose records
+	// end at index last may be overwritten (Log.reusable); nil: never, so
+	// every buffer is fresh.
+	reusable func(last uint64) bool
+	// reused counts the buffers taken from spares (tests, benchmarks).
+	reused int
 
 	// f is the tail segment's file (writer goroutine and close only).
 	f *os.File
@@ -73,6 +86,59 @@ type segment struct {
 }
 
 type span struct{ start, end int }
+
+// Segment buffers. A segment's buffer is handed to readers as slices
+// (read, readResident), and a slice outlives the segment's stay in memory:
+// the projector holds the payloads of a batch until it has committed it.
+// So a buffer dropped from memory (the cached segment replaced by the one
+// rolled from or loaded next) is not overwritten at once: it becomes a
+// spare that records the last index it holds, and is reused only when
+// reusable(last) says that no slice of any record up to that index is
+// still in use (Log.reusable: every open Cursor has released it, and no
+// Log.View is running). A dropped buffer is never reachable again, so no
+// new slice of it can be handed out after it is dropped. Until then, and
+// for buffers that never become reusable (a projector that stopped), the
+// spares are bounded (maxSpares): the oldest is left to the garbage
+// collector, which frees it once the last slice of it is gone. Reuse
+// saves allocating and zeroing a segment-sized buffer per roll (and per
+// sealed segment a lagging projector loads).
+const maxSpares = 1
+
+// spare is the buffer (and record table) of a segment dropped from memory.
+type spare struct {
+	buf  []byte
+	pos  []span
+	last uint64 // the highest index whose record may be sliced from buf
+}
+
+// retire makes sg's buffer a spare (caller holds mu): a buffer larger than
+// a new tail's is left to the garbage collector (a record larger than a
+// segment), so spares never pin more than maxSpares × tailCap bytes.
+func (s *segStore) retire(sg *segment) {
+	if sg.buf == nil || s.reusable == nil || cap(sg.buf) > s.tailCap() {
+		return
+	}
+	if len(s.spares) == maxSpares {
+		s.spares[0] = spare{}
+		s.spares = append(s.spares[:0], s.spares[1:]...)
+	}
+	s.spares = append(s.spares, spare{buf: sg.buf[:0], pos: sg.pos[:0], last: sg.index + uint64(len(sg.pos)) - 1})
+}
+
+// take returns an empty buffer with capacity for at least n bytes and an
+// empty record table: a reusable spare, else fresh memory (caller holds
+// mu).
+func (s *segStore) take(n int) ([]byte, []span) {
+	for i, sp := range s.spares {
+		if cap(sp.buf) >= n && s.reusable(sp.last) {
+			s.spares[i] = spare{}
+			s.spares = append(s.spares[:i], s.spares[i+1:]...)
+			s.reused++
+			return sp.buf, sp.pos
+		}
+	}
+	return make([]byte, 0, n), nil
+}
 
 // segmentSlack is the room a tail buffer has beyond SegmentSize: the
 // record that fills a segment is still appended to it (the roll comes
@@ -123,7 +189,7 @@ func openSegStore(dir string, segSize int, noSync bool) (*segStore, error) {
 	}
 	buf := make([]byte, len(data), max(len(data)+segmentSlack, s.tailCap()))
 	copy(buf, data)
-	pos, n := indexFrames(buf)
+	pos, n := indexFrames(nil, buf)
 	if n != len(buf) {
 		return nil, fmt.Errorf("%w: tail segment %s does not parse at byte %d after repair", ErrCorruptRecord, tail.name, n)
 	}
@@ -142,9 +208,10 @@ func openSegStore(dir string, segSize int, noSync bool) (*segStore, error) {
 	return s, nil
 }
 
-// indexFrames returns where each length-prefixed frame of data sits and
-// the offset after the last whole frame.
-func indexFrames(data []byte) (pos []span, end int) {
+// indexFrames appends to pos where each length-prefixed frame of data sits
+// and returns it with the offset after the last whole frame.
+func indexFrames(pos []span, data []byte) ([]span, int) {
+	end := 0
 	for end < len(data) {
 		size, k := binary.Uvarint(data[end:])
 		if k <= 0 || size > uint64(len(data)-end-k) {
@@ -298,9 +365,9 @@ func (s *segStore) roll(t *segment) (*segment, error) {
 		return nil, err
 	}
 	s.f = f
-	next.buf = make([]byte, 0, s.tailCap())
 	s.mu.Lock()
-	s.setCached(t)
+	s.setCached(t) // retires the segment cached before t, whose buffer next may reuse
+	next.buf, next.pos = s.take(s.tailCap())
 	s.segs = append(s.segs, next)
 	s.mu.Unlock()
 	return next, nil
@@ -310,6 +377,7 @@ func (s *segStore) roll(t *segment) (*segment, error) {
 // one before (caller holds mu).
 func (s *segStore) setCached(sg *segment) {
 	if s.cached != nil && s.cached != sg {
+		s.retire(s.cached)
 		s.cached.buf, s.cached.pos, s.cached.resident = nil, nil, false
 	}
 	s.cached = sg
@@ -332,12 +400,12 @@ func (s *segStore) read(index uint64) ([]byte, error) {
 	}
 	sg := s.segs[i]
 	if sg.buf == nil {
-		data, err := os.ReadFile(filepath.Join(s.dir, sg.name))
+		s.setCached(nil) // retires the cached segment, whose buffer the load may reuse
+		data, pos, err := s.load(sg.name)
 		if err != nil {
 			return nil, err
 		}
-		sg.pos, _ = indexFrames(data)
-		sg.buf = data
+		sg.buf, sg.pos = data, pos
 		s.setCached(sg)
 	}
 	k := index - sg.index
@@ -346,6 +414,27 @@ func (s *segStore) read(index uint64) ([]byte, error) {
 	}
 	p := sg.pos[k]
 	return sg.buf[p.start:p.end:p.end], nil
+}
+
+// load reads the segment file name whole into a buffer from take (caller
+// holds mu) and indexes its frames.
+func (s *segStore) load(name string) ([]byte, []span, error) {
+	f, err := os.Open(filepath.Join(s.dir, name))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, nil, err
+	}
+	buf, pos := s.take(int(st.Size()))
+	buf = buf[:st.Size()]
+	if _, err := io.ReadFull(f, buf); err != nil {
+		return nil, nil, err
+	}
+	pos, _ = indexFrames(pos, buf)
+	return buf, pos, nil
 }
 
 // readResident is read for a record of a resident segment (the tail or

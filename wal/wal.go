@@ -17,9 +17,10 @@ import (
 // Defaults applied where an Options field is zero.
 const (
 	// DefaultSegmentSize is the target segment file size: 4 MiB. The tail
-	// segment and the last sealed one read are kept in memory, so this
-	// bounds the broker's WAL memory (about 2 × SegmentSize, plus any
-	// single record larger than it).
+	// segment and the last sealed one read are kept in memory, and one
+	// dropped buffer is kept for reuse, so this bounds the broker's WAL
+	// memory (about 3 × SegmentSize, plus any single record larger than
+	// it).
 	DefaultSegmentSize = 4 << 20
 	// DefaultMaxRecordBytes bounds one record's payload: 80 MiB (the 64 MiB
 	// default body limit plus the per-item overhead of the push record).
@@ -144,6 +145,15 @@ type Log struct {
 	// then one line per ratelog.DefaultInterval with a count.
 	failLog *ratelog.Logger
 
+	// Readers' hold on segment memory (segments.go, "Segment buffers"):
+	// released is the lowest Cursor.Release mark of the open cursors
+	// (MaxUint64 with none), guarded for writes by curMu; a View holds
+	// pinMu shared while its callback runs.
+	curMu    sync.Mutex
+	cursors  map[*Cursor]struct{}
+	released atomic.Uint64
+	pinMu    sync.RWMutex
+
 	reqs     chan *appendReq
 	notify   chan struct{}
 	full     chan struct{}
@@ -158,6 +168,7 @@ func Open(dir string, opts Options) (*Log, *RepairReport, error) {
 	l := &Log{dir: dir, opts: opts.withDefaults(), reqs: make(chan *appendReq),
 		notify: make(chan struct{}, 1), full: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	l.failLog = ratelog.New(l.opts.Logger, ratelog.DefaultInterval)
+	l.released.Store(^uint64(0))
 	if l.opts.MaxBytes > 0 && l.opts.MaxBytes < MinSegmentsUnderCap*int64(l.opts.SegmentSize) {
 		return nil, nil, fmt.Errorf("wal: MaxBytes %d is below %d segments of %d bytes: truncation always keeps the tail and the newest sealed segment, so a smaller cap could fill for good",
 			l.opts.MaxBytes, MinSegmentsUnderCap, l.opts.SegmentSize)
@@ -191,6 +202,7 @@ func (l *Log) openLocked(keep int64) (*RepairReport, error) {
 		return rep, fmt.Errorf("wal: open: %w", err)
 	}
 	st.fsync = l.opts.fsyncHook
+	st.reusable = l.reusable
 	first, last := st.bounds()
 	if err := syncDir(l.dir); err != nil { // a first segment may have been created
 		st.close(false)
@@ -494,13 +506,52 @@ func (l *Log) InFlight() bool {
 // become durable.
 func (l *Log) Notify() <-chan struct{} { return l.notify }
 
-// Read returns the payload of the record at index. The slice may share
-// memory with the log's in-memory copy of its segment (segments.go: that
-// memory is only ever appended to, so the bytes stay as read): the caller
-// must not modify it. Errors: ErrNotFound (outside [FirstIndex,
-// DurableIndex]), ErrCorruptRecord, ErrUnknownVersion, ErrClosed, or an I/O
-// error.
+// Read returns a copy of the payload of the record at index (the caller's
+// to keep; View reads without the copy). Errors: ErrNotFound (outside
+// [FirstIndex, DurableIndex]), ErrCorruptRecord, ErrUnknownVersion,
+// ErrClosed, or an I/O error.
 func (l *Log) Read(index uint64) ([]byte, error) {
+	var out []byte
+	err := l.View(index, func(p []byte) error {
+		out = append([]byte(nil), p...)
+		return nil
+	})
+	return out, err
+}
+
+// View calls fn with the payload of the record at index and returns fn's
+// error. The payload may be the log's in-memory copy of its segment: fn
+// must not modify it, nor use it after returning (the buffer may then be
+// reused for another segment: segments.go, "Segment buffers"). Errors:
+// Read's, without calling fn.
+func (l *Log) View(index uint64, fn func(payload []byte) error) error {
+	l.pinMu.RLock()
+	defer l.pinMu.RUnlock()
+	p, err := l.read(index)
+	if err != nil {
+		return err
+	}
+	return fn(p)
+}
+
+// reusable reports whether a dropped segment buffer whose records end at
+// index last may be overwritten: every open Cursor has released last, and
+// no View is running (a View that starts later cannot reach the dropped
+// buffer). It never blocks, so a reader never stalls the writer: a buffer
+// that is not reusable now is left for a later roll or to the garbage
+// collector.
+func (l *Log) reusable(last uint64) bool {
+	if last > l.released.Load() || !l.pinMu.TryLock() {
+		return false
+	}
+	l.pinMu.Unlock()
+	return true
+}
+
+// read is Read without the copy: the payload aliases the segment's memory
+// (the tail's or the cached segment's) where it is resident, and the
+// caller must hold it under a Cursor's release mark or a View.
+func (l *Log) read(index uint64) ([]byte, error) {
 	if index > l.durable.Load() || index < l.first.Load() {
 		return nil, ErrNotFound
 	}

@@ -27,15 +27,15 @@ func (b *Broker) oldestUnprojected(index uint64) (time.Time, bool) {
 	if b.lag.index == index {
 		return b.lag.acceptedAt, true
 	}
-	p, err := b.WAL.Read(index)
+	var at int64
+	err := b.WAL.View(index, func(p []byte) (err error) {
+		at, _, err = ingest.RecordHeader(p)
+		return err
+	})
 	if err != nil {
 		return time.Time{}, false
 	}
-	rec, err := ingest.DecodeRecord(p)
-	if err != nil {
-		return time.Time{}, false
-	}
-	b.lag.index, b.lag.acceptedAt = index, time.UnixMicro(rec.AcceptedAt).UTC()
+	b.lag.index, b.lag.acceptedAt = index, time.UnixMicro(at).UTC()
 	return b.lag.acceptedAt, true
 }
 

@@ -37,15 +37,15 @@ func (b *Broker) BufferStatus() fastapi.BufferStatus {
 	count := st.Records <= fastapi.BufferItemsLimit
 	var items int64
 	for i := cp + 1; i <= durable; i++ {
-		p, err := b.WAL.Read(i)
+		var at int64
+		var n int
+		err := b.WAL.View(i, func(p []byte) (err error) {
+			at, n, err = ingest.RecordHeader(p)
+			return err
+		})
 		if err != nil {
-			// Projected and truncated meanwhile, or unreadable: what was
-			// read stands, the count is not known.
-			count = false
-			break
-		}
-		at, n, err := ingest.RecordHeader(p)
-		if err != nil {
+			// Projected and truncated meanwhile, unreadable, or not a
+			// push record: what was read stands, the count is not known.
 			count = false
 			break
 		}

@@ -297,7 +297,7 @@ var Vars = []Var{
 		"Broker directory: the WAL (`wal/`) and `broker.id`. `queen dev` uses a temporary directory, deleted on exit, unless this is set.",
 		func(c *Config) *string { return &c.WALDir }),
 	intVar("QUEEN_WAL_SEGMENT_BYTES", SectionWAL, wal.DefaultSegmentSize, unitBytes, 4096, math.MaxInt32,
-		"Target size of one WAL segment file (4 MiB). The broker keeps the tail segment and the last sealed one in memory, so this sets most of its WAL memory (about 2 × this).",
+		"Target size of one WAL segment file (4 MiB). The broker keeps the tail segment and the last sealed one in memory, plus one dropped segment buffer that it reuses for the next segment once the projector has released it, so this sets most of its WAL memory (about 3 × this).",
 		func(c *Config) *int { return &c.WALSegmentBytes }),
 	intVar("QUEEN_WAL_MAX_BYTES", SectionWAL, 0, unitBytes, 0, math.MaxInt,
 		"Cap on the WAL's segment files; 0 = no cap. At least 4 segments. Beyond it pushes answer `failed` (nothing stored) instead of filling the disk PostgreSQL may share; above 3/4 of it projected segments are truncated before their retention.",

@@ -147,9 +147,9 @@ END
 $$;
 
 -- Writes the segments of a projection batch (pg/project.go): locks the
--- partitions ids in id order (NO KEY UPDATE, as lock_partitions: no
--- deadlock between brokers; a no-op where the batch holds them already),
--- checks that partition ids[i] is at next_offset bases[i] and that its
+-- partitions ids in id order by updating them (NO KEY UPDATE, as
+-- lock_partitions: no deadlock between brokers; a no-op where the batch
+-- holds them already), checks that partition ids[i] is at next_offset bases[i] and that its
 -- queue's encryption_enabled is encrypt[i] (not checked where encrypt[i]
 -- is NULL, or encrypt is: the caller read it under the same lock), moves
 -- next_offset to bases[i] +
@@ -168,9 +168,18 @@ AS $$
 DECLARE
     moved bigint;
 BEGIN
-    PERFORM 1 FROM queen.partitions p WHERE p.id = ANY(ids) ORDER BY p.id FOR NO KEY UPDATE OF p;
+    -- The update locks the rows itself, in id order: the sorted subquery
+    -- is not flattened and the pinned plan is a nested loop with it
+    -- outside (see EXPLAIN in docs/decisions.md), which updates rows in
+    -- the order of its outer side. A separate FOR NO KEY UPDATE pass (the
+    -- version before) cost as much as the update again: a second visit
+    -- and a WAL record per row. Should a plan ever take another order, two
+    -- brokers meeting on the same partitions deadlock, PostgreSQL aborts
+    -- one batch and Project retries it (a deadlock is retryable): slower,
+    -- never wrong. A row moved by another transaction meanwhile fails
+    -- next_offset = v.base when rechecked after its lock (QN001 below).
     UPDATE queen.partitions p SET next_offset = v.base + v.n, last_message_at = now()
-    FROM unnest(ids, bases, counts, encrypt) AS v(id, base, n, enc)
+    FROM (SELECT * FROM unnest(ids, bases, counts, encrypt) AS u(id, base, n, enc) ORDER BY u.id) AS v
     WHERE p.id = v.id AND p.next_offset = v.base
       AND (v.enc IS NULL OR (SELECT q.encryption_enabled FROM queen.queues q WHERE q.id = p.queue_id) = v.enc);
     GET DIAGNOSTICS moved = ROW_COUNT;

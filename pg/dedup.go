@@ -26,16 +26,21 @@ import (
 //	base_offsets  bigint[]    the base offset of the segment each one got
 //	key_hashes    bigint[]    keyHash(partition, transactionId) of every
 //	                          client transactionId the batch stored, and
-//	                          mintedKey(partition, tick) of every 10 ms tick
-//	                          in which a minted id the batch stored (the key
-//	                          of an item pushed without a transactionId) was
-//	                          minted; in no particular order
+//	                          mintedKey(tick) of every 10 ms tick in which a
+//	                          minted id the batch stored (the key of an item
+//	                          pushed without a transactionId) was minted, in
+//	                          any of its partitions; in no particular order
 //
 // indexed by a GIN index on key_hashes (fastupdate off: a pending list is
 // scanned whole by every probe) and a btree on expires_at. A client
 // transactionId costs 8 bytes of array and one GIN entry (about 40 bytes
 // in all), a minted id nothing of its own, a partition of a batch 24
-// bytes. The row of the layout before (queen.dedup_runs: one row per
+// bytes, and a batch one minted key per tick (one to three). Rows written
+// before the minted key dropped the partition held one minted key per
+// partition and tick (mintedPartKey), one GIN entry per partition of a
+// batch: at 16 x 100 pushes over 10,000 partitions, about 190 GIN inserts
+// per batch and the row's insert the costliest projection statement
+// (docs/decisions.md). The row of the layout before (queen.dedup_runs: one row per
 // partition and batch, with every minted id listed and three indexes)
 // cost 50 to 230 bytes per message at small batches. One row per key
 // under a UNIQUE btree (its insert as the probe) and a hash index were
@@ -46,9 +51,11 @@ import (
 //
 // The probe stays exact. A batch probes the hashes of its client keys, and
 // for a client transactionId in the minted form (canonical lowercase
-// UUIDv7 text) also the minted key of that UUID's partition and tick. A
-// hit only names a segment: the row's segment of the key's partition (a
-// row without the key's partition is another partition's hash); its
+// UUIDv7 text) also the minted key of that UUID's tick (and the older
+// rows' mintedPartKey of the key's partition and tick). A hit only names
+// a segment: the row's segment of the key's partition (a row without the
+// key's partition is another partition's hash, or minted ids of that tick
+// stored elsewhere); its
 // messages are compared with the key byte for byte, which gives the
 // original's offset, id and acceptance time; the newest match wins. A
 // freshly minted id is never probed: a UUIDv7 with 74 random bits is taken
@@ -89,11 +96,25 @@ var keyHash = func(pid uuid.UUID, txid string) int64 {
 	return h
 }
 
-// mintedKey is the sidecar key of the ids minted in tick (mintedTick) and
-// stored in partition pid: XXH64 (seed 0) of the partition id's 16 bytes,
-// the byte 0xff (which no UTF-8 transactionId holds) and tick as 8
-// big-endian bytes. A variable so that tests can force collisions.
-var mintedKey = func(pid uuid.UUID, tick int64) int64 {
+// mintedKey is the sidecar key of the ids minted in tick (mintedTick),
+// whichever partitions a batch stored them in: XXH64 (seed 0) of the bytes
+// 0xff 0xfe and tick as 8 big-endian bytes (10 bytes; a client key hashes
+// 16 bytes of partition id and its transactionId, mintedPartKey 25 bytes).
+// A variable so that tests can force collisions.
+var mintedKey = func(tick int64) int64 {
+	var b [10]byte
+	b[0], b[1] = 0xff, 0xfe
+	binary.BigEndian.PutUint64(b[2:], uint64(tick))
+	return int64(xxhash.Sum64(b[:]))
+}
+
+// mintedPartKey is the minted key of rows written by versions before
+// mintedKey (one per partition and tick): XXH64 (seed 0) of the partition
+// id's 16 bytes, the byte 0xff (which no UTF-8 transactionId holds) and
+// tick as 8 big-endian bytes. Never written any more; a minted-form client
+// key probes it as well, so that such rows keep deduplicating until the
+// sweep removes them with their window.
+func mintedPartKey(pid uuid.UUID, tick int64) int64 {
 	var b [25]byte
 	copy(b[:16], pid[:])
 	b[16] = 0xff
@@ -102,12 +123,12 @@ var mintedKey = func(pid uuid.UUID, tick int64) int64 {
 }
 
 // mintedTickMillis is the time step of mintedKey. A batch's row holds one
-// minted key per partition and tick its minted ids span (a batch spans a
-// few milliseconds: one to three); a client transactionId in the minted
-// form that is not a minted id of its partition still names, as
-// candidates to read and compare, the segments of the batches that stored
-// minted ids in that partition and tick. Coarser ticks save keys of
-// minted ids, finer ones save those reads where a partition mixes both.
+// minted key per tick its minted ids span (a batch spans a few
+// milliseconds: one to three); a client transactionId in the minted form
+// that is not a minted id of its partition still names, as candidates to
+// read and compare, its partition's segments of the batches that stored
+// minted ids in that tick. Coarser ticks save keys of minted ids, finer
+// ones save those reads where a partition mixes both.
 const mintedTickMillis = 10
 
 // isMinted reports whether txid is the text of id, the key the broker
@@ -171,7 +192,7 @@ type dedupRuns struct {
 	base   []int64
 	hashes []int64
 	newest int64   // µs, the newest acceptance time; valid when len(pid) > 0
-	ticks  []int64 // scratch: the minted ticks of the partition being added
+	ticks  []int64 // the minted ticks whose mintedKey is in hashes
 }
 
 // add appends partition pid's messages msgs, stored at offsets base.. (one
@@ -184,7 +205,6 @@ func (r *dedupRuns) add(pid uuid.UUID, base int64, msgs []Message, keys []int64)
 	}
 	r.pid = append(r.pid, pid)
 	r.base = append(r.base, base)
-	r.ticks = r.ticks[:0]
 	var at int64
 	for i := range msgs {
 		m := &msgs[i]
@@ -201,7 +221,7 @@ func (r *dedupRuns) add(pid uuid.UUID, base int64, msgs []Message, keys []int64)
 		}
 		if tick := mintedTick(m.ID); !slices.Contains(r.ticks, tick) {
 			r.ticks = append(r.ticks, tick)
-			r.hashes = append(r.hashes, mintedKey(pid, tick))
+			r.hashes = append(r.hashes, mintedKey(tick))
 		}
 	}
 	if len(r.pid) == 1 || at > r.newest {
@@ -210,21 +230,25 @@ func (r *dedupRuns) add(pid uuid.UUID, base int64, msgs []Message, keys []int64)
 }
 
 // queue appends the sidecar insert to b. The row expires at its newest
-// acceptance time plus the longest dedup window of its partitions'
-// queues, read in the statement itself (0 with dedup off: the keys are
-// kept for the sweep's grace), so it is right on both ways of
-// pg/project.go: the long way, which read the windows under the lock, and
-// the one-round-trip way, which sends the insert before it has read
-// anything; the partitions are locked by then either way.
-func (r *dedupRuns) queue(b *pgx.Batch) {
+// acceptance time plus the longest dedup window of queues, the queues of
+// its partitions (by name: the batch's items name them), read in the
+// statement itself (0 with dedup off: the keys are kept for the sweep's
+// grace), so it is right on both ways of pg/project.go: the long way,
+// which read the windows under the lock, and the one-round-trip way, which
+// sends the insert before it has read anything; the partitions are locked
+// by then either way, so each exists and so does its queue, under the
+// name the item gave. (Read through the partition ids instead, the window
+// cost one partition and one queue probe per partition of the batch,
+// about 1 ms of a 190-partition batch.)
+func (r *dedupRuns) queue(b *pgx.Batch, queues []string) {
 	if len(r.pid) == 0 {
 		return
 	}
 	b.Queue(`INSERT INTO queen.dedup_batches (expires_at, partition_ids, base_offsets, key_hashes)
 		SELECT $1::timestamptz + make_interval(secs => coalesce((SELECT max(q.dedup_window_seconds)
-			FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE p.id = ANY($2::uuid[])), 0)),
+			FROM queen.queues q WHERE q.name = ANY($5::text[])), 0)),
 			$2, $3, $4`,
-		time.UnixMicro(r.newest), pgUUIDs(r.pid), r.base, r.hashes)
+		time.UnixMicro(r.newest), pgUUIDs(r.pid), r.base, r.hashes, queues)
 }
 
 // probeSet is what a batch asks the sidecar: the key hashes of its client
@@ -269,7 +293,8 @@ func (p *probeSet) want(h int64, k dedupKey) {
 func (p *probeSet) add(k dedupKey) {
 	p.want(keyHash(k.pid, k.txid), k)
 	if u, ok := mintedForm(k.txid); ok {
-		p.want(mintedKey(k.pid, mintedTick(u)), k)
+		p.want(mintedKey(mintedTick(u)), k)
+		p.want(mintedPartKey(k.pid, mintedTick(u)), k)
 		if p.legacy {
 			p.mPID, p.mID, p.mFloor = append(p.mPID, k.pid), append(p.mID, u), append(p.mFloor, mintedFloor(u))
 			p.mKeys = append(p.mKeys, k)

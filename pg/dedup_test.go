@@ -144,7 +144,8 @@ func TestDedupLegacyEntriesKeepTheirWindow(t *testing.T) {
 
 // TestDedupBatchRow: a batch makes one sidecar row: its partitions with
 // their segments' base offsets, a hash per client key, one minted key per
-// partition and tick of its minted ids, and its newest acceptance time
+// tick of its minted ids (whichever partitions hold them), and its newest
+// acceptance time
 // (TestDedupBatchRowExpiry checks the window the insert adds).
 func TestDedupBatchRow(t *testing.T) {
 	p1, p2 := uuid.New(), uuid.New()
@@ -164,7 +165,7 @@ func TestDedupBatchRow(t *testing.T) {
 		t.Fatalf("partitions %v at %v", pids, bases)
 	}
 	first := base / tick
-	want := []int64{pg.MintedKey(p1, first), pg.KeyHash(p1, "client"), pg.MintedKey(p1, first+1), pg.MintedKey(p2, first)}
+	want := []int64{pg.MintedKey(first), pg.KeyHash(p1, "client"), pg.MintedKey(first + 1)}
 	if len(hashes) != len(want) {
 		t.Fatalf("hashes %v, want %v", hashes, want)
 	}
@@ -185,7 +186,7 @@ func TestDedupBatchRow(t *testing.T) {
 // client key's hash are confirmed byte for byte as well.
 func TestDedupHashCollisionAcrossPartitionsIsExact(t *testing.T) {
 	defer pg.SetKeyHash(func(uuid.UUID, string) int64 { return 7 })()
-	defer pg.SetMintedKey(func(uuid.UUID, int64) int64 { return 7 })()
+	defer pg.SetMintedKey(func(int64) int64 { return 7 })()
 	b := setup(t)
 	a := item("x", "A", now())
 	other := item("x", "A", now())
@@ -201,6 +202,30 @@ func TestDedupHashCollisionAcrossPartitionsIsExact(t *testing.T) {
 	// every client key collide; only the minted message matches.
 	out = b.project(t, item("x", minted.Message.ID.String(), now()))
 	wantDup(t, "minted id as transactionId", out[0], true, minted.Message.ID)
+}
+
+// TestDedupMintedKeyOfOlderRows: a row written by a version that kept
+// one minted key per partition and tick (mintedPartKey) still
+// deduplicates a client transactionId that is the text of one of its
+// minted ids.
+func TestDedupMintedKeyOfOlderRows(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	minted := item("om", "", now())
+	b.project(t, minted)
+	var pid uuid.UUID
+	if err := b.store.Pool().QueryRow(ctx, `SELECT partition_ids[1] FROM queen.dedup_batches`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	tick := int64(minted.Message.ID[0])<<40 | int64(minted.Message.ID[1])<<32 | int64(minted.Message.ID[2])<<24 |
+		int64(minted.Message.ID[3])<<16 | int64(minted.Message.ID[4])<<8 | int64(minted.Message.ID[5])
+	tick /= pg.MintedTickMillis
+	// As an older version wrote it.
+	if _, err := b.store.Pool().Exec(ctx, `UPDATE queen.dedup_batches SET key_hashes = ARRAY[$1::bigint]`, pg.MintedPartKey(pid, tick)); err != nil {
+		t.Fatal(err)
+	}
+	out := b.project(t, item("om", minted.Message.ID.String(), now()))
+	wantDup(t, "minted id as transactionId against an older row", out[0], true, minted.Message.ID)
 }
 
 // TestDedupSweepExpiresBatchRows: a row goes once its latest window end

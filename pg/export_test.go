@@ -17,15 +17,16 @@ func SetKeyHash(f func(pid uuid.UUID, txid string) int64) (restore func()) {
 
 // SetMintedKey replaces the sidecar's minted key (to force collisions) and
 // returns the function that restores it.
-func SetMintedKey(f func(pid uuid.UUID, tick int64) int64) (restore func()) {
+func SetMintedKey(f func(tick int64) int64) (restore func()) {
 	old := mintedKey
 	mintedKey = f
 	return func() { mintedKey = old }
 }
 
-// KeyHash and MintedKey are the sidecar's hashes, for tests.
-func KeyHash(pid uuid.UUID, txid string) int64  { return keyHash(pid, txid) }
-func MintedKey(pid uuid.UUID, tick int64) int64 { return mintedKey(pid, tick) }
+// KeyHash, MintedKey and MintedPartKey are the sidecar's hashes, for tests.
+func KeyHash(pid uuid.UUID, txid string) int64      { return keyHash(pid, txid) }
+func MintedKey(tick int64) int64                    { return mintedKey(tick) }
+func MintedPartKey(pid uuid.UUID, tick int64) int64 { return mintedPartKey(pid, tick) }
 
 // MintedTickMillis is mintedTickMillis, for tests.
 const MintedTickMillis = mintedTickMillis

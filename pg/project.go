@@ -709,8 +709,9 @@ func (w *batchWrites) queue(b *pgx.Batch, items []ProjectItem, out []Outcome) {
 	if len(w.newKeys) > 0 {
 		b.Queue(`SELECT queen.assert_new_keys($1::bigint[])`, w.newKeys)
 	}
-	w.runs.queue(b)
-	if notify := storedQueues(items, out); len(notify) > 0 {
+	notify := storedQueues(items, out)
+	w.runs.queue(b, notify)
+	if len(notify) > 0 {
 		// Wake long-polling pops on every broker (pg/listen.go).
 		b.Queue(`SELECT pg_notify($1, q) FROM unnest($2::text[]) AS q`, NotifyChannel, notify)
 	}

@@ -281,3 +281,120 @@ func TestStopWhileWaitingForGroupCommit(t *testing.T) {
 		t.Fatalf("partition next_offset %d (%v), want 3", n, err)
 	}
 }
+
+// TestPreparedBatchDroppedWhenCommitFails: while a batch's transaction is
+// held (a test transaction locks its partition), the records that become
+// durable meanwhile are prepared as the next batch; the held transaction
+// then fails (its backend terminated). The prepared batch must not
+// commit: the checkpoint stays at the last confirmed batch until the
+// failed one is projected again, and after recovery every item is stored
+// exactly once, in WAL order.
+func TestPreparedBatchDroppedWhenCommitFails(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w, _, err := wal.Open(t.TempDir(), wal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	store, err := pg.Open(pg.Config{URL: testenv.NewDatabase(t), PoolSize: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	broker := uuid.New()
+	var mu sync.Mutex
+	var batches []string
+	p := projector.New(projector.Config{BrokerID: broker, Logger: testenv.Logger, BackoffMin: 10 * time.Millisecond,
+		MinBatchItems: -1,
+		ObserveBatch: func(items int, _ time.Duration, err error) {
+			mu.Lock()
+			batches = append(batches, fmt.Sprintf("%d:%v", items, err == nil))
+			mu.Unlock()
+		}}, w, store, ingest.NewRegistry())
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop()
+	if _, err := w.Append(record("q", "r1-", 3), nil); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 30*time.Second, "the first record projected", func() bool { return p.Checkpoint() == 1 })
+
+	// Hold the next transaction at its partition lock.
+	lock, err := store.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Rollback(context.Background())
+	if _, err := lock.Exec(ctx, `SELECT 1 FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'q' FOR UPDATE OF p`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Append(record("q", "r2-", 4), nil); err != nil {
+		t.Fatal(err)
+	}
+	var blocked int
+	testenv.WaitFor(t, 30*time.Second, "the second batch waiting for the partition lock", func() bool {
+		err := store.Pool().QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database() LIMIT 1`).Scan(&blocked)
+		return err == nil
+	})
+	for i, n := range []int{5, 6} {
+		if _, err := w.Append(record("q", fmt.Sprintf("r%d-", i+3), n), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testenv.WaitFor(t, 30*time.Second, "records 3 and 4 prepared behind the held batch", func() bool { return p.Prepared() == 11 })
+	if p.Checkpoint() != 1 {
+		t.Fatalf("checkpoint %d while the second batch is held, want 1", p.Checkpoint())
+	}
+	// The held batch fails; release the lock after its backend is gone.
+	var ok bool
+	if err := store.Pool().QueryRow(ctx, `SELECT pg_terminate_backend($1)`, blocked).Scan(&ok); err != nil || !ok {
+		t.Fatalf("terminate the held backend: %v %v", ok, err)
+	}
+	testenv.WaitFor(t, 30*time.Second, "the held batch failed", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(batches) >= 2
+	})
+	if cp, _, err := store.Checkpoint(ctx, broker); err != nil || cp.Index != 1 {
+		t.Fatalf("checkpoint in PostgreSQL %d (%v) after the held batch failed, want 1", cp.Index, err)
+	}
+	if err := lock.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 30*time.Second, "every record projected after the failure", func() bool { return p.Checkpoint() == 4 })
+	p.Stop()
+	mu.Lock()
+	if len(batches) < 3 || batches[0] != "3:true" || batches[1] != "4:false" {
+		t.Errorf("batches %v: want 3 committed, then 4 failed", batches)
+	}
+	for _, b := range batches[2:] {
+		if b == "11:true" {
+			t.Errorf("batches %v: the 11 items prepared behind the failed batch committed without it", batches)
+		}
+	}
+	mu.Unlock()
+	msgs, err := store.ReadPartition(ctx, "q", "P")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for i, n := range []int{3, 4, 5, 6} {
+		for k := 0; k < n; k++ {
+			want = append(want, fmt.Sprintf("r%d-%d", i+1, k))
+		}
+	}
+	if len(msgs) != len(want) {
+		t.Fatalf("%d messages stored, want %d", len(msgs), len(want))
+	}
+	for i, m := range msgs {
+		if m.TransactionID != want[i] || m.Offset != int64(i) {
+			t.Fatalf("offset %d: %s at %d, want %s", i, m.TransactionID, m.Offset, want[i])
+		}
+	}
+	cp, ok2, err := store.Checkpoint(ctx, broker)
+	if err != nil || !ok2 || cp.Index != 4 || cp.PartialItems != 0 {
+		t.Fatalf("checkpoint %+v %v %v, want record 4 whole", cp, ok2, err)
+	}
+}

@@ -729,7 +729,7 @@ func (p *Projector) projectOnce(ctx context.Context, cursor uint64) error {
 			p.answer(prev, prevOut)
 			prev, prevOut = nil, nil
 		}
-		next, nextErr, r := p.prepare(ctx, b, cp, result)
+		next, r, nextErr := p.prepare(ctx, b, cp, result)
 		if p.cfg.ObserveBatch != nil {
 			p.cfg.ObserveBatch(len(b.items), r.took, r.err)
 		}
@@ -772,12 +772,12 @@ func (p *Projector) projectOnce(ctx context.Context, cursor uint64) error {
 // prepare waits for the result of b's commit (checkpoint cp) and, when
 // a batch may follow b's (b ends on a whole record, read without error),
 // prepares it meanwhile in the other buffer from the records durable
-// after b's: it returns that batch (nil when none was prepared) and the
-// error that stopped its preparation, if any, to be returned after b's
-// commit.
-func (p *Projector) prepare(ctx context.Context, b *batch, cp pg.Checkpoint, result <-chan commitResult) (*batch, error, commitResult) {
+// after b's: it returns that batch (nil when none was prepared), b's
+// commit result, and the error that stopped the preparation, if any (to
+// be returned after b's commit).
+func (p *Projector) prepare(ctx context.Context, b *batch, cp pg.Checkpoint, result <-chan commitResult) (*batch, commitResult, error) {
 	if !b.recs[len(b.recs)-1].complete || b.readErr != nil || p.Paused() {
-		return nil, nil, <-result
+		return nil, <-result, nil
 	}
 	next := &p.bufs[0]
 	if b == next {
@@ -787,15 +787,15 @@ func (p *Projector) prepare(ctx context.Context, b *batch, cp pg.Checkpoint, res
 	p.cur.Seek(cp.Index + 1)
 	for {
 		if err := p.fill(next); err != nil {
-			return next, err, <-result
+			return next, <-result, err
 		}
 		p.prepared.Store(int64(len(next.items)))
 		if p.closed(next) || ctx.Err() != nil {
-			return next, nil, <-result
+			return next, <-result, nil
 		}
 		select {
 		case r := <-result:
-			return next, nil, r
+			return next, r, nil
 		case <-p.wal.Notify():
 		case <-ctx.Done():
 		}

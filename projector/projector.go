@@ -146,12 +146,9 @@ type Projector struct {
 	// cp is the checkpoint as last read or committed, and open the record
 	// after it while it is projected in pieces (nil otherwise); both are
 	// owned by the loop.
-	cp   pg.Checkpoint
-	open *openRecord
-	bufs [2]batch // the batch committing and the one prepared beside it
-	// prepared is the item count of the batch prepared while another
-	// commits (0: none), for tests.
-	prepared atomic.Int64
+	cp    pg.Checkpoint
+	open  *openRecord
+	items []pg.ProjectItem // the batch being built, reused
 
 	// loop runs the projection loop (run), maint the maintenance loop
 	// (maintainLoop) beside it.
@@ -483,390 +480,202 @@ type batchRecord struct {
 	open     *openRecord // the record is projected in pieces (nil: whole in this batch)
 }
 
-// batch is one transaction's worth of WAL records, being built or being
-// committed: its items in WAL order and the records they come from. The
-// projector keeps two (Projector.bufs), so that while one commits the
-// next one is prepared beside it (projectOnce).
-type batch struct {
-	items []pg.ProjectItem
-	recs  []batchRecord
-	rec   ingest.Record // one decode buffer for the batch's whole records
-	size  int           // bytes of items: WAL payload of whole records, or an estimate per item of a piece
-	// base is the checkpoint the batch starts after: the committed one,
-	// or, for a batch prepared while the one before commits, the
-	// checkpoint that one commits (the prepared batch is committed only
-	// after it, and discarded when it fails).
-	base pg.Checkpoint
-	// done: no more records may join (the batch ends inside a record, or
-	// the next record is left to the next batch); readErr: the WAL read
-	// that stopped it (a corrupt record: the next read returns it again).
-	done    bool
-	readErr error
-}
+// projectOnce projects one batch starting at cursor: whole records while
+// they fit MaxBatchEntries, MaxBatchItems and MaxBatchBytes, or, when the
+// first record does not fit alone, the next piece of it.
+func (p *Projector) projectOnce(ctx context.Context, cursor uint64) error {
+	items := p.items[:0]
+	var recs []batchRecord
+	var rec ingest.Record // one decode buffer for the batch's whole records
+	size := 0             // bytes of items: WAL payload of whole records, or an estimate per item of a piece
+	full := func() bool { return len(items) >= p.cfg.MaxBatchItems || size >= p.cfg.MaxBatchBytes }
+	// take appends rr's remaining items, or with cut only up to the
+	// batch's budget (at least one).
+	take := func(rr *ingest.RecordReader, cut bool) error {
+		var it ingest.Item
+		for rr.Done() < rr.Len() && (!cut || len(items) == 0 || !full()) {
+			if err := rr.Next(&it); err != nil {
+				return err
+			}
+			items = append(items, it.ProjectItem(rr.AcceptedAt))
+			if cut {
+				size += len(it.Payload) + len(it.TransactionID) + len(it.Queue) + len(it.Partition) + 32
+			}
+		}
+		return nil
+	}
+	defer func() { clear(p.items[:cap(p.items)]) }() // drop references to WAL payloads
 
-// reset empties b for a batch after base, dropping its references to WAL
-// payloads.
-func (b *batch) reset(base pg.Checkpoint) {
-	clear(b.items[:cap(b.items)])
-	clear(b.recs[:cap(b.recs)])
-	b.items, b.recs, b.size, b.base, b.done, b.readErr = b.items[:0], b.recs[:0], 0, base, false, nil
-}
-
-// checkpoint is the checkpoint b commits: its last complete record, and
-// the items of the record after it when b ends inside it.
-func (b *batch) checkpoint() pg.Checkpoint {
-	cp := b.base
-	for _, r := range b.recs {
+	if p.open != nil && p.open.index != cursor {
+		p.open = nil
+	}
+	if o := p.open; o != nil {
+		from := len(items)
+		if err := take(o.rr, true); err != nil {
+			return fmt.Errorf("WAL record %d: %w", o.index, err)
+		}
+		recs = append(recs, batchRecord{index: o.index, crc: o.crc, from: from, n: len(items) - from, complete: o.rr.Done() == o.rr.Len(), open: o})
+		cursor++
+	}
+	var readErr error
+	if len(recs) == 0 || (recs[0].complete && !full()) {
+		if p.cur.Position() != cursor {
+			p.cur.Seek(cursor)
+		}
+		// add appends the records of batch (read from the cursor) while
+		// they fit; done: it stopped before the end of batch, or inside a
+		// record (the batch is full).
+		add := func(batch []wal.Entry) (done bool, err error) {
+			for _, e := range batch {
+				rr, err := ingest.NewRecordReader(e.Payload)
+				if err != nil {
+					return false, fmt.Errorf("WAL record %d: %w", e.Index, err)
+				}
+				skip := 0
+				if len(items) == 0 && e.Index == p.cp.Index+1 && p.cp.PartialItems > 0 {
+					// Resuming inside a record that was being projected in pieces.
+					if crc := wal.PayloadCRC(e.Payload); crc != p.cp.PartialCRC {
+						return false, fmt.Errorf("%w: WAL record %d has CRC-32C %08x, the checkpoint's partly projected record %08x",
+							ErrWALDiverged, e.Index, crc, p.cp.PartialCRC)
+					}
+					if err := rr.Skip(p.cp.PartialItems); err != nil {
+						return false, fmt.Errorf("WAL record %d: resume after %d items: %w", e.Index, p.cp.PartialItems, err)
+					}
+					skip = p.cp.PartialItems
+				}
+				first := len(items) == 0
+				whole := len(items)+rr.Len()-skip <= p.cfg.MaxBatchItems && size+len(e.Payload) <= p.cfg.MaxBatchBytes
+				if !first && !whole {
+					return true, nil // the next batch takes it (in pieces if it needs to)
+				}
+				from := len(items)
+				if whole && skip == 0 {
+					// The common case: the record is decoded at once, with
+					// per-record allocations (DecodeRecordInto).
+					if err := ingest.DecodeRecordInto(&rec, e.Payload); err != nil {
+						return false, fmt.Errorf("WAL record %d: %w", e.Index, err)
+					}
+					items = rec.AppendProjectItems(items)
+					size += len(e.Payload)
+				} else if err := take(rr, first); err != nil {
+					return false, fmt.Errorf("WAL record %d: %w", e.Index, err)
+				} else if !first {
+					size += len(e.Payload)
+				}
+				br := batchRecord{index: e.Index, crc: wal.PayloadCRC(e.Payload), from: from, n: len(items) - from,
+					complete: (whole && skip == 0) || rr.Done() == rr.Len()}
+				if !br.complete || skip > 0 {
+					br.open = &openRecord{index: e.Index, crc: br.crc, rr: rr}
+					if skip == 0 && p.reg.Waiting(e.Index) {
+						br.open.verdicts = make([]ingest.Verdict, 0, rr.Len())
+					}
+				}
+				recs = append(recs, br)
+				if !br.complete {
+					return true, nil
+				}
+			}
+			return false, nil
+		}
+		batch, err := p.cur.Next(p.cfg.MaxBatchEntries-len(recs), p.cfg.MaxBatchBytes-size)
+		// Records read before a failing one are projected; the failure
+		// comes back on the next call, with the cursor at the failing record.
+		readErr = err
+		done, err := add(batch)
+		if err != nil {
+			return err
+		}
+		// MinBatchItems: a small batch waits for the group commits in
+		// flight, MaxBatchWait in all.
+		var deadline time.Time
+		for !done && readErr == nil && len(recs) > 0 && recs[0].open == nil && len(recs) < p.cfg.MaxBatchEntries && !full() &&
+			len(items) < p.cfg.MinBatchItems {
+			if deadline.IsZero() {
+				deadline = time.Now().Add(p.cfg.MaxBatchWait)
+			}
+			if !p.waitGroupCommit(ctx, time.Until(deadline)) {
+				break
+			}
+			batch, err := p.cur.Next(p.cfg.MaxBatchEntries-len(recs), p.cfg.MaxBatchBytes-size)
+			readErr = err
+			if done, err = add(batch); err != nil {
+				return err
+			}
+		}
+	}
+	if len(recs) == 0 {
+		return readErr // a corrupt record stalls projection loudly; it is never skipped
+	}
+	p.items = items
+	// The checkpoint this batch commits: its last complete record, and the
+	// items of the record after it when the batch ends inside it.
+	cp := p.cp
+	for _, r := range recs {
 		if r.complete {
 			cp = pg.Checkpoint{Index: r.index, RecordCRC: r.crc, HasCRC: true}
 		} else {
 			cp.PartialItems, cp.PartialCRC = r.open.rr.Done(), r.crc
 		}
 	}
-	return cp
-}
-
-// full reports whether b reached MaxBatchItems or MaxBatchBytes.
-func (p *Projector) full(b *batch) bool {
-	return len(b.items) >= p.cfg.MaxBatchItems || b.size >= p.cfg.MaxBatchBytes
-}
-
-// closed reports whether no record may join b any more.
-func (p *Projector) closed(b *batch) bool {
-	return b.done || b.readErr != nil || len(b.recs) >= p.cfg.MaxBatchEntries || p.full(b)
-}
-
-// take appends rr's remaining items to b, or with cut only up to the
-// batch's budget (at least one).
-func (p *Projector) take(b *batch, rr *ingest.RecordReader, cut bool) error {
-	var it ingest.Item
-	for rr.Done() < rr.Len() && (!cut || len(b.items) == 0 || !p.full(b)) {
-		if err := rr.Next(&it); err != nil {
-			return err
-		}
-		b.items = append(b.items, it.ProjectItem(rr.AcceptedAt))
-		if cut {
-			b.size += len(it.Payload) + len(it.TransactionID) + len(it.Queue) + len(it.Partition) + 32
-		}
-	}
-	return nil
-}
-
-// add appends the records of entries (read from the cursor) to b while
-// they fit; it sets b.done when it stopped before the end of entries or
-// inside a record (the batch is full).
-func (p *Projector) add(b *batch, entries []wal.Entry) error {
-	for _, e := range entries {
-		rr, err := ingest.NewRecordReader(e.Payload)
-		if err != nil {
-			return fmt.Errorf("WAL record %d: %w", e.Index, err)
-		}
-		skip := 0
-		if len(b.items) == 0 && e.Index == b.base.Index+1 && b.base.PartialItems > 0 {
-			// Resuming inside a record that was being projected in pieces.
-			if crc := wal.PayloadCRC(e.Payload); crc != b.base.PartialCRC {
-				return fmt.Errorf("%w: WAL record %d has CRC-32C %08x, the checkpoint's partly projected record %08x",
-					ErrWALDiverged, e.Index, crc, b.base.PartialCRC)
-			}
-			if err := rr.Skip(b.base.PartialItems); err != nil {
-				return fmt.Errorf("WAL record %d: resume after %d items: %w", e.Index, b.base.PartialItems, err)
-			}
-			skip = b.base.PartialItems
-		}
-		first := len(b.items) == 0
-		whole := len(b.items)+rr.Len()-skip <= p.cfg.MaxBatchItems && b.size+len(e.Payload) <= p.cfg.MaxBatchBytes
-		if !first && !whole {
-			b.done = true // the next batch takes it (in pieces if it needs to)
-			return nil
-		}
-		from := len(b.items)
-		if whole && skip == 0 {
-			// The common case: the record is decoded at once, with
-			// per-record allocations (DecodeRecordInto).
-			if err := ingest.DecodeRecordInto(&b.rec, e.Payload); err != nil {
-				return fmt.Errorf("WAL record %d: %w", e.Index, err)
-			}
-			b.items = b.rec.AppendProjectItems(b.items)
-			b.size += len(e.Payload)
-		} else if err := p.take(b, rr, first); err != nil {
-			return fmt.Errorf("WAL record %d: %w", e.Index, err)
-		} else if !first {
-			b.size += len(e.Payload)
-		}
-		br := batchRecord{index: e.Index, crc: wal.PayloadCRC(e.Payload), from: from, n: len(b.items) - from,
-			complete: (whole && skip == 0) || rr.Done() == rr.Len()}
-		if !br.complete || skip > 0 {
-			br.open = &openRecord{index: e.Index, crc: br.crc, rr: rr}
-			if skip == 0 && p.reg.Waiting(e.Index) {
-				br.open.verdicts = make([]ingest.Verdict, 0, rr.Len())
-			}
-		}
-		b.recs = append(b.recs, br)
-		if !br.complete {
-			b.done = true
-			return nil
-		}
-	}
-	return nil
-}
-
-// fill reads the durable records at the cursor into b while they fit,
-// without waiting for more. Records read before a failing one stay in b;
-// the read error is kept in b.readErr (the next read returns it again,
-// with the cursor at the failing record).
-func (p *Projector) fill(b *batch) error {
-	if p.closed(b) {
-		return nil
-	}
-	entries, err := p.cur.Next(p.cfg.MaxBatchEntries-len(b.recs), p.cfg.MaxBatchBytes-b.size)
-	b.readErr = err
-	return p.add(b, entries)
-}
-
-// small reports whether b is a batch that MinBatchItems makes wait for
-// the group commits in flight.
-func (p *Projector) small(b *batch) bool {
-	return !p.closed(b) && len(b.recs) > 0 && b.recs[0].open == nil && len(b.items) < p.cfg.MinBatchItems
-}
-
-// waitSmall is MinBatchItems' wait: while b is small, it waits for the
-// group commits in flight and takes their records, MaxBatchWait in all.
-func (p *Projector) waitSmall(ctx context.Context, b *batch) error {
-	var deadline time.Time
-	for p.small(b) {
-		if deadline.IsZero() {
-			deadline = time.Now().Add(p.cfg.MaxBatchWait)
-		}
-		if !p.waitGroupCommit(ctx, time.Until(deadline)) {
-			return nil
-		}
-		if err := p.fill(b); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// build starts a batch at cursor in b: the next piece of the record
-// projected in pieces, if any, then whole records while they fit
-// MaxBatchEntries, MaxBatchItems and MaxBatchBytes, or, when the first
-// record does not fit alone, the first piece of it.
-func (p *Projector) build(ctx context.Context, b *batch, cursor uint64) error {
-	b.reset(p.cp)
-	if p.open != nil && p.open.index != cursor {
-		p.open = nil
-	}
-	if o := p.open; o != nil {
-		if err := p.take(b, o.rr, true); err != nil {
-			return fmt.Errorf("WAL record %d: %w", o.index, err)
-		}
-		b.recs = append(b.recs, batchRecord{index: o.index, crc: o.crc, n: len(b.items), complete: o.rr.Done() == o.rr.Len(), open: o})
-		if !b.recs[0].complete {
-			b.done = true
-			return nil
-		}
-		cursor++
-	}
-	if p.cur.Position() != cursor {
-		p.cur.Seek(cursor)
-	}
-	if err := p.fill(b); err != nil {
-		return err
-	}
-	return p.waitSmall(ctx, b)
-}
-
-// commitResult is what one pg.Store.Project call returned, and how long
-// it took.
-type commitResult struct {
-	out  []pg.Outcome
-	err  error
-	took time.Duration
-}
-
-// commit runs one projection transaction (pg.Store.Project) and sends its
-// result; it touches nothing of the projector's state.
-func (p *Projector) commit(ctx context.Context, items []pg.ProjectItem, cp pg.Checkpoint, result chan<- commitResult) {
 	tctx, cancel := context.WithTimeout(ctx, p.cfg.TxTimeout)
 	defer cancel()
 	started := time.Now()
 	out, err := p.store.Project(tctx, p.cfg.BrokerID, cp, items)
-	result <- commitResult{out: out, err: err, took: time.Since(started)}
-}
-
-// projectOnce projects the batch at cursor (build) and, while each batch
-// commits, prepares the next one beside it: it reads, verifies and
-// decodes the records that become durable meanwhile (broker CPU that
-// would otherwise wait for the commit's round trip), so the next
-// transaction is sent as soon as the one before is confirmed. There is
-// still one writer: a batch's transaction starts only after the one
-// before it committed, in checkpoint order, and a failed one discards the
-// batch prepared after it (the cursor is re-read from the checkpoint).
-// The verdicts of a batch are delivered after its confirmed commit, while
-// the next one is on the wire. A batch that ends inside a record (pieces)
-// has nothing prepared after it. It returns when there is nothing durable
-// to prepare at a commit, or with the first error.
-func (p *Projector) projectOnce(ctx context.Context, cursor uint64) error {
-	defer func() {
-		p.prepared.Store(0)
-		p.bufs[0].reset(pg.Checkpoint{})
-		p.bufs[1].reset(pg.Checkpoint{})
-	}()
-	b := &p.bufs[0]
-	if err := p.build(ctx, b, cursor); err != nil {
+	if p.cfg.ObserveBatch != nil {
+		p.cfg.ObserveBatch(len(items), time.Since(started), err)
+	}
+	if err != nil {
+		p.open = nil // the reader moved past uncommitted items: start over from the checkpoint
+		p.piecesLeft.Store(0)
 		return err
 	}
-	if len(b.recs) == 0 {
-		return b.readErr // a corrupt record stalls projection loudly; it is never skipped
-	}
-	result := make(chan commitResult, 1)
-	var prev *batch // committed, its verdicts not yet delivered
-	var prevOut []pg.Outcome
-	for {
-		cp := b.checkpoint()
-		go p.commit(ctx, b.items, cp, result)
-		if prev != nil {
-			p.answer(prev, prevOut)
-			prev, prevOut = nil, nil
-		}
-		next, r, nextErr := p.prepare(ctx, b, cp, result)
-		if p.cfg.ObserveBatch != nil {
-			p.cfg.ObserveBatch(len(b.items), r.took, r.err)
-		}
-		if r.err != nil {
-			p.open = nil // the reader moved past uncommitted items: start over from the checkpoint
-			p.piecesLeft.Store(0)
-			return r.err // the prepared batch is dropped with it
-		}
-		cont := next != nil && nextErr == nil && ctx.Err() == nil && !p.Paused()
-		p.settle(b, cp, r.out, !cont)
-		p.outage.succeeded(p.checkpoint.Load(), p.Backlog())
-		if !cont {
-			p.answer(b, r.out)
-			return nextErr
-		}
-		// Records that became durable since the last read, then
-		// MinBatchItems' wait (the verdicts go first when it may wait).
-		if err := p.fill(next); err != nil {
-			p.answer(b, r.out)
-			return err
-		}
-		if p.small(next) {
-			p.answer(b, r.out)
-			if err := p.waitSmall(ctx, next); err != nil {
-				return err
-			}
-		} else {
-			prev, prevOut = b, r.out
-		}
-		if len(next.recs) == 0 {
-			if prev != nil {
-				p.answer(prev, prevOut)
-			}
-			return next.readErr
-		}
-		b = next
-	}
-}
-
-// prepare waits for the result of b's commit (checkpoint cp) and, when
-// a batch may follow b's (b ends on a whole record, read without error),
-// prepares it meanwhile in the other buffer from the records durable
-// after b's: it returns that batch (nil when none was prepared), b's
-// commit result, and the error that stopped the preparation, if any (to
-// be returned after b's commit).
-func (p *Projector) prepare(ctx context.Context, b *batch, cp pg.Checkpoint, result <-chan commitResult) (*batch, commitResult, error) {
-	if !b.recs[len(b.recs)-1].complete || b.readErr != nil || p.Paused() {
-		return nil, <-result, nil
-	}
-	next := &p.bufs[0]
-	if b == next {
-		next = &p.bufs[1]
-	}
-	next.reset(cp)
-	p.cur.Seek(cp.Index + 1)
-	for {
-		if err := p.fill(next); err != nil {
-			return next, <-result, err
-		}
-		p.prepared.Store(int64(len(next.items)))
-		if p.closed(next) || ctx.Err() != nil {
-			return next, <-result, nil
-		}
-		select {
-		case r := <-result:
-			return next, r, nil
-		case <-p.wal.Notify():
-		case <-ctx.Done():
-		}
-	}
-}
-
-// settle records b's confirmed commit at cp (out: its outcomes): the
-// checkpoint, health, and the record it ends inside, if any, with the
-// verdicts of its items committed so far. seek: the cursor is moved to
-// the record after cp (no batch prepared after b goes on).
-func (p *Projector) settle(b *batch, cp pg.Checkpoint, out []pg.Outcome, seek bool) {
 	p.cp = cp
 	p.checkpoint.Store(cp.Index)
-	if seek {
-		p.cur.Seek(cp.Index + 1)
-	}
+	p.cur.Seek(cp.Index + 1)
 	p.unhealthy.Store(false)
 	p.mu.Lock()
 	p.lastErr = nil
 	p.mu.Unlock()
-	p.open = nil
-	p.piecesLeft.Store(0)
-	r := b.recs[len(b.recs)-1]
-	if r.complete {
-		return
-	}
-	var v []ingest.Verdict
-	if r.open.verdicts != nil && p.reg.Waiting(r.index) {
-		v = r.open.verdicts
-		for k := r.from; k < r.from+r.n; k++ {
-			v = append(v, ingest.Verdict{Duplicate: out[k].Duplicate, MessageID: out[k].MessageID})
-		}
-	}
-	r.open.verdicts = v // nil: its push answered buffered meanwhile
-	p.open = r.open
-	p.piecesLeft.Store(int64(r.open.rr.Len() - r.open.rr.Done()))
-}
-
-// answer delivers the verdicts of b's complete records and the queues
-// it stored messages in (Config.OnCommit), after b's confirmed commit
-// (out: its outcomes).
-func (p *Projector) answer(b *batch, out []pg.Outcome) {
 	if p.cfg.OnCommit != nil {
 		seen := make(map[string]bool)
 		var qs []string
-		for i := range b.items {
-			if !out[i].Duplicate && !seen[b.items[i].Queue] {
-				seen[b.items[i].Queue] = true
-				qs = append(qs, b.items[i].Queue)
+		for i := range items {
+			if !out[i].Duplicate && !seen[items[i].Queue] {
+				seen[items[i].Queue] = true
+				qs = append(qs, items[i].Queue)
 			}
 		}
 		if len(qs) > 0 {
 			p.cfg.OnCommit(qs)
 		}
 	}
-	for _, r := range b.recs {
-		if !r.complete {
-			continue // settle kept its verdicts so far
-		}
+	p.open = nil
+	p.piecesLeft.Store(0)
+	for _, r := range recs {
 		var v []ingest.Verdict
-		if r.open != nil {
-			if r.open.verdicts == nil {
-				continue // its push was answered buffered when a piece before failed
+		if r.open == nil || r.open.verdicts != nil {
+			if r.open != nil {
+				v = r.open.verdicts
 			}
-			v = r.open.verdicts
+			for k := r.from; k < r.from+r.n; k++ {
+				v = append(v, ingest.Verdict{Duplicate: out[k].Duplicate, MessageID: out[k].MessageID})
+			}
 		}
-		for k := r.from; k < r.from+r.n; k++ {
-			v = append(v, ingest.Verdict{Duplicate: out[k].Duplicate, MessageID: out[k].MessageID})
+		if !r.complete {
+			if v != nil && !p.reg.Waiting(r.index) {
+				v = nil // its push answered buffered meanwhile
+			}
+			r.open.verdicts = v
+			p.open = r.open
+			p.piecesLeft.Store(int64(r.open.rr.Len() - r.open.rr.Done()))
+			continue
+		}
+		if r.open != nil && v == nil {
+			continue // its push was answered buffered when the piece before failed
 		}
 		p.reg.Deliver(r.index, v)
 	}
+	return nil
 }
 
 // waitGroupCommit is MinBatchItems' wait: when the WAL is fsyncing a group

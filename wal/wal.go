@@ -100,6 +100,23 @@ type appendReq struct {
 	onAssign func(uint64)
 	index    uint64
 	done     chan error
+	// onDone, when set (AppendEnvelopedAsync), is called by the writer
+	// instead of a send on done.
+	onDone func(index uint64, err error)
+}
+
+// finish reports the outcome of r's append (nil once fsynced) to its
+// caller: a send on done, or onDone after r went back to appendReqs.
+// Called once, from the writer goroutine.
+func (r *appendReq) finish(err error) {
+	if r.onDone == nil {
+		r.done <- err
+		return
+	}
+	f, index := r.onDone, r.index
+	r.rec, r.onAssign, r.onDone = nil, nil, nil
+	appendReqs.Put(r)
+	f(index, err)
 }
 
 // Log is an open write-ahead log. Append is safe for concurrent use; so is
@@ -292,7 +309,7 @@ func (l *Log) AppendEnveloped(rec []byte, onAssign func(uint64)) (uint64, error)
 	if r == nil {
 		r = &appendReq{done: make(chan error, 1)}
 	}
-	r.rec, r.onAssign, r.index = rec, onAssign, 0
+	r.rec, r.onAssign, r.onDone, r.index = rec, onAssign, nil, 0
 	select {
 	case l.reqs <- r:
 	case <-l.stop:
@@ -308,6 +325,41 @@ func (l *Log) AppendEnveloped(rec []byte, onAssign func(uint64)) (uint64, error)
 		return 0, err
 	}
 	return index, nil
+}
+
+// AppendEnvelopedAsync is AppendEnveloped without the wait: it hands rec
+// to the writer and returns; the outcome comes as one call of onDone(index,
+// err), from the writer goroutine, once the record's group commit has been
+// fsynced (err nil; the record is durable and readers may already have seen
+// it) or has failed (err as Append's: ErrFull or the wrapped I/O error;
+// nothing of it is visible). onAssign is called as for Append, before
+// onDone. rec must not be modified until onDone is called. onDone must not
+// block: it holds up the writer. A caller that waits for something that
+// follows durability (a projector verdict) thus sleeps once instead of
+// twice per record.
+//
+// It returns ErrRecordTooLarge or ErrClosed (or the too-short error of
+// AppendEnveloped) without calling onDone; nil once the writer has rec.
+func (l *Log) AppendEnvelopedAsync(rec []byte, onAssign func(uint64), onDone func(index uint64, err error)) error {
+	if len(rec) < headerSize {
+		return fmt.Errorf("wal: AppendEnvelopedAsync: record of %d bytes has no room for the %d-byte header", len(rec), headerSize)
+	}
+	if len(rec)-headerSize > l.opts.MaxRecordBytes {
+		return ErrRecordTooLarge
+	}
+	r, _ := appendReqs.Get().(*appendReq)
+	if r == nil {
+		r = &appendReq{done: make(chan error, 1)}
+	}
+	r.rec, r.onAssign, r.onDone, r.index = rec, onAssign, onDone, 0
+	select {
+	case l.reqs <- r:
+		return nil
+	case <-l.stop:
+		r.rec, r.onAssign, r.onDone = nil, nil, nil
+		appendReqs.Put(r)
+		return ErrClosed
+	}
 }
 
 // appendReqs holds appendReqs for reuse (with their done channel): an
@@ -342,7 +394,7 @@ func (l *Log) writer() {
 		}
 		err := l.writeBatch(batch)
 		for _, r := range batch {
-			r.done <- err
+			r.finish(err)
 		}
 	}
 }
@@ -360,7 +412,7 @@ func (l *Log) admit(batch []*appendReq) []*appendReq {
 	for _, r := range batch {
 		n := recordBytes(len(r.rec) - headerSize)
 		if size+n > l.opts.MaxBytes {
-			r.done <- ErrFull
+			r.finish(ErrFull)
 			refused++
 			continue
 		}

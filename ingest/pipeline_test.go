@@ -89,3 +89,31 @@ func TestPipelinePushResults(t *testing.T) {
 		}
 	}
 }
+
+// TestPipelinePushCancelled: a push whose context has ended (server
+// shutdown) is still answered only once its record is durable: buffered,
+// with the record in the WAL, and the waiter's buffers reused safely by the
+// pushes after it (-race).
+func TestPipelinePushCancelled(t *testing.T) {
+	l := openTestWAL(t)
+	reg := NewRegistry()
+	p := &Pipeline{WAL: l, Registry: reg, Gate: openGate{}, Maintenance: func() bool { return false },
+		VerdictTimeout: 10 * time.Second}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i := 1; i <= 20; i++ {
+		res, err := p.Push(ctx, []byte(`{"items":[{"queue":"q","payload":1}]}`), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res) != 1 || res[0].Status != StatusBuffered {
+			t.Fatalf("push %d: %+v, want buffered", i, res)
+		}
+		if d := l.DurableIndex(); d < uint64(i) {
+			t.Fatalf("push %d answered with the WAL durable to %d", i, d)
+		}
+	}
+	if reg.Waiting(20) {
+		t.Fatal("a cancelled push is still registered")
+	}
+}

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // TestAppendEnvelopedAsync: the outcome of an asynchronous append comes as
@@ -75,5 +77,74 @@ func TestAppendEnvelopedAsync(t *testing.T) {
 	err := l.AppendEnvelopedAsync(make([]byte, HeaderSize+1), nil, func(uint64, error) { called = true })
 	if !errors.Is(err, ErrClosed) || called {
 		t.Fatalf("after Close: %v (onDone called: %v); want ErrClosed without onDone", err, called)
+	}
+}
+
+// TestAppendQueuedWhileWriterBusy: appends made while the writer is busy
+// with a group commit's fsync are queued without waiting for it
+// (AppendEnvelopedAsync returns at once), and every queued append is
+// finished exactly once, written or, when Close comes first, ErrClosed.
+func TestAppendQueuedWhileWriterBusy(t *testing.T) {
+	t.Parallel()
+	var hold atomic.Bool
+	held := make(chan struct{})
+	release := make(chan struct{})
+	opts := Options{Logger: discardLogger()}
+	opts.fsyncHook = func(f *os.File) error {
+		if hold.CompareAndSwap(true, false) {
+			held <- struct{}{}
+			<-release
+		}
+		return f.Sync()
+	}
+	l, _ := openLog(t, filepath.Join(t.TempDir(), "wal"), opts)
+	hold.Store(true)
+	first := make(chan error, 1)
+	go func() { _, err := l.Append(testPayload(0, 10), nil); first <- err }()
+	<-held // the writer is in the first group commit's fsync
+	const n = 50
+	var calls [n]atomic.Int32
+	var outcomes [n]error
+	var finished sync.WaitGroup
+	finished.Add(n)
+	queued := make(chan struct{})
+	go func() {
+		defer close(queued)
+		for i := 0; i < n; i++ {
+			rec := append(make([]byte, HeaderSize), testPayload(i+1, 10)...)
+			err := l.AppendEnvelopedAsync(rec, nil, func(_ uint64, err error) {
+				outcomes[i] = err
+				calls[i].Add(1)
+				finished.Done()
+			})
+			if err != nil {
+				t.Errorf("append %d: %v", i, err)
+				finished.Done()
+			}
+		}
+	}()
+	select {
+	case <-queued:
+	case <-time.After(5 * time.Second):
+		close(release)
+		t.Fatal("appends waited for the writer's fsync")
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- l.Close() }()
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatalf("held append: %v", err)
+	}
+	if err := <-closed; err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	finished.Wait()
+	for i := range calls {
+		if c := calls[i].Load(); c != 1 {
+			t.Fatalf("append %d finished %d times", i, c)
+		}
+		if err := outcomes[i]; err != nil && !errors.Is(err, ErrClosed) {
+			t.Fatalf("append %d: %v; want nil or ErrClosed", i, err)
+		}
 	}
 }

@@ -161,7 +161,14 @@ type Log struct {
 	// then one line per ratelog.DefaultInterval with a count.
 	failLog *ratelog.Logger
 
+	// reqs queues appends for the writer (reqQueue deep, so that an
+	// append does not sleep until the writer, busy with an fsync, takes
+	// it). sendMu is held shared while an append hands its request over,
+	// exclusively by Close before it answers what is left queued
+	// ErrClosed; closed is then set.
 	reqs     chan *appendReq
+	sendMu   sync.RWMutex
+	closed   bool
 	notify   chan struct{}
 	full     chan struct{}
 	stop     chan struct{}
@@ -172,7 +179,7 @@ type Log struct {
 // Open repairs and opens the log in dir (created if missing) and starts its
 // writer. The report is non-nil when a torn or corrupt tail was cut.
 func Open(dir string, opts Options) (*Log, *RepairReport, error) {
-	l := &Log{dir: dir, opts: opts.withDefaults(), reqs: make(chan *appendReq),
+	l := &Log{dir: dir, opts: opts.withDefaults(), reqs: make(chan *appendReq, reqQueue),
 		notify: make(chan struct{}, 1), full: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	l.failLog = ratelog.New(l.opts.Logger, ratelog.DefaultInterval)
 	if l.opts.MaxBytes > 0 && l.opts.MaxBytes < MinSegmentsUnderCap*int64(l.opts.SegmentSize) {
@@ -310,9 +317,7 @@ func (l *Log) AppendEnveloped(rec []byte, onAssign func(uint64)) (uint64, error)
 		r = &appendReq{done: make(chan error, 1)}
 	}
 	r.rec, r.onAssign, r.onDone, r.index = rec, onAssign, nil, 0
-	select {
-	case l.reqs <- r:
-	case <-l.stop:
+	if !l.send(r) {
 		r.rec, r.onAssign = nil, nil
 		appendReqs.Put(r)
 		return 0, ErrClosed
@@ -352,13 +357,31 @@ func (l *Log) AppendEnvelopedAsync(rec []byte, onAssign func(uint64), onDone fun
 		r = &appendReq{done: make(chan error, 1)}
 	}
 	r.rec, r.onAssign, r.onDone, r.index = rec, onAssign, onDone, 0
-	select {
-	case l.reqs <- r:
-		return nil
-	case <-l.stop:
+	if !l.send(r) {
 		r.rec, r.onAssign, r.onDone = nil, nil, nil
 		appendReqs.Put(r)
 		return ErrClosed
+	}
+	return nil
+}
+
+// reqQueue is how many appends wait for the writer without sleeping.
+const reqQueue = 1024
+
+// send queues r for the writer; false when the log is closed (r was not
+// queued). A queued r is always finished: by the writer, or by Close with
+// ErrClosed.
+func (l *Log) send(r *appendReq) bool {
+	l.sendMu.RLock()
+	defer l.sendMu.RUnlock()
+	if l.closed {
+		return false
+	}
+	select {
+	case l.reqs <- r:
+		return true
+	case <-l.stop:
+		return false
 	}
 }
 
@@ -745,6 +768,20 @@ func (l *Log) Close() error {
 	l.stopOnce.Do(func() {
 		close(l.stop)
 		<-l.done
+		// No append hands a request over after this; what the writer
+		// left queued is refused.
+		l.sendMu.Lock()
+		l.closed = true
+		l.sendMu.Unlock()
+	drain:
+		for {
+			select {
+			case r := <-l.reqs:
+				r.finish(ErrClosed)
+			default:
+				break drain
+			}
+		}
 		l.lgMu.Lock()
 		defer l.lgMu.Unlock()
 		if l.st != nil {

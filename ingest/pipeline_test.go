@@ -2,10 +2,13 @@ package ingest
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/queenmq/queen-go/wal"
 )
 
 // TestPipelinePushResults: a push of items with and without a
@@ -116,4 +119,47 @@ func TestPipelinePushCancelled(t *testing.T) {
 	if reg.Waiting(20) {
 		t.Fatal("a cancelled push is still registered")
 	}
+}
+
+// TestPipelinePushWALFull: a push the WAL refuses (its byte cap, reported
+// by the WAL writer after the push handed its record over) is answered
+// failed, promptly, and nothing is registered for it; the pushes before it
+// were queued.
+func TestPipelinePushWALFull(t *testing.T) {
+	l, _, err := wal.Open(t.TempDir(), wal.Options{NoSync: true, SegmentSize: 4096, MaxBytes: 4 * 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	reg := NewRegistry()
+	stop := startStandInProjector(l, reg, func(index uint64) ([]Verdict, bool) { return []Verdict{{}}, true })
+	defer stop()
+	p := &Pipeline{WAL: l, Registry: reg, Gate: openGate{}, Maintenance: func() bool { return false },
+		VerdictTimeout: 10 * time.Second}
+	body := []byte(`{"items":[{"queue":"q","payload":"` + strings.Repeat("x", 1000) + `"}]}`)
+	for i := 0; i < 100; i++ {
+		start := time.Now()
+		res, err := p.Push(context.Background(), body, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Fatalf("push %d answered after %v", i, d)
+		}
+		switch res[0].Status {
+		case StatusQueued:
+			continue
+		case StatusFailed:
+			if i == 0 {
+				t.Fatal("the first push failed")
+			}
+			if reg.Waiting(l.DurableIndex() + 1) {
+				t.Fatal("a failed push is still registered")
+			}
+			return
+		default:
+			t.Fatalf("push %d: %q, want queued until the cap, then failed", i, res[0].Status)
+		}
+	}
+	t.Fatal("the WAL never reached its cap")
 }

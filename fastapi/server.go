@@ -471,7 +471,11 @@ func (s *Server) push(ctx *fasthttp.RequestCtx) {
 		*bp = body[:0]
 	}
 	pushBodies.Put(bp)
-	var verr *ingest.ValidationError
+	if err == nil {
+		writePushAnswer(ctx, res)
+		return
+	}
+	var verr *ingest.ValidationError // escapes: checked only on failure
 	switch {
 	case errors.As(err, &verr):
 		writeErr(ctx, fasthttp.StatusBadRequest, verr.Msg)
@@ -481,8 +485,6 @@ func (s *Server) push(ctx *fasthttp.RequestCtx) {
 	case err != nil:
 		s.failLog.Error("push failed", "err", err)
 		writeErr(ctx, fasthttp.StatusInternalServerError, "internal error")
-	default:
-		writePushAnswer(ctx, res)
 	}
 }
 

@@ -136,8 +136,10 @@ func (p *Pipeline) Push(ctx context.Context, body []byte, producerSub *string) (
 	}
 	// The record is encoded once, from the body's payload slices, behind
 	// room for the WAL envelope: body → this buffer is the payload's only
-	// copy on the way to the WAL. The buffer is the WAL's only until
-	// AppendEnveloped returns, then reused by a later push (recordBufs).
+	// copy on the way to the WAL. The buffer is the WAL's until the WAL has
+	// written it (AppendEnveloped returned, or the waiter has its value,
+	// which comes only after the write), then reused by a later push
+	// (recordBufs).
 	bp := getRecordBuf(wal.HeaderSize + rec.EncodedLen())
 	buf := EncodeRecord(append((*bp)[:0], make([]byte, wal.HeaderSize)...), &rec)
 	defer putRecordBuf(bp, buf)
@@ -152,24 +154,31 @@ func (p *Pipeline) Push(ctx context.Context, body []byte, producerSub *string) (
 	if timeout <= 0 {
 		timeout = DefaultVerdictTimeout
 	}
+	// One sleep per push: the WAL writer reports the group commit to the
+	// waiter (waiter.written: failed, buffered when the gate is closed, or
+	// the verdict timeout started from durability), and the push wakes only
+	// for its value: the verdicts, nil (buffered) or failed. Every value
+	// comes after the record's fsync or its failure (Registry).
 	w := p.Registry.newWaiter()
-	if _, err := p.WAL.AppendEnveloped(buf, w.assign); err != nil {
+	w.pipe, w.timeout = p, timeout
+	w.refs.Add(1) // the WAL writer's, dropped by written
+	if err := p.WAL.AppendEnvelopedAsync(buf, w.assign, w.onWritten); err != nil {
+		w.refs.Add(-1) // refused at once: written will not run
 		w.release()
 		return setAll(res, StatusFailed), nil
 	}
-	if !p.Gate.Accepting() || p.Maintenance() {
-		w.release()
-		return setAll(res, StatusBuffered), nil
-	}
-	// The wait for the verdict is bounded from here, once the record is
-	// durable: a slow fsync does not eat the projector's time.
-	w.expireAt(time.Now().Add(timeout))
 	var verdicts []Verdict
 	select {
 	case verdicts = <-w.ch:
-		w.done()
 	case <-ctx.Done():
-		w.release()
+		if w.cancel() {
+			verdicts = <-w.ch
+		}
+	}
+	failed := w.failed
+	w.done()
+	if failed {
+		return setAll(res, StatusFailed), nil
 	}
 	if len(verdicts) != len(res) {
 		return setAll(res, StatusBuffered), nil
@@ -184,6 +193,11 @@ func (p *Pipeline) Push(ctx context.Context, body []byte, producerSub *string) (
 	}
 	return res, nil
 }
+
+// accepting reports whether a durable record's push should wait for its
+// verdict: the gate is open and push maintenance mode is off (else it is
+// answered buffered at once). Called from the WAL writer (waiter.written).
+func (p *Pipeline) accepting() bool { return p.Gate.Accepting() && !p.Maintenance() }
 
 // pushScratch is the parsed items and minted items of one push, reused by
 // later pushes (scratches): nothing of them outlives Push (the results

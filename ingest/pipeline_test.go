@@ -2,10 +2,13 @@ package ingest
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/queenmq/queen-go/wal"
 )
 
 // TestPipelinePushResults: a push of items with and without a
@@ -88,4 +91,75 @@ func TestPipelinePushResults(t *testing.T) {
 			t.Errorf("result %d: record's transaction id %q, answer's %q", i, r.Items[i].TransactionID, g.TransactionID)
 		}
 	}
+}
+
+// TestPipelinePushCancelled: a push whose context has ended (server
+// shutdown) is still answered only once its record is durable: buffered,
+// with the record in the WAL, and the waiter's buffers reused safely by the
+// pushes after it (-race).
+func TestPipelinePushCancelled(t *testing.T) {
+	l := openTestWAL(t)
+	reg := NewRegistry()
+	p := &Pipeline{WAL: l, Registry: reg, Gate: openGate{}, Maintenance: func() bool { return false },
+		VerdictTimeout: 10 * time.Second}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i := 1; i <= 20; i++ {
+		res, err := p.Push(ctx, []byte(`{"items":[{"queue":"q","payload":1}]}`), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res) != 1 || res[0].Status != StatusBuffered {
+			t.Fatalf("push %d: %+v, want buffered", i, res)
+		}
+		if d := l.DurableIndex(); d < uint64(i) {
+			t.Fatalf("push %d answered with the WAL durable to %d", i, d)
+		}
+	}
+	if reg.Waiting(20) {
+		t.Fatal("a cancelled push is still registered")
+	}
+}
+
+// TestPipelinePushWALFull: a push the WAL refuses (its byte cap, reported
+// by the WAL writer after the push handed its record over) is answered
+// failed, promptly, and nothing is registered for it; the pushes before it
+// were queued.
+func TestPipelinePushWALFull(t *testing.T) {
+	l, _, err := wal.Open(t.TempDir(), wal.Options{NoSync: true, SegmentSize: 4096, MaxBytes: 4 * 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	reg := NewRegistry()
+	stop := startStandInProjector(l, reg, func(index uint64) ([]Verdict, bool) { return []Verdict{{}}, true })
+	defer stop()
+	p := &Pipeline{WAL: l, Registry: reg, Gate: openGate{}, Maintenance: func() bool { return false },
+		VerdictTimeout: 10 * time.Second}
+	body := []byte(`{"items":[{"queue":"q","payload":"` + strings.Repeat("x", 1000) + `"}]}`)
+	for i := 0; i < 100; i++ {
+		start := time.Now()
+		res, err := p.Push(context.Background(), body, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Fatalf("push %d answered after %v", i, d)
+		}
+		switch res[0].Status {
+		case StatusQueued:
+			continue
+		case StatusFailed:
+			if i == 0 {
+				t.Fatal("the first push failed")
+			}
+			if reg.Waiting(l.DurableIndex() + 1) {
+				t.Fatal("a failed push is still registered")
+			}
+			return
+		default:
+			t.Fatalf("push %d: %q, want queued until the cap, then failed", i, res[0].Status)
+		}
+	}
+	t.Fatal("the WAL never reached its cap")
 }

@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -14,8 +15,18 @@ import (
 // and answers the expired waiters "not stored yet" (nil), as the projector
 // does when it fails. The reaper runs only while pushes wait (it exits
 // after reaperLinger without waiters and is started again by the next
-// one). Waiters, with their channel and their WAL callback, are reused
+// one). Waiters, with their channel and their WAL callbacks, are reused
 // (sync.Pool): a push allocates none of them.
+//
+// A push sleeps once: its record goes to the WAL asynchronously
+// (wal.Log.AppendEnvelopedAsync) and the WAL writer reports the group
+// commit's outcome to the waiter (written), not to the push. Until then no
+// value is sent that would answer the push before its record is durable:
+// FailAll and a push leaving early (its context ends) mark such a waiter
+// held, and written sends the value ("buffered", or "failed" when the
+// write failed) once the outcome is known. A verdict needs no such care:
+// the projector reads only durable records. A waiter goes back to the pool
+// when both the push and the WAL writer are done with it (refs).
 type Registry struct {
 	mu      sync.Mutex
 	waiters map[uint64]*waiter
@@ -46,11 +57,26 @@ type waiter struct {
 	// sender that removed w from the map and will send on ch.
 	index uint64
 	taken bool
+	// durable is set by written once the record is fsynced; held, by a
+	// sender (FailAll, cancel) that took w before that, which leaves the
+	// send to written; failed, by written when the write failed (the value
+	// it sends is nil). All three under Registry.mu; the push reads failed
+	// after its receive.
+	durable, held, failed bool
 	// deadline is zero until expireAt.
 	deadline time.Time
-	// assign is w.register as a func value, made once per waiter: the WAL
-	// writer calls it with the record's index before the record is written.
-	assign func(uint64)
+	// pipe and timeout are the push's, for written (the gate, the verdict
+	// timeout); nil pipe: the gate is open.
+	pipe    *Pipeline
+	timeout time.Duration
+	// refs counts who still uses w: the push, and the WAL writer from the
+	// append until written returns. The last one puts w back in the pool.
+	refs atomic.Int32
+	// assign is w.register and onWritten w.written as func values, made
+	// once per waiter: the WAL writer calls assign with the record's index
+	// before the record is written, onWritten with the outcome after.
+	assign    func(uint64)
+	onWritten func(uint64, error)
 }
 
 // NewRegistry returns an empty Registry.
@@ -58,17 +84,101 @@ func NewRegistry() *Registry {
 	r := &Registry{waiters: make(map[uint64]*waiter), kick: make(chan struct{}, 1)}
 	r.pool.New = func() any {
 		w := &waiter{r: r, ch: make(chan []Verdict, 1)}
-		w.assign = w.register
+		w.assign, w.onWritten = w.register, w.written
 		return w
 	}
 	return r
 }
 
-// newWaiter returns a fresh waiter, without a deadline until expireAt.
+// newWaiter returns a fresh waiter held by the caller alone, without a
+// deadline until expireAt.
 func (r *Registry) newWaiter() *waiter {
 	w := r.pool.Get().(*waiter)
 	w.deadline, w.index, w.taken = time.Time{}, 0, false
+	w.durable, w.held, w.failed = false, false, false
+	w.pipe, w.timeout = nil, 0
+	w.refs.Store(1)
 	return w
+}
+
+// unref drops one user of w; the last one puts it back in the pool.
+func (w *waiter) unref() {
+	if w.refs.Add(-1) == 0 {
+		w.pipe = nil
+		w.r.pool.Put(w)
+	}
+}
+
+// written is the WAL writer's report (wal.Log.AppendEnvelopedAsync) for
+// w's record: err nil once it is fsynced. A failed write answers the push
+// failed; a durable record answers it buffered at once when it was held or
+// the gate is closed (no verdict would come), and otherwise starts the
+// verdict timeout, which runs from durability so that a slow fsync does
+// not eat the projector's time. It does not block, and drops the writer's
+// reference.
+func (w *waiter) written(_ uint64, err error) {
+	r := w.r
+	open := err == nil && (w.pipe == nil || w.pipe.accepting())
+	send, kick := false, false
+	r.mu.Lock()
+	switch {
+	case err != nil:
+		if w.index != 0 && r.waiters[w.index] == w {
+			delete(r.waiters, w.index)
+		}
+		send = !w.taken || w.held
+		w.taken, w.failed = true, true
+	case w.held:
+		w.durable, send = true, true
+	case w.taken: // the verdict is on its way (or there)
+		w.durable = true
+	case !open:
+		w.durable = true
+		if r.waiters[w.index] == w {
+			delete(r.waiters, w.index)
+		}
+		w.taken, send = true, true
+	default:
+		w.durable = true
+		w.deadline = time.Now().Add(w.timeout)
+		kick = !r.wakeAt.IsZero() && w.deadline.Before(r.wakeAt)
+	}
+	r.mu.Unlock()
+	if kick {
+		select {
+		case r.kick <- struct{}{}:
+		default:
+		}
+	}
+	if send {
+		w.ch <- nil
+	}
+	w.unref()
+}
+
+// cancel is for a push that stops waiting before its value came (its
+// context ended). It reports whether a value will still come on w.ch (the
+// push must receive it before it answers): yes when a sender took w, or
+// when the record is not yet durable (w is then held: written sends);
+// no when w was still registered with its record durable (it is dropped;
+// the push answers buffered).
+func (w *waiter) cancel() (wait bool) {
+	r := w.r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if w.index != 0 && r.waiters[w.index] == w {
+		delete(r.waiters, w.index)
+	}
+	switch {
+	case w.taken:
+		return true
+	case !w.durable:
+		w.taken, w.held = true, true
+		return true
+	default:
+		w.taken = true
+		return false
+	}
 }
 
 // expireAt sets the time after which the reaper answers w nil.
@@ -89,8 +199,12 @@ func (w *waiter) expireAt(deadline time.Time) {
 // register adds w under index (called from the WAL writer goroutine).
 func (w *waiter) register(index uint64) {
 	r := w.r
-	w.index = index
 	r.mu.Lock()
+	w.index = index
+	if w.taken { // held by cancel before its record was assigned
+		r.mu.Unlock()
+		return
+	}
 	r.waiters[index] = w
 	start := !r.reaping
 	r.reaping = true
@@ -116,11 +230,12 @@ func (w *waiter) release() {
 	if taken {
 		<-w.ch
 	}
-	r.pool.Put(w)
+	w.unref()
 }
 
-// done returns w, whose value has been received, to the pool.
-func (w *waiter) done() { w.r.pool.Put(w) }
+// done returns w, whose value has been received, to the pool (once the
+// WAL writer is done with it too).
+func (w *waiter) done() { w.unref() }
 
 // Deliver hands the verdicts of the WAL record at index (one per item, in
 // item order) to its waiting push, if any. A nil slice means "not stored
@@ -149,13 +264,18 @@ func (r *Registry) Waiting(index uint64) bool {
 }
 
 // FailAll answers every waiting push "buffered" (the projector calls it
-// when PostgreSQL fails or it pauses).
+// when PostgreSQL fails or it pauses); one whose record is not durable yet
+// is held, and answered when the WAL reports (written).
 func (r *Registry) FailAll() {
 	r.mu.Lock()
 	w := r.waiters
 	r.waiters = make(map[uint64]*waiter, len(w))
-	for _, x := range w {
+	for i, x := range w {
 		x.taken = true
+		if !x.durable {
+			x.held = true
+			delete(w, i)
+		}
 	}
 	r.mu.Unlock()
 	for _, x := range w {

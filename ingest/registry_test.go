@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"errors"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -38,7 +39,7 @@ func TestRegistryDeliver(t *testing.T) {
 // deadline yet (its record is being written) is left alone.
 func TestRegistryDeadline(t *testing.T) {
 	r := NewRegistry()
-	writing := assignedWaiter(r, 1)
+	writing := writingWaiter(r, 1)
 	w := assignedWaiter(r, 2)
 	start := time.Now()
 	w.expireAt(start.Add(30 * time.Millisecond))
@@ -173,9 +174,147 @@ func TestRegistryConcurrent(t *testing.T) {
 }
 
 // assignedWaiter takes a waiter from r and assigns it the WAL index idx,
-// as a push does once its record is appended.
+// its record durable, as a push's is once the WAL writer has fsynced it
+// (before written starts the verdict timeout).
 func assignedWaiter(r *Registry, idx uint64) *waiter {
+	w := writingWaiter(r, idx)
+	w.timeout = time.Hour // until the test's expireAt
+	w.written(idx, nil)
+	return w
+}
+
+// writingWaiter is a push's waiter whose record has the WAL index idx and
+// is being written: the WAL writer still holds it, written has not run.
+func writingWaiter(r *Registry, idx uint64) *waiter {
 	w := r.newWaiter()
+	w.refs.Add(1)
 	w.assign(idx)
 	return w
 }
+
+// noValue fails t if w has a value within a short while.
+func noValue(t *testing.T, w *waiter, what string) {
+	t.Helper()
+	select {
+	case v := <-w.ch:
+		t.Fatalf("%s: got %v before the record was durable", what, v)
+	case <-time.After(20 * time.Millisecond):
+	}
+}
+
+// TestRegistryNoAnswerBeforeDurable: a push is never answered before the
+// WAL writer has reported its record (the push sleeps once, so nothing
+// else orders its answer after the fsync). FailAll, and a push whose
+// context ends, hold a waiter whose record is being written; written then
+// sends nil (buffered) when the write succeeded, nil with failed when it
+// failed; a waiter cancelled before its index was assigned is never
+// registered. A durable record's waiter gets its deadline from written;
+// with the gate closed it is answered buffered at once.
+func TestRegistryNoAnswerBeforeDurable(t *testing.T) {
+	t.Parallel()
+	get := func(t *testing.T, w *waiter) ([]Verdict, bool) {
+		t.Helper()
+		select {
+		case v := <-w.ch:
+			failed := w.failed
+			w.done()
+			return v, failed
+		case <-time.After(5 * time.Second):
+			t.Fatal("no value")
+			return nil, false
+		}
+	}
+	for _, tc := range []struct {
+		name       string
+		before     func(r *Registry, w *waiter) // with the record being written
+		err        error
+		wantFailed bool
+	}{
+		{"FailAll then durable", func(r *Registry, _ *waiter) { r.FailAll() }, nil, false},
+		{"FailAll then write failed", func(r *Registry, _ *waiter) { r.FailAll() }, errors.New("disk full"), true},
+		{"cancel then durable", func(_ *Registry, w *waiter) {
+			if !w.cancel() {
+				panic("cancel before durability must wait for written")
+			}
+		}, nil, false},
+		{"cancel then write failed", func(_ *Registry, w *waiter) { w.cancel() }, errors.New("disk full"), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := NewRegistry()
+			w := writingWaiter(r, 3)
+			tc.before(r, w)
+			noValue(t, w, tc.name)
+			if r.Waiting(3) {
+				t.Fatal("a held waiter is still registered")
+			}
+			w.written(3, tc.err)
+			if v, failed := get(t, w); v != nil || failed != tc.wantFailed {
+				t.Fatalf("got %v, failed %v; want nil, failed %v", v, failed, tc.wantFailed)
+			}
+		})
+	}
+	t.Run("cancel before assign", func(t *testing.T) {
+		r := NewRegistry()
+		w := r.newWaiter()
+		w.refs.Add(1)
+		if !w.cancel() {
+			t.Fatal("cancel before the index is assigned must wait for written")
+		}
+		w.assign(4)
+		if r.Waiting(4) {
+			t.Fatal("a cancelled waiter was registered")
+		}
+		w.written(4, nil)
+		if v, failed := get(t, w); v != nil || failed {
+			t.Fatalf("got %v, failed %v", v, failed)
+		}
+	})
+	t.Run("durable starts the deadline", func(t *testing.T) {
+		r := NewRegistry()
+		w := writingWaiter(r, 5)
+		w.timeout = 20 * time.Millisecond
+		r.mu.Lock()
+		set := !w.deadline.IsZero()
+		r.mu.Unlock()
+		if set {
+			t.Fatal("deadline set before durability")
+		}
+		w.written(5, nil)
+		if !r.Waiting(5) {
+			t.Fatal("a durable record's push no longer waits for its verdict")
+		}
+		if v, failed := get(t, w); v != nil || failed { // the reaper's nil
+			t.Fatalf("got %v, failed %v", v, failed)
+		}
+	})
+	t.Run("verdict before written", func(t *testing.T) {
+		r := NewRegistry()
+		w := writingWaiter(r, 6)
+		r.Deliver(6, []Verdict{{}}) // the projector read the durable record first
+		v := <-w.ch
+		w.done()
+		if len(v) != 1 || w.refs.Load() != 1 {
+			t.Fatalf("got %v, refs %d; want one verdict and the writer's reference kept", v, w.refs.Load())
+		}
+		w.written(6, nil)
+		if w.refs.Load() != 0 {
+			t.Fatalf("refs %d after written", w.refs.Load())
+		}
+	})
+	t.Run("gate closed", func(t *testing.T) {
+		r := NewRegistry()
+		w := writingWaiter(r, 7)
+		w.pipe = &Pipeline{Gate: closedGate{}, Maintenance: func() bool { return false }}
+		w.written(7, nil)
+		if r.Waiting(7) {
+			t.Fatal("still registered with the gate closed")
+		}
+		if v, failed := get(t, w); v != nil || failed {
+			t.Fatalf("got %v, failed %v", v, failed)
+		}
+	})
+}
+
+type closedGate struct{}
+
+func (closedGate) Accepting() bool { return false }

@@ -44,11 +44,14 @@
 //
 // # Group commit
 //
-// One writer goroutine owns appends. Concurrent Append calls that arrive
-// while a write is in progress are collected into one batch (up to
-// Options.MaxBatchBytes), written with one write call per segment it
-// touches and made durable with one fsync of the tail segment. No Append
-// returns before that fsync; an index becomes visible to readers
+// One writer goroutine owns appends; they reach it through a queue
+// (1,024 deep), so an append does not sleep while the writer fsyncs.
+// Concurrent Append calls that arrive while a write is in progress are
+// collected into one batch (up to Options.MaxBatchBytes), written with one
+// write call per segment it touches and made durable with one fsync of the
+// tail segment. No Append returns before that fsync, and an
+// AppendEnvelopedAsync learns its outcome only after it (its onDone call
+// from the writer); an index becomes visible to readers
 // (DurableIndex, Notify) only after it. A segment rolls (as tidwall's
 // did) before a batch when the tail is already past SegmentSize, and after
 // the record that takes it to SegmentSize or more; the segment rolled from

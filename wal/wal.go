@@ -101,6 +101,23 @@ type appendReq struct {
 	onAssign func(uint64)
 	index    uint64
 	done     chan error
+	// onDone, when set (AppendEnvelopedAsync), is called by the writer
+	// instead of a send on done.
+	onDone func(index uint64, err error)
+}
+
+// finish reports the outcome of r's append (nil once fsynced) to its
+// caller: a send on done, or onDone after r went back to appendReqs.
+// Called once, from the writer goroutine.
+func (r *appendReq) finish(err error) {
+	if r.onDone == nil {
+		r.done <- err
+		return
+	}
+	f, index := r.onDone, r.index
+	r.rec, r.onAssign, r.onDone = nil, nil, nil
+	appendReqs.Put(r)
+	f(index, err)
 }
 
 // Log is an open write-ahead log. Append is safe for concurrent use; so is
@@ -154,7 +171,14 @@ type Log struct {
 	released atomic.Uint64
 	pinMu    sync.RWMutex
 
+	// reqs queues appends for the writer (reqQueue deep, so that an
+	// append does not sleep until the writer, busy with an fsync, takes
+	// it). sendMu is held shared while an append hands its request over,
+	// exclusively by Close before it answers what is left queued
+	// ErrClosed; closed is then set.
 	reqs     chan *appendReq
+	sendMu   sync.RWMutex
+	closed   bool
 	notify   chan struct{}
 	full     chan struct{}
 	stop     chan struct{}
@@ -165,7 +189,7 @@ type Log struct {
 // Open repairs and opens the log in dir (created if missing) and starts its
 // writer. The report is non-nil when a torn or corrupt tail was cut.
 func Open(dir string, opts Options) (*Log, *RepairReport, error) {
-	l := &Log{dir: dir, opts: opts.withDefaults(), reqs: make(chan *appendReq),
+	l := &Log{dir: dir, opts: opts.withDefaults(), reqs: make(chan *appendReq, reqQueue),
 		notify: make(chan struct{}, 1), full: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	l.failLog = ratelog.New(l.opts.Logger, ratelog.DefaultInterval)
 	l.released.Store(^uint64(0))
@@ -304,10 +328,8 @@ func (l *Log) AppendEnveloped(rec []byte, onAssign func(uint64)) (uint64, error)
 	if r == nil {
 		r = &appendReq{done: make(chan error, 1)}
 	}
-	r.rec, r.onAssign, r.index = rec, onAssign, 0
-	select {
-	case l.reqs <- r:
-	case <-l.stop:
+	r.rec, r.onAssign, r.onDone, r.index = rec, onAssign, nil, 0
+	if !l.send(r) {
 		r.rec, r.onAssign = nil, nil
 		appendReqs.Put(r)
 		return 0, ErrClosed
@@ -320,6 +342,59 @@ func (l *Log) AppendEnveloped(rec []byte, onAssign func(uint64)) (uint64, error)
 		return 0, err
 	}
 	return index, nil
+}
+
+// AppendEnvelopedAsync is AppendEnveloped without the wait: it hands rec
+// to the writer and returns; the outcome comes as one call of onDone(index,
+// err), from the writer goroutine, once the record's group commit has been
+// fsynced (err nil; the record is durable and readers may already have seen
+// it) or has failed (err as Append's: ErrFull or the wrapped I/O error;
+// nothing of it is visible). onAssign is called as for Append, before
+// onDone. rec must not be modified until onDone is called. onDone must not
+// block: it holds up the writer. A caller that waits for something that
+// follows durability (a projector verdict) thus sleeps once instead of
+// twice per record.
+//
+// It returns ErrRecordTooLarge or ErrClosed (or the too-short error of
+// AppendEnveloped) without calling onDone; nil once the writer has rec.
+func (l *Log) AppendEnvelopedAsync(rec []byte, onAssign func(uint64), onDone func(index uint64, err error)) error {
+	if len(rec) < headerSize {
+		return fmt.Errorf("wal: AppendEnvelopedAsync: record of %d bytes has no room for the %d-byte header", len(rec), headerSize)
+	}
+	if len(rec)-headerSize > l.opts.MaxRecordBytes {
+		return ErrRecordTooLarge
+	}
+	r, _ := appendReqs.Get().(*appendReq)
+	if r == nil {
+		r = &appendReq{done: make(chan error, 1)}
+	}
+	r.rec, r.onAssign, r.onDone, r.index = rec, onAssign, onDone, 0
+	if !l.send(r) {
+		r.rec, r.onAssign, r.onDone = nil, nil, nil
+		appendReqs.Put(r)
+		return ErrClosed
+	}
+	return nil
+}
+
+// reqQueue is how many appends wait for the writer without sleeping.
+const reqQueue = 1024
+
+// send queues r for the writer; false when the log is closed (r was not
+// queued). A queued r is always finished: by the writer, or by Close with
+// ErrClosed.
+func (l *Log) send(r *appendReq) bool {
+	l.sendMu.RLock()
+	defer l.sendMu.RUnlock()
+	if l.closed {
+		return false
+	}
+	select {
+	case l.reqs <- r:
+		return true
+	case <-l.stop:
+		return false
+	}
 }
 
 // appendReqs holds appendReqs for reuse (with their done channel): an
@@ -354,7 +429,7 @@ func (l *Log) writer() {
 		}
 		err := l.writeBatch(batch)
 		for _, r := range batch {
-			r.done <- err
+			r.finish(err)
 		}
 	}
 }
@@ -372,7 +447,7 @@ func (l *Log) admit(batch []*appendReq) []*appendReq {
 	for _, r := range batch {
 		n := recordBytes(len(r.rec) - headerSize)
 		if size+n > l.opts.MaxBytes {
-			r.done <- ErrFull
+			r.finish(ErrFull)
 			refused++
 			continue
 		}
@@ -744,6 +819,20 @@ func (l *Log) Close() error {
 	l.stopOnce.Do(func() {
 		close(l.stop)
 		<-l.done
+		// No append hands a request over after this; what the writer
+		// left queued is refused.
+		l.sendMu.Lock()
+		l.closed = true
+		l.sendMu.Unlock()
+	drain:
+		for {
+			select {
+			case r := <-l.reqs:
+				r.finish(ErrClosed)
+			default:
+				break drain
+			}
+		}
 		l.lgMu.Lock()
 		defer l.lgMu.Unlock()
 		if l.st != nil {

@@ -2,7 +2,10 @@ package wal
 
 import (
 	"bytes"
+	"errors"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 )
@@ -105,4 +108,85 @@ func TestSegmentBufferLaggingCursorsSeekBack(t *testing.T) {
 	if reusedBuffers(l) == 0 {
 		t.Fatal("no segment buffer reused: the test did not exercise reuse")
 	}
+}
+
+// TestSegmentBufferHeldAcrossRollback: fsyncs fail now and then (the log
+// rolls back to its durable index and reopens, with a new segment store)
+// while a cursor holds batches read from the store before the rollback
+// and from the one after; appends roll segments throughout, so that both
+// stores drop buffers. Every held payload stays as read, every record
+// appended successfully reads as appended, and buffers are still reused
+// after the rollbacks.
+func TestSegmentBufferHeldAcrossRollback(t *testing.T) {
+	t.Parallel()
+	var (
+		mu    sync.Mutex
+		syncs int
+	)
+	errInjected := errors.New("injected fsync error")
+	opts := Options{SegmentSize: 4 << 10, Logger: discardLogger()}
+	opts.fsyncHook = func(f *os.File) error {
+		mu.Lock()
+		syncs++
+		fail := syncs%151 == 0
+		mu.Unlock()
+		if fail {
+			return errInjected
+		}
+		return nil // no disk sync needed for this test
+	}
+	l, _ := openLog(t, filepath.Join(t.TempDir(), "wal"), opts)
+	want := map[uint64][]byte{}
+	c := l.NewCursor(1)
+	defer c.Close()
+	var held [][]Entry
+	check := func(who string, es []Entry) {
+		t.Helper()
+		for _, e := range es {
+			if !bytes.Equal(e.Payload, want[e.Index]) {
+				t.Fatalf("%s: record %d reads %.20q, want %.20q", who, e.Index, e.Payload, want[e.Index])
+			}
+		}
+	}
+	failed := 0
+	for n := 1; n <= 1500; n++ {
+		p := reusePayload(n)
+		idx, err := l.Append(p, nil)
+		if errors.Is(err, errInjected) {
+			failed++
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[idx] = p
+		es, err := c.Next(1+n%5, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check("cursor", es)
+		if len(es) > 0 {
+			held = append(held, es)
+		}
+		for _, h := range held {
+			check("cursor, held", h)
+		}
+		if len(held) > 2 {
+			c.Release(held[0][len(held[0])-1].Index)
+			held = held[1:]
+		}
+	}
+	if failed == 0 {
+		t.Fatal("no fsync failed: the test did not exercise rollback")
+	}
+	for idx, p := range want {
+		got, err := l.Read(idx)
+		if err != nil || !bytes.Equal(got, p) {
+			t.Fatalf("Read(%d) = %.20q, %v; want %.20q", idx, got, err, p)
+		}
+	}
+	if reusedBuffers(l) == 0 {
+		t.Fatal("no segment buffer reused since the last rollback")
+	}
+	t.Logf("%d appends failed, %d buffers reused since the last rollback", failed, reusedBuffers(l))
 }

@@ -171,9 +171,15 @@ func TestSegmentBufferHeldAcrossRollback(t *testing.T) {
 		for _, h := range held {
 			check("cursor, held", h)
 		}
-		if len(held) > 2 {
+		// Keep the last 1 to 40 records read (up to about four segments of
+		// records): sometimes the segment a roll drops is still held. The
+		// last appends keep up, so that rolls reuse buffers.
+		keep := 1
+		if n <= 1300 {
+			keep += (n / 50) % 40
+		}
+		for ; len(held) > keep; held = held[1:] {
 			c.Release(held[0][len(held[0])-1].Index)
-			held = held[1:]
 		}
 	}
 	if failed == 0 {

@@ -834,7 +834,7 @@ const partitionLookupSQL = `SELECT queue, partition, id, next_offset, encryption
 // ensurePartitions creates (if missing) and returns the state (id,
 // next_offset, encryption; see partitionState) of the given (queue,
 // partition) pairs; queues[i] goes with partitions[i]. With conn nil
-// it runs in its own short transaction; otherwise on conn, inside the
+// it runs in its own short transaction, in one round trip; otherwise on conn, inside the
 // caller's transaction, and it first locks the batch's existing queue rows
 // FOR KEY SHARE, so that no queue delete can remove them (or, through them,
 // their partitions) before that transaction ends: the retry of a batch
@@ -891,7 +891,10 @@ func (s *Store) ensurePartitions(ctx context.Context, conn batcher, queues, part
 	if conn != nil {
 		err = run(conn)
 	} else {
-		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return run(tx) })
+		// One pipelined batch is one implicit transaction (pgx runs a batch
+		// without transaction statements up to a single Sync): one round
+		// trip, where BEGIN and COMMIT of their own took three.
+		err = run(s.pool)
 	}
 	if isCode(err, "23503") { // foreign_key_violation: a queue deleted under the insert
 		return nil, fmt.Errorf("%w: ensure partitions: %v", ErrPartitionGone, err)

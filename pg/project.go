@@ -88,7 +88,8 @@ type partState struct {
 // deadlocks between brokers), the dedup sidecar is probed for the batch's
 // keys, offsets are allocated consecutively in WAL order, one segment per
 // partition is written, and the sidecar and checkpoint are upserted. A
-// batch whose partitions this Store committed to last, and whose keys are
+// batch whose partitions this Store committed to last or looked up (for
+// this batch or an earlier one) and has not committed to since, and whose keys are
 // broker-minted ids or client transactionIds the sidecar does not know,
 // is written in one round trip, its offsets predicted and checked under
 // the lock (projectPredicted); any other batch takes two (lock and probe,
@@ -387,9 +388,10 @@ func (s *Store) projectTx(ctx context.Context, conn batcher, begin bool, items [
 // projectPredicted writes a batch in ONE round trip (BEGIN, the writes,
 // the caller's checkpoint and COMMIT, pipelined) when this Store knows
 // every partition's next offset and queue encryption from its own last
-// committed batch (learnOffsets; no stale guess held), no key repeats in
-// the batch, and no key needs more of the sidecar than a yes/no: a
-// broker-minted id is new (pg/dedup.go) and is not probed, a client
+// committed batch (learnOffsets) or, for a partition it has not committed
+// to, from the lookup that found or created it (partitionIDs), with no
+// stale guess held; no key repeats in the batch; and no key needs more of
+// the sidecar than a yes/no: a broker-minted id is new (pg/dedup.go) and is not probed, a client
 // transactionId is probed by its key hash (not one in the minted form,
 // which the minted probe reads, nor while queen.dedup holds legacy
 // entries). The offsets are allocated from the predictions, every item

@@ -89,9 +89,9 @@ type partState struct {
 // keys, offsets are allocated consecutively in WAL order, one segment per
 // partition is written, and the sidecar and checkpoint are upserted. A
 // batch whose partitions this Store committed to last or looked up (for
-// this batch or an earlier one) and has not committed to since, and whose keys are
-// broker-minted ids or client transactionIds the sidecar does not know,
-// is written in one round trip, its offsets predicted and checked under
+// this batch or an earlier one) and has not committed to since, and whose
+// keys are broker-minted ids or client transactionIds the sidecar does not
+// know, is written in one round trip, its offsets predicted and checked under
 // the lock (projectPredicted); any other batch takes two (lock and probe,
 // then the writes and COMMIT), or more when the sidecar names candidates
 // to confirm. Dedup
@@ -391,8 +391,8 @@ func (s *Store) projectTx(ctx context.Context, conn batcher, begin bool, items [
 // committed batch (learnOffsets) or, for a partition it has not committed
 // to, from the lookup that found or created it (partitionIDs), with no
 // stale guess held; no key repeats in the batch; and no key needs more of
-// the sidecar than a yes/no: a broker-minted id is new (pg/dedup.go) and is not probed, a client
-// transactionId is probed by its key hash (not one in the minted form,
+// the sidecar than a yes/no: a broker-minted id is new (pg/dedup.go) and
+// is not probed, a client transactionId is probed by its key hash (not one in the minted form,
 // which the minted probe reads, nor while queen.dedup holds legacy
 // entries). The offsets are allocated from the predictions, every item
 // stored. In the pipeline, write_segments locks the partitions in id order
@@ -835,9 +835,9 @@ const partitionLookupSQL = `SELECT queue, partition, id, next_offset, encryption
 
 // ensurePartitions creates (if missing) and returns the state (id,
 // next_offset, encryption; see partitionState) of the given (queue,
-// partition) pairs; queues[i] goes with partitions[i]. With conn nil
-// it runs in its own short transaction, in one round trip; otherwise on conn, inside the
-// caller's transaction, and it first locks the batch's existing queue rows
+// partition) pairs; queues[i] goes with partitions[i]. With conn nil it
+// runs in its own short transaction, in one round trip; otherwise on conn,
+// inside the caller's transaction, and it first locks the batch's existing queue rows
 // FOR KEY SHARE, so that no queue delete can remove them (or, through them,
 // their partitions) before that transaction ends: the retry of a batch
 // that lost a race with a queue delete (Project).

@@ -88,10 +88,10 @@ type partState struct {
 // deadlocks between brokers), the dedup sidecar is probed for the batch's
 // keys, offsets are allocated consecutively in WAL order, one segment per
 // partition is written, and the sidecar and checkpoint are upserted. A
-// batch whose partitions this Store committed to last or looked up (for
-// this batch or an earlier one) and has not committed to since, and whose
-// keys are broker-minted ids or client transactionIds the sidecar does not
-// know, is written in one round trip, its offsets predicted and checked under
+// batch whose partitions' next offsets this Store knows (from its own last
+// commit to them, or from the lookup that found or created them), and
+// whose keys are broker-minted ids or client transactionIds the sidecar
+// does not know, is written in one round trip, its offsets predicted and checked under
 // the lock (projectPredicted); any other batch takes two (lock and probe,
 // then the writes and COMMIT), or more when the sidecar names candidates
 // to confirm. Dedup

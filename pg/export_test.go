@@ -78,3 +78,10 @@ func KeptWriteBuffers(ctx context.Context, s *Store) [][]byte {
 	}
 	return out
 }
+
+// LookUpPartitions resolves the partitions of items as a projector batch
+// does before it is sent (creating missing ones, learning the looked-up
+// offsets as guesses), without projecting anything.
+func LookUpPartitions(ctx context.Context, s *Store, items []ProjectItem) ([]uuid.UUID, error) {
+	return s.partitionIDs(ctx, nil, items, true)
+}

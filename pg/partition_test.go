@@ -133,6 +133,8 @@ func TestPartitionLookupScalesWithPartitions(t *testing.T) {
 		}{
 			{"lookup", `SELECT queue, partition, id FROM queen.partition_ids($1, $2)`, []any{queues, names},
 				[]string{"Index Cond: (name = k.q)", "Index Cond: ((queue_id = q.id) AND (name = k.p))"}},
+			{"lookup with state", `SELECT queue, partition, id, next_offset, encryption_enabled FROM queen.partition_states($1, $2)`, []any{queues, names},
+				[]string{"Index Cond: (name = k.q)", "Index Cond: ((queue_id = q.id) AND (name = k.p))"}},
 			{"creation", `SELECT queen.create_partitions($1, $2)`, []any{queues, fresh}, []string{"Index Cond: (name = k.q)"}},
 			{"lock", `SELECT * FROM queen.lock_partitions($1)`, []any{ids}, []string{"Index Scan using partitions_pkey on partitions p"}},
 			{"offset update", `SELECT queen.advance_partitions($1, $2)`, []any{ids, nexts}, []string{"Index Cond: (id = v.id)"}},

@@ -28,14 +28,14 @@ func TestProjectPredictedFirstWins(t *testing.T) {
 		all, outs = append(all, items...), append(outs, out...)
 		return out
 	}
-	project(at("f", "P", ""), at("f", "Q", "")) // learns P and Q
-	wantPredicted(t, x.a, 0, 0)
+	project(at("f", "P", ""), at("f", "Q", "")) // P and Q created: predicted from the lookup
+	wantPredicted(t, x.a, 1, 0)
 
 	// A new client key repeated in one batch: the long way decides it
 	// without a rollback; first wins.
 	k1, m1, kq := at("f", "P", "k1"), at("f", "P", ""), at("f", "Q", "k1")
 	out := project(k1, m1, at("f", "P", "k1"), kq)
-	wantPredicted(t, x.a, 0, 0)
+	wantPredicted(t, x.a, 1, 0)
 	wantDup(t, "k1 first", out[0], false, uuid.Nil)
 	wantDup(t, "minted", out[1], false, uuid.Nil)
 	wantDup(t, "k1 again in its batch", out[2], true, k1.Message.ID)

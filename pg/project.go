@@ -88,9 +88,10 @@ type partState struct {
 // deadlocks between brokers), the dedup sidecar is probed for the batch's
 // keys, offsets are allocated consecutively in WAL order, one segment per
 // partition is written, and the sidecar and checkpoint are upserted. A
-// batch whose partitions this Store committed to last, and whose keys are
-// broker-minted ids or client transactionIds the sidecar does not know,
-// is written in one round trip, its offsets predicted and checked under
+// batch whose partitions' next offsets this Store knows (from its own last
+// commit to them, or from the lookup that found or created them), and
+// whose keys are broker-minted ids or client transactionIds the sidecar
+// does not know, is written in one round trip, its offsets predicted and checked under
 // the lock (projectPredicted); any other batch takes two (lock and probe,
 // then the writes and COMMIT), or more when the sidecar names candidates
 // to confirm. Dedup
@@ -156,7 +157,7 @@ func (s *Store) projectOnce(ctx context.Context, items []ProjectItem, retry bool
 	var ids []uuid.UUID
 	var err error
 	if !retry {
-		if ids, err = s.partitionIDs(ctx, nil, items); err != nil {
+		if ids, err = s.partitionIDs(ctx, nil, items, true); err != nil {
 			return nil, err
 		}
 	}
@@ -171,7 +172,7 @@ func (s *Store) projectOnce(ctx context.Context, items []ProjectItem, retry bool
 		if _, err := conn.Exec(ctx, "BEGIN"); err != nil {
 			return nil, err
 		}
-		if ids, err = s.partitionIDs(ctx, conn.Conn(), items); err != nil {
+		if ids, err = s.partitionIDs(ctx, conn.Conn(), items, false); err != nil {
 			if errors.Is(err, ErrPartitionGone) && conn.Conn().PgConn().TxStatus() == 'T' {
 				if _, rerr := conn.Exec(ctx, "ROLLBACK"); rerr != nil {
 					return nil, errors.Join(err, rerr)
@@ -387,10 +388,11 @@ func (s *Store) projectTx(ctx context.Context, conn batcher, begin bool, items [
 // projectPredicted writes a batch in ONE round trip (BEGIN, the writes,
 // the caller's checkpoint and COMMIT, pipelined) when this Store knows
 // every partition's next offset and queue encryption from its own last
-// committed batch (learnOffsets; no stale guess held), no key repeats in
-// the batch, and no key needs more of the sidecar than a yes/no: a
-// broker-minted id is new (pg/dedup.go) and is not probed, a client
-// transactionId is probed by its key hash (not one in the minted form,
+// committed batch (learnOffsets) or, for a partition it has not committed
+// to, from the lookup that found or created it (partitionIDs), with no
+// stale guess held; no key repeats in the batch; and no key needs more of
+// the sidecar than a yes/no: a broker-minted id is new (pg/dedup.go) and
+// is not probed, a client transactionId is probed by its key hash (not one in the minted form,
 // which the minted probe reads, nor while queen.dedup holds legacy
 // entries). The offsets are allocated from the predictions, every item
 // stored. In the pipeline, write_segments locks the partitions in id order
@@ -751,7 +753,19 @@ func (s *Store) buildWrites(lockIDs []uuid.UUID, parts map[uuid.UUID]*partState)
 // creating missing queues and partitions (with default options) in their
 // own short transaction, in name order; with conn set, on conn inside the
 // caller's transaction, every pair looked up afresh (see ensurePartitions).
-func (s *Store) partitionIDs(ctx context.Context, conn batcher, items []ProjectItem) ([]uuid.UUID, error) {
+//
+// With learn set (the projector's batches; conn nil), a partition looked up
+// (not found in the cache) whose next offset this Store does not know yet
+// gets the lookup's next_offset and encryption flag as its guess
+// (learnOffsets' map), so that the batch naming it for the first time can
+// go the one round trip way (projectPredicted): the guess is read without
+// a lock, and write_segments checks it under the lock, so a partition
+// another broker moved since is refused (QN001) and the batch goes the
+// long way; a guess this Store learned from its own commit is never
+// replaced by a lookup. Transactional and stream pushes pass false: they
+// move the partitions themselves right after, which would only make the
+// guess stale.
+func (s *Store) partitionIDs(ctx context.Context, conn batcher, items []ProjectItem, learn bool) ([]uuid.UUID, error) {
 	ids := make([]uuid.UUID, len(items))
 	var missQ, missP []string
 	seen := make(map[partKey]bool)
@@ -773,38 +787,64 @@ func (s *Store) partitionIDs(ctx context.Context, conn batcher, items []ProjectI
 			return nil, err
 		}
 		s.mu.Lock()
-		for k, id := range found {
-			s.partIDs[k] = id
+		for k, st := range found {
+			s.partIDs[k] = st.id
+		}
+		if learn && conn == nil {
+			s.guessLookedUp(found)
 		}
 		s.mu.Unlock()
 		for i := range items {
 			if ids[i] == uuid.Nil {
-				id, ok := found[partKey{items[i].Queue, items[i].Partition}]
+				st, ok := found[partKey{items[i].Queue, items[i].Partition}]
 				if !ok {
 					return nil, fmt.Errorf("%w: %q/%q not created", ErrPartitionGone, items[i].Queue, items[i].Partition)
 				}
-				ids[i] = id
+				ids[i] = st.id
 			}
 		}
 	}
 	return ids, nil
 }
 
-// partitionLookupSQL resolves (queue, partition) name pairs ($1[i], $2[i])
-// to partition ids.
-const partitionLookupSQL = `SELECT queue, partition, id FROM queen.partition_ids($1::text[], $2::text[])`
+// guessLookedUp records the looked-up state of the partitions in found as
+// their guesses where this Store has none (see partitionIDs). s.mu held.
+func (s *Store) guessLookedUp(found map[partKey]partitionState) {
+	if s.offsets == nil || len(s.offsets)+len(found) > maxOffsetGuesses {
+		s.offsets = make(map[uuid.UUID]offsetGuess, len(found))
+	}
+	for _, st := range found {
+		if _, ok := s.offsets[st.id]; !ok {
+			s.offsets[st.id] = offsetGuess{next: st.next, encrypt: st.encrypt}
+		}
+	}
+}
 
-// ensurePartitions creates (if missing) and returns the ids of the given
-// (queue, partition) pairs; queues[i] goes with partitions[i]. With conn nil
-// it runs in its own short transaction; otherwise on conn, inside the
-// caller's transaction, and it first locks the batch's existing queue rows
+// partitionState is a partition as ensurePartitions looked it up: its id,
+// next_offset and its queue's encryption_enabled.
+type partitionState struct {
+	id      uuid.UUID
+	next    int64
+	encrypt bool
+}
+
+// partitionLookupSQL resolves (queue, partition) name pairs ($1[i], $2[i])
+// to partition ids, with each partition's next_offset and its queue's
+// encryption_enabled.
+const partitionLookupSQL = `SELECT queue, partition, id, next_offset, encryption_enabled FROM queen.partition_states($1::text[], $2::text[])`
+
+// ensurePartitions creates (if missing) and returns the state (id,
+// next_offset, encryption; see partitionState) of the given (queue,
+// partition) pairs; queues[i] goes with partitions[i]. With conn nil it
+// runs in its own short transaction, in one round trip; otherwise on conn,
+// inside the caller's transaction, and it first locks the batch's existing queue rows
 // FOR KEY SHARE, so that no queue delete can remove them (or, through them,
 // their partitions) before that transaction ends: the retry of a batch
 // that lost a race with a queue delete (Project).
 //
 // A foreign-key violation (a queue deleted between its insert and its
 // partitions' insert) is returned as ErrPartitionGone.
-func (s *Store) ensurePartitions(ctx context.Context, conn batcher, queues, partitions []string) (map[partKey]uuid.UUID, error) {
+func (s *Store) ensurePartitions(ctx context.Context, conn batcher, queues, partitions []string) (map[partKey]partitionState, error) {
 	var b pgx.Batch
 	if conn != nil {
 		// Locks before the insert: a queue created by the insert is this
@@ -821,7 +861,7 @@ func (s *Store) ensurePartitions(ctx context.Context, conn batcher, queues, part
 		ON CONFLICT (name) DO NOTHING`, queues)
 	b.Queue(`SELECT queen.create_partitions($1::text[], $2::text[])`, queues, partitions)
 	b.Queue(partitionLookupSQL, queues, partitions)
-	out := make(map[partKey]uuid.UUID, len(queues))
+	out := make(map[partKey]partitionState, len(queues))
 	run := func(conn batcher) error {
 		br := conn.SendBatch(ctx, &b)
 		defer br.Close()
@@ -836,12 +876,12 @@ func (s *Store) ensurePartitions(ctx context.Context, conn batcher, queues, part
 		}
 		for rows.Next() {
 			var k partKey
-			var id uuid.UUID
-			if err := rows.Scan(&k.queue, &k.partition, &id); err != nil {
+			var st partitionState
+			if err := rows.Scan(&k.queue, &k.partition, &st.id, &st.next, &st.encrypt); err != nil {
 				rows.Close()
 				return err
 			}
-			out[k] = id
+			out[k] = st
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
@@ -853,7 +893,10 @@ func (s *Store) ensurePartitions(ctx context.Context, conn batcher, queues, part
 	if conn != nil {
 		err = run(conn)
 	} else {
-		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return run(tx) })
+		// One pipelined batch is one implicit transaction (pgx runs a batch
+		// without transaction statements up to a single Sync): one round
+		// trip, where BEGIN and COMMIT of their own took three.
+		err = run(s.pool)
 	}
 	if isCode(err, "23503") { // foreign_key_violation: a queue deleted under the insert
 		return nil, fmt.Errorf("%w: ensure partitions: %v", ErrPartitionGone, err)

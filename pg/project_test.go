@@ -158,9 +158,9 @@ func wantPredicted(t *testing.T, s *pg.Store, committed, missed int64) {
 }
 
 // TestProjectPredictedMinted: a minted-only batch to partitions the Store
-// committed to last is written in one round trip, at the offsets the long
-// way would give (consecutive in WAL order, per partition); a batch with a
-// partition it has not committed to yet takes the long way.
+// committed to last, or looked up (created) for this very batch, is
+// written in one round trip, at the offsets the long way would give
+// (consecutive in WAL order, per partition).
 func TestProjectPredictedMinted(t *testing.T) {
 	x := setupBrokers(t, nil)
 	batch := func(parts ...string) []pg.ProjectItem {
@@ -178,10 +178,10 @@ func TestProjectPredictedMinted(t *testing.T) {
 		wantPredicted(t, x.a, committed, 0)
 		all, outs = append(all, items...), append(outs, out...)
 	}
-	step(batch("P0", "P1", "P0"), 0)             // learns P0, P1
-	step(batch("P1", "P0", "P0", "P1", "P1"), 1) // predicted
-	step(batch("P0", "P2"), 1)                   // P2 unknown: the long way
-	step(batch("P2", "P2", "P0", "P1"), 2)       // predicted
+	step(batch("P0", "P1", "P0"), 1)             // P0, P1 created: predicted from the lookup
+	step(batch("P1", "P0", "P0", "P1", "P1"), 2) // predicted from the commit
+	step(batch("P0", "P2"), 3)                   // P2 new: predicted from the lookup
+	step(batch("P2", "P2", "P0", "P1"), 4)       // predicted
 	got := stored(t, x.a, "m")
 	wantStored(t, got, all, outs)
 	for p, n := range map[string]int{"P0": 6, "P1": 5, "P2": 3} {
@@ -208,13 +208,13 @@ func TestProjectPredictedStale(t *testing.T) {
 	add(items, x.projectB(t, items...))
 	items = []pg.ProjectItem{at("s", "P", ""), at("s", "P", "")}
 	add(items, x.projectA(t, items...)) // predicted offset 2 for P, but B moved it to 5
-	wantPredicted(t, x.a, 0, 1)
+	wantPredicted(t, x.a, 1, 1)
 	if outs[5].Offset != 5 {
 		t.Fatalf("A's second batch stored at offset %d, want 5", outs[5].Offset)
 	}
 	items = []pg.ProjectItem{at("s", "P", "")}
 	add(items, x.projectA(t, items...)) // held: the long way without trying
-	wantPredicted(t, x.a, 0, 1)
+	wantPredicted(t, x.a, 1, 1)
 	if outs[7].Offset != 7 {
 		t.Fatalf("A's third batch stored at offset %d, want 7", outs[7].Offset)
 	}
@@ -232,10 +232,10 @@ func TestProjectPredictedClientKeys(t *testing.T) {
 	out1 := x.projectA(t, first...)
 	second := []pg.ProjectItem{at("c", "R", ""), at("c", "P", "k3"), at("c", "P", "")}
 	out2 := x.projectA(t, second...)
-	wantPredicted(t, x.a, 1, 0)
+	wantPredicted(t, x.a, 2, 0)
 	third := []pg.ProjectItem{at("c", "P", ""), at("c", "P", "k1"), at("c", "R", "k4")}
 	out3 := x.projectA(t, third...)
-	wantPredicted(t, x.a, 1, 1)
+	wantPredicted(t, x.a, 2, 1)
 	wantDup(t, "k1 again", out3[1], true, first[0].Message.ID)
 	if out3[1].Offset != out1[0].Offset {
 		t.Fatalf("duplicate names offset %d, original at %d", out3[1].Offset, out1[0].Offset)
@@ -250,7 +250,7 @@ func TestProjectPredictedClientKeys(t *testing.T) {
 	// A client transactionId in the minted form (another message's id
 	// text) needs the minted probe: the long way.
 	x.projectA(t, at("c", "P", second[0].Message.ID.String()))
-	wantPredicted(t, x.a, 1, 1)
+	wantPredicted(t, x.a, 2, 1)
 }
 
 // TestProjectPredictedQueueDeleted: a queue deleted by another broker
@@ -265,7 +265,7 @@ func TestProjectPredictedQueueDeleted(t *testing.T) {
 	}
 	items := []pg.ProjectItem{at("d", "P", ""), at("d", "P", "")}
 	out := x.projectA(t, items...)
-	wantPredicted(t, x.a, 0, 1)
+	wantPredicted(t, x.a, 1, 1)
 	if out[0].Offset != 0 || out[1].Offset != 1 {
 		t.Fatalf("after the delete stored at %d, %d; want 0, 1", out[0].Offset, out[1].Offset)
 	}
@@ -289,7 +289,7 @@ func TestProjectPredictedEncryptionChanged(t *testing.T) {
 	}
 	items := []pg.ProjectItem{at("e", "P", ""), at("e", "P", "")}
 	out := x.projectA(t, items...)
-	wantPredicted(t, x.a, 0, 1)
+	wantPredicted(t, x.a, 1, 1)
 	got := stored(t, x.a, "e")["P"]
 	if len(got) != 3 || got[0].msg.Encrypted || !got[1].msg.Encrypted || !got[2].msg.Encrypted {
 		t.Fatalf("stored %d messages, encrypted %v; want 3: plaintext, then encrypted", len(got), encryptedFlags(got))
@@ -378,7 +378,7 @@ func TestProjectSidecarExpiryBothWays(t *testing.T) {
 		return e
 	}
 	first := at("w", "P0", "k1")
-	x.projectA(t, first) // the long way: learns P0
+	x.projectA(t, first, first) // k1 repeated in its batch: the long way
 	wantPredicted(t, x.a, 0, 0)
 	if got, want := expiry(), time.UnixMicro(first.AcceptedAtMicros).Add(time.Hour); !got.Equal(want) {
 		t.Fatalf("long way: expires %v, want %v (default window 1 h)", got, want)

@@ -63,8 +63,9 @@ type Store struct {
 	partIDs  map[partKey]uuid.UUID // (queue, partition) → partition id
 	schemaOK bool
 	// offsets: partition id → its next offset and queue encryption as of
-	// this Store's last committed projection batch (pg/project.go,
-	// projectPredicted); created on first use.
+	// this Store's last committed projection batch, or as its lookup for
+	// a projection batch read them where it has not committed to it yet
+	// (pg/project.go, projectPredicted, partitionIDs); created on first use.
 	offsets map[uuid.UUID]offsetGuess
 	// predicted counts the batches projectPredicted committed and those
 	// it sent but rolled back (a stale prediction or a known key).

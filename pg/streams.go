@@ -256,7 +256,7 @@ func (st *Streams) Cycle(ctx context.Context, req CycleRequest) (*CycleResult, e
 	res := &CycleResult{}
 	var err error
 	if len(req.Pushes) > 0 {
-		if res.PartitionIDs, err = s.partitionIDs(ctx, nil, req.Pushes); err != nil {
+		if res.PartitionIDs, err = s.partitionIDs(ctx, nil, req.Pushes, false); err != nil {
 			return nil, fmt.Errorf("pg: cycle: %w", err)
 		}
 	}

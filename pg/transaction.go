@@ -52,7 +52,7 @@ func (s *Store) Transaction(ctx context.Context, pushes []ProjectItem, acks []Ac
 	res := &TxResult{}
 	var err error
 	if len(pushes) > 0 {
-		if res.PartitionIDs, err = s.partitionIDs(ctx, nil, pushes); err != nil {
+		if res.PartitionIDs, err = s.partitionIDs(ctx, nil, pushes, false); err != nil {
 			return nil, err
 		}
 	}

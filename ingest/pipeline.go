@@ -61,6 +61,8 @@ type Gate interface {
 	// buffered at once. A long backlog is not a reason: the push waits for
 	// its own verdict (at most VerdictTimeout), which slows producers to the
 	// projector's pace instead of letting the WAL grow without bound.
+	// It is called from the WAL writer goroutine once per durable record
+	// (waiter.written), so it must be cheap and must not block.
 	Accepting() bool
 }
 
@@ -70,7 +72,9 @@ type Pipeline struct {
 	WAL      *wal.Log
 	Registry *Registry
 	Gate     Gate
-	// Maintenance reports whether push maintenance mode is on.
+	// Maintenance reports whether push maintenance mode is on. Like
+	// Gate.Accepting it is also called from the WAL writer goroutine and
+	// must not block.
 	Maintenance    func() bool
 	VerdictTimeout time.Duration
 	Now            func() time.Time

@@ -63,7 +63,8 @@ type waiter struct {
 	// it sends is nil). All three under Registry.mu; the push reads failed
 	// after its receive.
 	durable, held, failed bool
-	// deadline is zero until expireAt.
+	// deadline is zero until written starts the verdict timeout (or a
+	// test calls expireAt); the reaper leaves a waiter without one alone.
 	deadline time.Time
 	// pipe and timeout are the push's, for written (the gate, the verdict
 	// timeout); nil pipe: the gate is open.
@@ -91,7 +92,7 @@ func NewRegistry() *Registry {
 }
 
 // newWaiter returns a fresh waiter held by the caller alone, without a
-// deadline until expireAt.
+// deadline until written (or expireAt) sets one.
 func (r *Registry) newWaiter() *waiter {
 	w := r.pool.Get().(*waiter)
 	w.deadline, w.index, w.taken = time.Time{}, 0, false
@@ -181,7 +182,8 @@ func (w *waiter) cancel() (wait bool) {
 	}
 }
 
-// expireAt sets the time after which the reaper answers w nil.
+// expireAt sets the time after which the reaper answers w nil (tests;
+// the push path's deadline is set by written).
 func (w *waiter) expireAt(deadline time.Time) {
 	r := w.r
 	r.mu.Lock()

@@ -349,11 +349,13 @@ func (l *Log) AppendEnveloped(rec []byte, onAssign func(uint64)) (uint64, error)
 // err), from the writer goroutine, once the record's group commit has been
 // fsynced (err nil; the record is durable and readers may already have seen
 // it) or has failed (err as Append's: ErrFull or the wrapped I/O error;
-// nothing of it is visible). onAssign is called as for Append, before
-// onDone. rec must not be modified until onDone is called. onDone must not
-// block: it holds up the writer. A caller that waits for something that
-// follows durability (a projector verdict) thus sleeps once instead of
-// twice per record.
+// nothing of it is visible), or, when Close came before the writer took
+// rec, with ErrClosed (nothing written; index 0) from the goroutine
+// calling Close. onAssign is called as for Append, before onDone. rec must
+// not be modified until onDone is called. onDone must not block (it holds
+// up the writer, or Close), nor append to or close l (the writer would wait
+// for itself). A caller that waits for something that follows durability
+// (a projector verdict) thus sleeps once instead of twice per record.
 //
 // It returns ErrRecordTooLarge or ErrClosed (or the too-short error of
 // AppendEnveloped) without calling onDone; nil once the writer has rec.

@@ -31,10 +31,12 @@
 // slice of that one: a cursor's payloads stay valid until it releases
 // their index (Cursor.Release; the projector releases its checkpoint once
 // a batch is committed), a View's while its callback runs (segments.go,
-// "Segment buffers"). So the log neither allocates nor zeroes a segment's
-// worth of memory per roll, and holds about three segments at most (the
-// tail, the cached sealed one, one spare). A push record
-// is built behind HeaderSize free bytes (AppendEnveloped), so the envelope
+// "Segment buffers"). So, while the projector keeps up, the log neither
+// allocates nor zeroes a segment's worth of memory per roll, and holds
+// about three segments (the tail, the cached sealed one, one spare; a
+// buffer dropped beyond the spare is left to the garbage collector, which
+// frees it once no reader holds a slice of it). A push record is built
+// behind HeaderSize free bytes (AppendEnveloped), so the envelope
 // is sealed in place: the payload is copied from the request body once by
 // package ingest, then once into the tail segment's memory, which one
 // write call hands to the file. Reads of the tail and of the segment

@@ -47,7 +47,8 @@
 // # Group commit
 //
 // One writer goroutine owns appends; they reach it through a queue
-// (1,024 deep), so an append does not sleep while the writer fsyncs.
+// (1,024 deep), so handing an append over does not sleep while the writer
+// fsyncs (only when 1,024 are already waiting).
 // Concurrent Append calls that arrive while a write is in progress are
 // collected into one batch (up to Options.MaxBatchBytes), written with one
 // write call per segment it touches and made durable with one fsync of the

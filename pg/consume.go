@@ -115,10 +115,11 @@ func (s *Store) queueByName(ctx context.Context, tx dbtx, name string) (*queueRo
 
 // Pop delivers up to req.Batch messages in exact offset order per
 // partition, under one lease per (partition, group) (docs/consume.md, "The
-// model" and "Lease expiry, retries, dead letters"): a
-// partition whose lease for the group is live delivers nothing; an expired
-// lease counts as a failed delivery of the message at the cursor and, past
-// the queue's retryLimit, sends it to the DLQ and moves the cursor past it.
+// model: a cursor and a lease per (partition, consumer group)" and "Lease
+// expiry, retries, dead letters"): a partition whose lease for the group is
+// live delivers nothing; an expired lease counts as a failed delivery of the
+// message at the cursor and, past the queue's retryLimit, sends it to the DLQ
+// and moves the cursor past it.
 func (s *Store) Pop(ctx context.Context, req PopRequest) (*PopResult, error) {
 	if req.Batch < 1 {
 		req.Batch = 1

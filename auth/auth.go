@@ -1,5 +1,6 @@
 // Package auth is the broker's optional JWT authentication and role-based
-// authorization, compatible with Queen's (API.md §5.11).
+// authorization, compatible with Queen's (the roles and the route policy:
+// docs/api.md, Conventions, "Auth"; docs/operations.md, Authentication).
 //
 // A Verifier checks a bearer token's signature with the configured algorithm
 // (HS256 with a shared secret, RS256 or EdDSA with a PEM public key or a JWKS

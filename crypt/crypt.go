@@ -1,6 +1,7 @@
 // Package crypt encrypts message payloads at rest for queues with
-// encryptionEnabled, in the format Queen stores (API.md §5.10), so that
-// payloads written by either broker can be read by the other.
+// encryptionEnabled, in the format Queen stores (described below), so that
+// payloads written by either broker can be read by the other. What is
+// encrypted, and where not: docs/operations.md, Encryption.
 //
 // Format. The key is QUEEN_ENCRYPTION_KEY: 64 hexadecimal characters, the 32
 // bytes of an AES-256 key. A payload's bytes are sealed with AES-256-GCM

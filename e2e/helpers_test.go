@@ -1,7 +1,8 @@
-// Package e2e drives whole brokers over HTTP against a real PostgreSQL:
-// the push cases of shared/cases/push.md and the durability claims of
-// DESIGN.md §3, with PostgreSQL really stopped and killed, brokers really
-// killed, WAL files really cut and disks really filled.
+// Package e2e drives whole brokers over HTTP against a real PostgreSQL: the
+// push contract of docs/push.md (its cases in push_cases_test.go) and its
+// durability claims (docs/push.md, "Durability"), with PostgreSQL really
+// stopped and killed, brokers really killed, WAL files really cut and disks
+// really filled.
 package e2e
 
 import (

@@ -347,7 +347,7 @@ func TestConfigureIsFullReplace(t *testing.T) {
 	s := setup(t, nil)
 	configure(t, s.base, "qc", map[string]any{"dedupWindowSeconds": 0, "leaseTime": 10})
 	wantStatuses(t, push(t, s.base, body(item{"qc", "P", 1, "T"}, item{"qc", "P", 2, "T"})), Q, Q)
-	// Omitting dedupWindowSeconds resets it to 3600 (spec/producing.md caution).
+	// Omitting dedupWindowSeconds resets it to 3600 (docs/push.md, "Dedup").
 	b, _ := json.Marshal(map[string]any{"queue": "qc", "options": map[string]any{"leaseTime": 10}})
 	code, rb := post(t, s.base, "/api/v1/configure", b)
 	var resp struct {

@@ -19,13 +19,14 @@ import (
 	"github.com/queenmq/queen-go/internal/testenv"
 )
 
-// TestRestoreFromOlderBackup is DESIGN.md §5's disaster recovery: the
-// database is backed up (pg_dump), more pushes are stored, then the
-// database is dropped and restored from that older backup. The broker,
-// started again on its own WAL directory, resumes from the checkpoint the
-// backup holds and re-projects what the backup lacks: every message is
-// stored exactly once, in push order, at dense offsets and under the ids
-// its verdict named, and dedup still knows the re-projected messages.
+// TestRestoreFromOlderBackup is the disaster recovery of docs/operations.md,
+// "Backup and restore of PostgreSQL": the database is backed up (pg_dump),
+// more pushes are stored, then the database is dropped and restored from that
+// older backup. The broker, started again on its own WAL directory, resumes
+// from the checkpoint the backup holds and re-projects what the backup lacks:
+// every message is stored exactly once, in push order, at dense offsets and
+// under the ids its verdict named, and dedup still knows the re-projected
+// messages.
 func TestRestoreFromOlderBackup(t *testing.T) {
 	t.Parallel()
 	c, url := testenv.OwnCluster(t)

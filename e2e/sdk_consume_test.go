@@ -88,8 +88,8 @@ func TestWaitingPopRidesOutDatabaseRestart(t *testing.T) {
 }
 
 // TestPushCreatedQueueNamespaceTask: a queue created by a push takes its
-// namespace and task from its name split on the first "." (API.md, push
-// side effects); /configure still sets them explicitly.
+// namespace and task from its name split on the first "." (docs/push.md,
+// "Request"); /configure still sets them explicitly.
 func TestPushCreatedQueueNamespaceTask(t *testing.T) {
 	t.Parallel()
 	s := setup(t, nil)

@@ -12,9 +12,9 @@ import (
 )
 
 // These tests pin the consumer-group and DLQ routes the Queen SDKs call
-// (/tmp/sdk-audit.md §9, §11, §13; API.md §3.3, §3.4): group delete with
-// deleteMetadata=false, the subscription update, the lagging report and
-// the DLQ filters with total.
+// (docs/api.md, "Consumer groups and dead letters"): group delete with
+// deleteMetadata=false, the subscription update, the lagging report and the
+// DLQ filters with total.
 
 type groupDeleteResp struct {
 	Success           bool    `json:"success"`

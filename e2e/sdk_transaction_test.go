@@ -1,7 +1,7 @@
 package e2e
 
 // POST /api/v1/transaction fields the Queen client SDKs send beyond
-// "operations" (Queen SDK wire contract; SDK audit section 6):
+// "operations" (Queen SDK wire contract; docs/api.md, "Producing"):
 // the Go SDK's top-level "kv"/"timers" riders, which this broker refuses
 // rather than ignore, and "requiredLeases", whose single lease is lent to
 // ack operations without their own leaseId (queen-mq/queen

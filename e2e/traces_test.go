@@ -15,7 +15,8 @@ import (
 	"github.com/queenmq/queen-go/internal/testenv"
 )
 
-// Message traces (API.md §3.3, fastapi/traces.go, pg/traces.go).
+// Message traces (docs/api.md, "Messages and traces"; fastapi/traces.go,
+// pg/traces.go).
 
 type traceRow struct {
 	ID            string          `json:"id"`

@@ -47,7 +47,7 @@ type adminRoutes struct {
 	a Admin
 }
 
-// routeAdmin registers the admin summary routes (API.md §3.2, §3.4).
+// routeAdmin registers the admin summary routes (docs/api.md, "Queues").
 // "overview", "namespaces",
 // "tasks" and "partitions" are static segments beside "queues", and
 // ".../queues/{queue}/depth" is one segment longer than the queue detail

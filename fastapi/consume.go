@@ -29,7 +29,7 @@ const (
 	// AutopilotBatch is the batch of a pop that sends autopilot=true and no
 	// batch. Newer Queen SDKs consume that way by default and leave the
 	// batch size to the broker; without a batch parameter the API default
-	// (API.md) is 1, one message per HTTP round trip.
+	// (docs/api.md, "Consuming") is 1, one message per HTTP round trip.
 	AutopilotBatch = 100
 	// popRetryInterval is how long a waiting pop sleeps after a PostgreSQL
 	// error before it tries again (within its timeout).

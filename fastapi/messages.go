@@ -36,7 +36,7 @@ const (
 	// offset+limit messages are decoded to answer, so it bounds the work.
 	MaxMessagesOffset = 10000
 	// DefaultMessagesWindow is the window when from is absent: the hour
-	// before to (API.md: the last hour).
+	// before to (docs/api.md, "Messages and traces": the last hour).
 	DefaultMessagesWindow = time.Hour
 )
 
@@ -47,9 +47,9 @@ type messageRoutes struct {
 }
 
 // routeMessages registers GET /api/v1/messages and GET
-// /api/v1/messages/{partitionId}/{transactionId} (API.md §3.2). DELETE of one
-// message is served by fastapi/streams.go (tombstones, pg/tombstone.go).
-// Both routes need the read role
+// /api/v1/messages/{partitionId}/{transactionId} (docs/api.md, "Messages and
+// traces"). DELETE of one message is served by fastapi/streams.go
+// (tombstones, pg/tombstone.go). Both routes need the read role
 // (auth/roles.go: any GET under /api/v1).
 func (s *Server) routeMessages(r *router.Router) {
 	mr := &messageRoutes{s: s, m: s.deps.Messages}

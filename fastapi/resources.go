@@ -174,16 +174,16 @@ func (s *Server) getGroup(ctx *fasthttp.RequestCtx) {
 	writeJSON(ctx, fasthttp.StatusOK, out)
 }
 
-// deleteGroup serves DELETE /api/v1/consumer-groups/:group and
-// DELETE /api/v1/consumer-groups/:group/queues/:queue (API.md §3.4, SDK
-// audit §9): it deletes the group's cursors on every queue or on :queue.
-// ?deleteMetadata (default true; Queen's boolean rule: only "true" and "1"
-// are true) also deletes the group's subscription metadata there; with
-// deleteMetadata=false the metadata stays and the group starts over by its
-// stored subscription (see pg.Store.DeleteGroup). 200
-// {success, consumerGroup[, queueName], deletedPartitions (cursors
-// deleted), metadataDeleted (whether metadata rows were actually
-// deleted)}. Pops waiting on any queue it touched are woken.
+// deleteGroup serves DELETE /api/v1/consumer-groups/:group and DELETE
+// /api/v1/consumer-groups/:group/queues/:queue (docs/api.md, "Consumer groups
+// and dead letters"): it deletes the group's cursors on every queue or on
+// :queue. ?deleteMetadata (default true; Queen's boolean rule: only "true"
+// and "1" are true) also deletes the group's subscription metadata there;
+// with deleteMetadata=false the metadata stays and the group starts over by
+// its stored subscription (see pg.Store.DeleteGroup). 200 {success,
+// consumerGroup[, queueName], deletedPartitions (cursors deleted),
+// metadataDeleted (whether metadata rows were actually deleted)}. Pops
+// waiting on any queue it touched are woken.
 func (s *Server) deleteGroup(ctx *fasthttp.RequestCtx) {
 	group, ok := pathName(ctx, "group")
 	if !ok {
@@ -217,13 +217,15 @@ func (s *Server) deleteGroup(ctx *fasthttp.RequestCtx) {
 }
 
 // updateSubscription serves POST /api/v1/consumer-groups/:group/subscription
-// with body {"subscriptionTimestamp": "<ISO 8601>"} (API.md §3.4; Go SDK
-// UpdateConsumerGroupTimestamp, JS updateConsumerGroupTimestamp). It moves
-// the group's stored subscription start to that time on every queue where
-// the group has subscription metadata. Existing cursors are NOT moved: the
-// new start applies only where the group has no cursor yet, i.e. partitions
-// it has not popped from (see pg.Store.UpdateSubscription); seek moves
-// cursors. The timestamp is read by parseTimestamp.
+// with body {"subscriptionTimestamp": "<ISO 8601>"} (docs/api.md, "Consumer
+// groups and dead letters"; docs/consume.md, "Subscriptions: where a new
+// group starts"; Go SDK UpdateConsumerGroupTimestamp, JS
+// updateConsumerGroupTimestamp). It moves the group's stored subscription
+// start to that time on every queue where the group has subscription
+// metadata. Existing cursors are NOT moved: the new start applies only where
+// the group has no cursor yet, i.e. partitions it has not popped from (see
+// pg.Store.UpdateSubscription); seek moves cursors. The timestamp is read by
+// parseTimestamp.
 //
 // 200 {success:true, consumerGroup, newTimestamp (the time stored, RFC 3339
 // UTC), rowsUpdated (queues whose metadata changed; 0 for a group without
@@ -269,12 +271,13 @@ func (s *Server) updateSubscription(ctx *fasthttp.RequestCtx) {
 const defaultMinLagSeconds = 3600
 
 // laggingGroups serves GET /api/v1/consumer-groups/lagging?minLagSeconds=N
-// (API.md §3.4; Go SDK GetLaggingConsumers, JS getLaggingConsumers): the
-// cursors of every group (queue mode included) with messages past them and
-// a time lag of at least N seconds (default 3600; a bad value falls back to
-// it, a negative one counts as 0), largest lag first. The time lag is the
-// figure GET /api/v1/consumer-groups/:group reports (seconds since the
-// group last moved its cursor on the partition), in whole seconds.
+// (docs/api.md, "Consumer groups and dead letters"; Go SDK
+// GetLaggingConsumers, JS getLaggingConsumers): the cursors of every group
+// (queue mode included) with messages past them and a time lag of at least N
+// seconds (default 3600; a bad value falls back to it, a negative one counts
+// as 0), largest lag first. The time lag is the figure GET
+// /api/v1/consumer-groups/:group reports (seconds since the group last moved
+// its cursor on the partition), in whole seconds.
 //
 // 200 [] or an array of rows with Queen's snake_case keys: {consumer_group,
 // queue_name, partition_name, partition_id, worker_id (live lease id or
@@ -354,16 +357,16 @@ func (s *Server) seek(ctx *fasthttp.RequestCtx) {
 	writeJSON(ctx, fasthttp.StatusOK, res)
 }
 
-// listDLQ serves GET /api/v1/dlq (API.md §3.3, SDK audit §11). Filters,
-// each optional: queue, partition, consumerGroup (exact names), from and to
-// (inclusive bounds on failedAt, read by parseTimestamp; an unreadable one
-// is a 400 {"error"}); limit (default 100, 1..1000) and offset (default 0)
-// page the newest-first list. 200 {"messages":[{id, transactionId,
-// partitionId, queue, partition, offset, consumerGroup, errorMessage,
-// retryCount, data, producerSub, createdAt, failedAt}], "pagination":
-// {limit, offset}, "total": n}, where total counts every dead letter
-// matching the filters, whatever limit and offset are (the Go SDK reads
-// it; Queen's C++ server documented it without sending it, API.md §9).
+// listDLQ serves GET /api/v1/dlq (docs/api.md, "Consumer groups and dead
+// letters"). Filters, each optional: queue, partition, consumerGroup (exact
+// names), from and to (inclusive bounds on failedAt, read by parseTimestamp;
+// an unreadable one is a 400 {"error"}); limit (default 100, 1..1000) and
+// offset (default 0) page the newest-first list. 200 {"messages":[{id,
+// transactionId, partitionId, queue, partition, offset, consumerGroup,
+// errorMessage, retryCount, data, producerSub, createdAt, failedAt}],
+// "pagination": {limit, offset}, "total": n}, where total counts every dead
+// letter matching the filters, whatever limit and offset are (the Go SDK
+// reads it; Queen's C++ server documented it without sending it).
 func (s *Server) listDLQ(ctx *fasthttp.RequestCtx) {
 	a := ctx.QueryArgs()
 	f := pg.DeadLetterFilter{Queue: string(a.Peek("queue")), Partition: string(a.Peek("partition")),

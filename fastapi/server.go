@@ -489,7 +489,8 @@ func (s *Server) push(ctx *fasthttp.RequestCtx) {
 }
 
 // producerSub is the validated token's sub, or nil without auth (or with
-// a token that has no sub): spec/producing.md, "producerSub is stamped".
+// a token that has no sub): docs/push.md, "Request" (producerSub is never
+// read from the body).
 func producerSub(ctx *fasthttp.RequestCtx) *string {
 	p := auth.PrincipalFrom(ctx)
 	if p == nil || p.Sub == "" {

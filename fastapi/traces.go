@@ -48,10 +48,10 @@ type traceRoutes struct {
 	t Tracer
 }
 
-// routeTraces registers Queen's message-trace routes (API.md §3.3). The
-// static segments "by-name" and
-// "names" take priority over {partitionId} in fasthttp/router, so they
-// never reach the per-message route (e2e TestTraceRoutesStaticSegmentsWin).
+// routeTraces registers Queen's message-trace routes (docs/api.md, "Messages
+// and traces"). The static segments "by-name" and "names" take priority over
+// {partitionId} in fasthttp/router, so they never reach the per-message route
+// (e2e TestTraceRoutesStaticSegmentsWin).
 func (s *Server) routeTraces(r *router.Router) {
 	tr := &traceRoutes{s: s, t: s.deps.Traces}
 	r.POST("/api/v1/traces", tr.record)
@@ -94,8 +94,8 @@ type traceBody struct {
 	TraceNames    json.RawMessage `json:"traceNames"`
 }
 
-// record handles POST /api/v1/traces (Queen SDKs' msg.trace(); API.md
-// §3.3, Queen's record_trace_v1):
+// record handles POST /api/v1/traces (Queen SDKs' msg.trace(); docs/api.md,
+// "Messages and traces"; Queen's record_trace_v1):
 //
 //	in:  {"transactionId": string (req, 1..1024 bytes), "partitionId": UUID string (req),
 //	      "data": any JSON value (req; null included), "consumerGroup"?: name (default "__QUEUE_MODE__"),
@@ -108,8 +108,9 @@ type traceBody struct {
 // the same JSON value, compacted). A malformed body or field is 400 and
 // stores nothing. The message must exist (pg.Store.RecordTrace says where
 // it is looked for): Queen answered 500 for an unknown message, here it is
-// 404 {"error":"Message not found"}, because it is the client's mistake
-// (STYLE.md: a client's mistake is never 500). 503 when PostgreSQL fails.
+// 404 {"error":"Message not found"}, because it is the client's mistake,
+// and a client's mistake is 4xx, never 500 (docs/api.md, "Conventions").
+// 503 when PostgreSQL fails.
 func (tr *traceRoutes) record(ctx *fasthttp.RequestCtx) {
 	var b traceBody
 	if !tr.s.readObject(ctx, &b) {
@@ -271,10 +272,11 @@ func traceJSON(t *pg.Trace) map[string]any {
 }
 
 // ofMessage handles GET /api/v1/traces/{partitionId}/{transactionId}
-// (API.md §3.3): 200 {"traces":[{id,event_type,data,consumer_group,
-// worker_id,created_at,trace_names}]}, oldest first; [] for a message
-// without traces or unknown (as Queen). transactionId is percent-decoded.
-// 400 for a partitionId that is not a UUID or a bad transactionId.
+// (docs/api.md, "Messages and traces"): 200
+// {"traces":[{id,event_type,data,consumer_group,worker_id,created_at,
+// trace_names}]}, oldest first; [] for a message without traces or unknown
+// (as Queen). transactionId is percent-decoded. 400 for a partitionId that
+// is not a UUID or a bad transactionId.
 func (tr *traceRoutes) ofMessage(ctx *fasthttp.RequestCtx) {
 	pid, txid, ok := messageKey(ctx)
 	if !ok {
@@ -295,14 +297,14 @@ func (tr *traceRoutes) ofMessage(ctx *fasthttp.RequestCtx) {
 }
 
 // byName handles GET /api/v1/traces/by-name/{name}?limit=100&offset=0
-// (API.md §3.3): 200 {"traces":[...],"total":n,"pagination":{limit,offset}},
-// oldest first. Each trace is traceJSON plus where its message is:
-// transaction_id, partition_id, queue_name, partition_name (Queen's
-// get_traces_by_name_v1 names) and transactionId, partitionId (this API's
-// spelling elsewhere). Queen's message_payload is not included. name is
-// percent-decoded; 400 unless it is a valid name (ingest.ValidateName).
-// limit is clamped to 1..1000, offset to ≥ 0; a non-number takes the
-// default.
+// (docs/api.md, "Messages and traces"): 200 {"traces":[...],"total":n,
+// "pagination":{limit,offset}}, oldest first. Each trace is traceJSON plus
+// where its message is: transaction_id, partition_id, queue_name,
+// partition_name (Queen's get_traces_by_name_v1 names) and transactionId,
+// partitionId (this API's spelling elsewhere). Queen's message_payload is not
+// included. name is percent-decoded; 400 unless it is a valid name
+// (ingest.ValidateName). limit is clamped to 1..1000, offset to ≥ 0; a
+// non-number takes the default.
 func (tr *traceRoutes) byName(ctx *fasthttp.RequestCtx) {
 	raw, _ := ctx.UserValue("name").(string)
 	name, err := url.PathUnescape(raw)
@@ -336,12 +338,12 @@ func (tr *traceRoutes) byName(ctx *fasthttp.RequestCtx) {
 		"pagination": map[string]int{"limit": limit, "offset": offset}})
 }
 
-// names handles GET /api/v1/traces/names?limit=50&offset=0 (API.md §3.3,
-// Queen's get_available_trace_names_v1): 200 {"trace_names":[{trace_name,
-// trace_count,message_count,last_seen}],"total":n,"pagination":{limit,offset}},
-// most recently seen first; total counts distinct names. message_count
-// counts distinct (partitionId, transactionId). limit is clamped to
-// 1..1000, offset to ≥ 0.
+// names handles GET /api/v1/traces/names?limit=50&offset=0 (docs/api.md,
+// "Messages and traces"; Queen's get_available_trace_names_v1): 200
+// {"trace_names":[{trace_name,trace_count,message_count,last_seen}],
+// "total":n,"pagination":{limit,offset}}, most recently seen first; total
+// counts distinct names. message_count counts distinct (partitionId,
+// transactionId). limit is clamped to 1..1000, offset to ≥ 0.
 func (tr *traceRoutes) names(ctx *fasthttp.RequestCtx) {
 	a := ctx.QueryArgs()
 	limit := intArg(a, "limit", 50, 1, 1000)

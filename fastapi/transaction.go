@@ -32,7 +32,8 @@ type txOp struct {
 }
 
 // transaction handles POST /api/v1/transaction (Queen SDK wire contract:
-// API.md "POST /api/v1/transaction" and the Go/JS TransactionBuilder):
+// docs/api.md, "Producing"; docs/consume.md, "Transactions"; the Go/JS
+// TransactionBuilder):
 //
 //	{"operations":[{"type":"push","items":[...]}
 //	             | {"type":"ack",transactionId,partitionId,status?,consumerGroup?,leaseId?,error?}],

@@ -2,7 +2,7 @@
 // (all-or-nothing, before any write), mints UUIDv7 message ids, encodes the
 // items as one WAL record, appends it (group commit), waits for the
 // projector's verdict and maps it to the per-item statuses of
-// spec/producing.md.
+// docs/push.md, "Verdicts".
 //
 // A body is read in one pass by a validating JSON scanner (parse.go,
 // scan.go) that records where each item's payload sits; the payload bytes
@@ -45,5 +45,5 @@
 //
 // The acceptance time travels in the record so that a replay after an
 // outage probes the dedup window with the same times the live path would
-// have (DESIGN.md §3).
+// have (docs/push.md, "Dedup").
 package ingest

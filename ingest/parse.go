@@ -9,7 +9,7 @@ import (
 	"github.com/google/uuid"
 )
 
-// Limits of the push body (DESIGN.md §3).
+// Limits of the push body (docs/push.md, "Request" and "Answers").
 const (
 	// MaxNameBytes is the longest queue or partition name, in bytes.
 	MaxNameBytes = 255
@@ -20,10 +20,10 @@ const (
 	// decoder ever recurses without bound.
 	MaxDepth = 512
 	// DefaultMaxPushItems is the default most items one push may carry
-	// (QUEEN_MAX_PUSH_ITEMS; README.md, "Push limits").
+	// (QUEEN_MAX_PUSH_ITEMS; docs/push.md, "Large pushes").
 	DefaultMaxPushItems = 100_000
 	// DefaultPartition is the partition of an item that names none
-	// (spec/producing.md).
+	// (docs/push.md, "Request").
 	DefaultPartition = "Default"
 )
 
@@ -43,18 +43,18 @@ type ParsedItem struct {
 	TransactionID string
 	// Payload aliases the body.
 	Payload []byte
-	// TraceID is set only by ParseTransactionItems (spec/producing.md:
+	// TraceID is set only by ParseTransactionItems (docs/push.md, "Request":
 	// traceId is read only inside /api/v1/transaction).
 	TraceID *uuid.UUID
 }
 
 // ParseBody validates a push body and returns its items in body order.
 //
-// Rules (spec/producing.md, DESIGN.md §3): the body is a JSON object with an
-// array "items"; each item is an object with a non-empty string "queue" and
-// a "payload" (any JSON value, kept byte-for-byte); "partition", when
-// present, is a non-empty string; "transactionId", when present, is a
-// string or null, at most 1 KiB. Keys match exactly after unescaping (no
+// Rules (docs/push.md, "Request" and "Answers"): the body is a JSON object
+// with an array "items"; each item is an object with a non-empty string
+// "queue" and a "payload" (any JSON value, kept byte-for-byte);
+// "partition", when present, is a non-empty string; "transactionId", when
+// present, is a string or null, at most 1 KiB. Keys match exactly after unescaping (no
 // case folding); unknown keys are ignored; where a key repeats, the last
 // one counts (as in encoding/json). Names are 1..255 bytes of UTF-8
 // without control characters. The whole body must be valid JSON (RFC 8259,

@@ -12,7 +12,7 @@ import (
 	"github.com/queenmq/queen-go/wal"
 )
 
-// Status is a per-item push verdict (spec/producing.md, "The status values").
+// Status is a per-item push verdict (docs/push.md, "Verdicts").
 type Status string
 
 const (
@@ -33,7 +33,7 @@ const DefaultVerdictTimeout = 5 * time.Second
 
 // ErrMaintenanceWrite is returned by Push when the WAL append failed while
 // maintenance mode is on: the one case where the whole push answers 500
-// (spec/producing.md, "The status values").
+// (docs/push.md, "Answers").
 var ErrMaintenanceWrite = errors.New("ingest: WAL write failed in maintenance mode")
 
 // Verdict is the projector's outcome for one stored or deduplicated item.
@@ -44,8 +44,8 @@ type Verdict struct {
 	MessageID uuid.UUID
 }
 
-// Result is one element of the push response array (spec/producing.md,
-// "The response").
+// Result is one element of the push response array (docs/push.md,
+// "Verdicts": every verdict has the same keys).
 type Result struct {
 	Index         int    `json:"index"`
 	MessageID     string `json:"message_id"`

@@ -14,7 +14,7 @@ import (
 // Admin summaries: the backlog (depth) of a queue for one consumer group,
 // the system overview, the per-namespace and per-task rollups and the
 // partition list (GET /api/v1/resources/queues/:q/depth, /overview,
-// /namespaces, /tasks, /partitions; API.md §3.2).
+// /namespaces, /tasks, /partitions; docs/api.md, "Queues").
 //
 // Every count is computed live from the tables, by watermark arithmetic
 // per partition, never by reading messages or summing segments:

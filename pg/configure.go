@@ -9,8 +9,8 @@ import (
 )
 
 // QueueOptions are every Queen queue option, with units. Configure stores
-// all of them: /configure is a full replace (spec/producing.md, caution
-// under "transactionId and deduplication").
+// all of them: /configure is a full replace (docs/api.md, "Queues";
+// docs/push.md, "Dedup").
 type QueueOptions struct {
 	LeaseTime                 int  `json:"leaseTime"`                 // seconds, default 300
 	RetryLimit                int  `json:"retryLimit"`                // default 3

@@ -114,10 +114,12 @@ func (s *Store) queueByName(ctx context.Context, tx dbtx, name string) (*queueRo
 }
 
 // Pop delivers up to req.Batch messages in exact offset order per
-// partition, under one lease per (partition, group) (DESIGN.md §4): a
-// partition whose lease for the group is live delivers nothing; an expired
-// lease counts as a failed delivery of the message at the cursor and, past
-// the queue's retryLimit, sends it to the DLQ and moves the cursor past it.
+// partition, under one lease per (partition, group) (docs/consume.md, "The
+// model: a cursor and a lease per (partition, consumer group)" and "Lease
+// expiry, retries, dead letters"): a partition whose lease for the group is
+// live delivers nothing; an expired lease counts as a failed delivery of the
+// message at the cursor and, past the queue's retryLimit, sends it to the DLQ
+// and moves the cursor past it.
 func (s *Store) Pop(ctx context.Context, req PopRequest) (*PopResult, error) {
 	if req.Batch < 1 {
 		req.Batch = 1
@@ -769,15 +771,14 @@ const (
 	ErrTextBadStatus    = "Invalid status"
 )
 
-// Ack applies acks in one transaction, in order; each gets a result. An
-// ack is accepted only under the live lease the message was delivered
-// under (DESIGN.md §4: an ack under an expired or foreign lease changes
-// nothing). completed/success move the cursor over the contiguous acked
-// run (never backwards) and release the lease once all is acked; failed
-// releases the lease and counts a retry of the message at the cursor,
-// which goes to the DLQ past the queue's retryLimit; dlq dead-letters the
-// message and counts it as consumed; retry releases the lease without
-// counting.
+// Ack applies acks in one transaction, in order; each gets a result. An ack
+// is accepted only under the live lease the message was delivered under
+// (docs/consume.md, "Ack": an ack under an expired or foreign lease changes
+// nothing). completed/success move the cursor over the contiguous acked run
+// (never backwards) and release the lease once all is acked; failed releases
+// the lease and counts a retry of the message at the cursor, which goes to
+// the DLQ past the queue's retryLimit; dlq dead-letters the message and
+// counts it as consumed; retry releases the lease without counting.
 func (s *Store) Ack(ctx context.Context, reqs []AckRequest) ([]AckResult, error) {
 	// The common batch ack (a whole lease this broker handed out) in one
 	// statement; anything else, or a conflict there, the general way.

@@ -15,8 +15,9 @@ import (
 	"github.com/queenmq/queen-go/internal/binenc"
 )
 
-// The dedup sidecar (DESIGN.md §2, spec/producing.md "transactionId and
-// deduplication") is queen.dedup_batches, one row per projection batch:
+// The dedup sidecar (docs/push.md, "Dedup"; docs/decisions.md, "Dedup
+// sidecar" and "Sidecar layout") is queen.dedup_batches, one row per
+// projection batch:
 //
 //	expires_at                when the newest message of the row leaves the
 //	                          longest dedup window of its partitions' queues
@@ -661,8 +662,8 @@ func spillKeys(ctx context.Context, tx pgx.Tx, pids []uuid.UUID, bases []int64, 
 // queen.dedup (and rows of an upgraded database's queen.dedup_runs) whose
 // accepted_at is older than their queue's window plus grace. The grace
 // keeps entries a little past the window so that a WAL replay after a
-// short outage still sees them (DESIGN.md §3: replay gives the live
-// verdicts).
+// short outage still sees them (docs/push.md, "Dedup": a replay gives the
+// verdicts the live path would have given).
 func (s *Store) SweepDedup(ctx context.Context, grace time.Duration, limit int) (int64, error) {
 	tag, err := s.pool.Exec(ctx, `DELETE FROM queen.dedup_batches d WHERE d.ctid IN (
 		SELECT d2.ctid FROM queen.dedup_batches d2 WHERE d2.expires_at < now() - make_interval(secs => $1) LIMIT $2)`,

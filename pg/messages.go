@@ -17,8 +17,8 @@ import (
 
 // Message browsing: GET /api/v1/messages (ListMessages) and
 // GET /api/v1/messages/:partitionId/:transactionId (GetMessage), the
-// read-only routes behind Queen's admin listMessages/getMessage (API.md
-// §3.2). Nothing here writes.
+// read-only routes behind Queen's admin listMessages/getMessage
+// (docs/api.md, "Messages and traces"). Nothing here writes.
 //
 // A message's status is judged for one consumer group (queue mode,
 // QueueModeGroup, unless the caller names one) from that group's cursor on

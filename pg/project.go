@@ -95,7 +95,7 @@ type partState struct {
 // the lock (projectPredicted); any other batch takes two (lock and probe,
 // then the writes and COMMIT), or more when the sidecar names candidates
 // to confirm. Dedup
-// rules (spec/producing.md): per partition; an entry counts while its
+// rules (docs/push.md, "Dedup"): per partition; an entry counts while its
 // acceptance time is within the queue's dedup_window_seconds of the item's
 // acceptance time (0 = off); first wins inside a batch; a repeat does not
 // extend the window. The caller bounds the batch (the projector's
@@ -332,7 +332,7 @@ func (s *Store) projectTx(ctx context.Context, conn batcher, begin bool, items [
 	out, checkSeg := decide(items, ids, parts, known)
 
 	// 4. A duplicate names its original only while the original's segment
-	// exists (spec/producing.md); otherwise the all-zero UUID.
+	// exists (docs/push.md, "Verdicts"); otherwise the all-zero UUID.
 	if len(checkSeg) > 0 {
 		pids := make([]uuid.UUID, len(checkSeg))
 		offs := make([]int64, len(checkSeg))
@@ -723,8 +723,7 @@ func (w *batchWrites) queue(b *pgx.Batch, items []ProjectItem, out []Outcome) {
 // the segment of every touched partition of lockIDs and builds the
 // sidecar rows of its stored messages. Every stored message gets a sidecar
 // entry, also where the window is 0: the window governs the probe, so
-// turning dedup back on sees the history (spec/producing.md caution on
-// /configure).
+// turning dedup back on sees the history (docs/push.md, "Dedup").
 func (s *Store) buildWrites(lockIDs []uuid.UUID, parts map[uuid.UUID]*partState) (*batchWrites, error) {
 	w := &batchWrites{}
 	for _, id := range lockIDs {
@@ -852,7 +851,7 @@ func (s *Store) ensurePartitions(ctx context.Context, conn batcher, queues, part
 		b.Queue(`SELECT 1 FROM queen.queues WHERE name = ANY($1::text[]) ORDER BY id FOR KEY SHARE`, queues)
 	}
 	// A queue created by a push takes its namespace and task from its name
-	// split on the first "." (API.md, push side effects): "billing.invoices"
+	// split on the first "." (docs/push.md, "Request"): "billing.invoices"
 	// is namespace "billing", task "invoices"; a name without "." is its own
 	// namespace with task "".
 	b.Queue(`INSERT INTO queen.queues (name, namespace, task)

@@ -378,13 +378,13 @@ func (s *Store) GetGroup(ctx context.Context, group string) ([]GroupPartition, e
 
 // DeleteGroup deletes a consumer group's cursors on one queue or (queue "")
 // on all queues: DELETE /api/v1/consumer-groups/:group[/queues/:queue]
-// (API.md §3.4). With deleteMetadata (the route's ?deleteMetadata, default
-// true) the group's subscription metadata (queen.consumer_groups rows on
-// the same queues) goes too, and the group's next pop subscribes afresh by
-// the mode that pop sends. Without it the metadata stays, and the group
-// starts over in every partition by its stored subscription (mode and start
-// timestamp), as Queen's delete_consumer_group_v1 with
-// p_delete_metadata=false did.
+// (docs/api.md, "Consumer groups and dead letters"). With deleteMetadata (the
+// route's ?deleteMetadata, default true) the group's subscription metadata
+// (queen.consumer_groups rows on the same queues) goes too, and the group's
+// next pop subscribes afresh by the mode that pop sends. Without it the
+// metadata stays, and the group starts over in every partition by its stored
+// subscription (mode and start timestamp), as Queen's
+// delete_consumer_group_v1 with p_delete_metadata=false did.
 //
 // It returns how many cursors were deleted, whether any metadata row was
 // deleted (always false without deleteMetadata), and the sorted names of
@@ -443,7 +443,8 @@ func sortedKeys(m map[string]bool) []string {
 // UpdateSubscription moves a named consumer group's subscription start to
 // at on every queue where the group has subscription metadata (a
 // queen.consumer_groups row): POST /api/v1/consumer-groups/:group/subscription
-// (API.md §3.4, Queen's update_consumer_group_subscription_v1).
+// (docs/api.md, "Consumer groups and dead letters"; Queen's
+// update_consumer_group_subscription_v1).
 //
 // Only where the group has no cursor yet does this change anything: there
 // the group's first pop starts at the first message committed at or after
@@ -646,16 +647,16 @@ func (s *Store) ListDeadLetters(ctx context.Context, f DeadLetterFilter) ([]Dead
 // retentionLockKey makes one broker at a time run a retention pass.
 const retentionLockKey = 737001
 
-// RetentionPass deletes expired segments (whole segments: a segment goes
-// when its newest message qualifies), at most limit per rule, and returns
-// how many it deleted. Rules per queue: retentionEnabled with
-// retentionSeconds > 0 deletes segments older than that; retentionEnabled
-// with completedRetentionSeconds > 0 deletes segments older than that which
-// every consumer group of the partition has consumed; maxWaitTimeSeconds > 0
-// deletes segments older than that whether consumed or not. The traces of
-// the deleted messages go with them. The dedup window is separate
-// (spec/producing.md): the keys of deleted messages still inside their
-// window are copied to queen.dedup (spillKeys, pg/dedup.go).
+// RetentionPass deletes expired segments (whole segments: a segment goes when
+// its newest message qualifies), at most limit per rule, and returns how many
+// it deleted. Rules per queue: retentionEnabled with retentionSeconds > 0
+// deletes segments older than that; retentionEnabled with
+// completedRetentionSeconds > 0 deletes segments older than that which every
+// consumer group of the partition has consumed; maxWaitTimeSeconds > 0
+// deletes segments older than that whether consumed or not. The traces of the
+// deleted messages go with them. The dedup window is separate
+// (docs/decisions.md, "Retention"): the keys of deleted messages still inside
+// their window are copied to queen.dedup (spillKeys, pg/dedup.go).
 func (s *Store) RetentionPass(ctx context.Context, limit int) (int64, error) {
 	var n int64
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -708,9 +709,10 @@ func (s *Store) RetentionPass(ctx context.Context, limit int) (int64, error) {
 		if n == 0 {
 			return nil
 		}
-		// The dedup window outlives the segment (spec/producing.md): the
-		// sidecar confirms a hit against the segment, so the exact keys of
-		// messages still inside their window are kept in queen.dedup.
+		// The dedup window outlives the segment (docs/decisions.md,
+		// "Retention"): the sidecar confirms a hit against the segment, so
+		// the exact keys of messages still inside their window are kept in
+		// queen.dedup.
 		if err := spillKeys(ctx, tx, spillPIDs, bases, bodies, windows); err != nil {
 			return err
 		}

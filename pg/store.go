@@ -90,7 +90,8 @@ type Store struct {
 type partKey struct{ queue, partition string }
 
 // Open creates the pool. It does not connect: the broker must start while
-// PostgreSQL is away (DESIGN.md §5). Errors only for a malformed URL.
+// PostgreSQL is away (docs/operations.md, "What a broker needs"). Errors
+// only for a malformed URL.
 func Open(cfg Config) (*Store, error) {
 	pc, err := pgxpool.ParseConfig(cfg.URL)
 	if err != nil {

@@ -242,15 +242,14 @@ func FlushDigest(ops []StateOp, pushes []ProjectItem) string {
 // update. Sink items bypass the WAL: they must commit with the state and
 // the ack, which the WAL cannot do.
 //
-// Ack fencing (DESIGN.md §4, stricter than Queen): with a live lease on
-// (partition, group), the ack must carry that lease's id; an empty leaseId
-// does not skip the check. Without a live lease an ack with a leaseId is
-// refused ("Invalid or expired lease": a replay after a committed cycle
-// lands here), and one without is accepted only for a message already
-// below the cursor (an autoAck pop), as a no-op. completed moves the
-// cursor to just past the message (never backwards); failed/dlq
-// dead-letters that message and moves the cursor past it, ending the
-// lease.
+// Ack fencing (docs/streams.md, "Exactly once", stricter than Queen): with a
+// live lease on (partition, group), the ack must carry that lease's id; an
+// empty leaseId does not skip the check. Without a live lease an ack with a
+// leaseId is refused ("Invalid or expired lease": a replay after a committed
+// cycle lands here), and one without is accepted only for a message already
+// below the cursor (an autoAck pop), as a no-op. completed moves the cursor
+// to just past the message (never backwards); failed/dlq dead-letters that
+// message and moves the cursor past it, ending the lease.
 func (st *Streams) Cycle(ctx context.Context, req CycleRequest) (*CycleResult, error) {
 	s := st.s
 	res := &CycleResult{}

@@ -13,19 +13,19 @@ import (
 // /api/v1/messages/:partitionId/:transactionId).
 //
 // Messages are packed into segments (one row per projection batch and
-// partition), so one message cannot be removed from its row without
-// rewriting the segment under the pop path's feet. A deleted message is
-// instead marked in queen.tombstones, keyed by (partition_id, msg_offset),
-// with its transactionId. fetch (the read under pop, ack, dead-lettering,
-// message lookup and traces) skips marked offsets, so the message is never
-// delivered, acked, traced or shown again; a lease or cursor that reaches a
-// marked offset passes over it as if it had been acked. The payload bytes
-// stay in the segment until retention deletes it. The dedup sidecar is
-// left alone: the transactionId stays a duplicate for the rest of its
-// window (DESIGN.md §2). Cost: one row (~60 bytes plus the transactionId)
-// per deleted message, one index probe of the tombstones per segment row
-// read, and one per partition or cursor a message count covers (the
-// counts subtract the deleted messages: deletedCountsSQL below).
+// partition), so one message cannot be removed from its row without rewriting
+// the segment under the pop path's feet. A deleted message is instead marked
+// in queen.tombstones, keyed by (partition_id, msg_offset), with its
+// transactionId. fetch (the read under pop, ack, dead-lettering, message
+// lookup and traces) skips marked offsets, so the message is never delivered,
+// acked, traced or shown again; a lease or cursor that reaches a marked
+// offset passes over it as if it had been acked. The payload bytes stay in
+// the segment until retention deletes it. The dedup sidecar is left alone:
+// the transactionId stays a duplicate for the rest of its window
+// (docs/streams.md, "Deleting one message"). Cost: one row (~60 bytes plus
+// the transactionId) per deleted message, one index probe of the tombstones
+// per segment row read, and one per partition or cursor a message count
+// covers (the counts subtract the deleted messages: deletedCountsSQL below).
 type Tombstones struct {
 	s *Store
 }

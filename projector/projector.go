@@ -14,7 +14,8 @@
 //
 // Replay is resuming the cursor: after any failure the cursor is re-read
 // from the checkpoint in PostgreSQL, so a COMMIT whose answer never came is
-// neither lost nor applied twice (DESIGN.md §1).
+// neither lost nor applied twice (docs/architecture.md, "Exactly-once
+// projection").
 package projector
 
 import (
@@ -87,7 +88,8 @@ type Config struct {
 	// PostgreSQL fails.
 	BackoffMin, BackoffMax time.Duration
 	// WALRetention keeps projected WAL segments this long (disaster
-	// recovery, DESIGN.md §5). Negative means truncate as soon as projected.
+	// recovery: docs/operations.md, "Backup and restore of PostgreSQL").
+	// Negative means truncate as soon as projected.
 	WALRetention time.Duration
 	// MaintainInterval is how often WAL truncation and the dedup sweep run.
 	MaintainInterval time.Duration

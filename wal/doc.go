@@ -111,7 +111,8 @@
 // TruncateProjected removes whole sealed segments whose every entry is at or
 // below the projector's checkpoint and whose file is older than a retention
 // period, so that a PostgreSQL restored from an older backup can still be
-// re-projected from the WAL within that period (DESIGN.md §5). Whole files
+// re-projected from the WAL within that period (docs/operations.md, "Backup
+// and restore of PostgreSQL"). Whole files
 // are removed, oldest first; the first kept segment is not touched.
 //
 // # Concurrency

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -89,6 +90,9 @@ type popCombiner struct {
 	lines map[popKey]*popLine
 	// served counts the pops served by combined transactions (tests).
 	served atomic.Int64
+	// leasedClaims counts the claim statements of combined leased
+	// transactions (claimLeasedSQL, one per transaction; tests).
+	leasedClaims atomic.Int64
 }
 
 func combinable(req PopRequest) bool {
@@ -362,32 +366,33 @@ func (s *Store) serveLeased(ws []*popWaiter) {
 	}
 }
 
-// claimLeased sends BEGIN, the claims of ws under leases and COMMIT in
-// one round trip and returns the claims, read after the commit. conn,
-// when not nil, is to be released by the caller (closed by the pool if
-// the transaction did not end).
+// claimLeased sends BEGIN, one claimLeasedSQL claiming a partition for
+// each of ws (pop i under leases[i]) and COMMIT in one round trip and
+// returns each pop's claim, read after the commit. conn, when not nil, is
+// to be released by the caller (closed by the pool if the transaction did
+// not end).
 func (s *Store) claimLeased(ctx context.Context, ws []*popWaiter, leases []uuid.UUID) ([]*claimResult, *pgxpool.Conn, error) {
 	pc, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
+	groups := make([]string, len(ws))
+	ids := make([]pgtype.UUID, len(ws))
+	for i, w := range ws {
+		groups[i], ids[i] = w.req.Group, pgtype.UUID{Bytes: leases[i], Valid: true}
+	}
 	var b pgx.Batch
 	b.Queue("BEGIN")
-	for i, w := range ws {
-		queueClaim(&b, w.req, leases[i])
-	}
+	// Every pop of ws has the same queue and batch (popKey).
+	b.Queue(claimLeasedSQL, ws[0].req.Queue, groups, ids, ws[0].req.Batch, DefaultLeaseSeconds)
 	b.Queue("COMMIT")
+	s.combine.leasedClaims.Add(1)
 	br := pc.Conn().SendBatch(ctx, &b)
-	claims := make([]*claimResult, len(ws))
+	var claims []*claimResult
 	if _, err = br.Exec(); err == nil {
-		for i := range ws {
-			var rows pgx.Rows
-			if rows, err = br.Query(); err != nil {
-				break
-			}
-			if claims[i], err = scanClaim(rows); err != nil {
-				break
-			}
+		var rows pgx.Rows
+		if rows, err = br.Query(); err == nil {
+			claims, err = scanClaims(rows, len(ws))
 		}
 	}
 	if cerr := br.Close(); err == nil {

@@ -199,7 +199,11 @@ var claimLeasedSQL = `WITH q AS (
 	FROM q CROSS JOIN g CROSS JOIN LATERAL (
 		SELECT p.id, p.name, p.next_offset, c.partition_id IS NULL AS fresh, c.last_consumed_at
 		FROM queen.partitions p
-		LEFT JOIN queen.consumer_cursors c ON c.partition_id = p.id AND c.consumer_group = g.grp
+		LEFT JOIN LATERAL (
+			-- LIMIT 1 keeps this a lookup of the cursor by its key per
+			-- partition (a join would let the planner scan every cursor).
+			SELECT c.partition_id, c.cursor_offset, c.lease_id, c.lease_expires_at, c.last_consumed_at
+			FROM queen.consumer_cursors c WHERE c.partition_id = p.id AND c.consumer_group = g.grp LIMIT 1) c ON true
 		WHERE p.queue_id = q.id AND p.next_offset > coalesce(c.cursor_offset, 0)
 			AND (c.lease_id IS NULL OR c.lease_expires_at <= now())
 		ORDER BY c.last_consumed_at NULLS FIRST, p.id LIMIT g.n * 4 + 16) x

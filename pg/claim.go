@@ -194,19 +194,22 @@ var claimLeasedSQL = `WITH q AS (
 	FROM unnest($2::text[], $3::uuid[]) WITH ORDINALITY AS k(grp, lease, ord)
 ), g AS (
 	SELECT k.grp, count(*) AS n FROM k GROUP BY k.grp
+), cur AS MATERIALIZED (
+	-- The cursors of every group of the pops on the queue's partitions:
+	-- one lookup per partition (the groups of a partition are adjacent
+	-- in the cursors' key), not one per (partition, group).
+	SELECT c.partition_id, c.consumer_group, c.cursor_offset, c.lease_id, c.lease_expires_at, c.last_consumed_at
+	FROM q JOIN queen.partitions p ON p.queue_id = q.id
+	CROSS JOIN LATERAL (SELECT c.* FROM queen.consumer_cursors c
+		WHERE c.partition_id = p.id AND c.consumer_group = ANY($2::text[]) OFFSET 0) c
 ), cand AS (
-	SELECT g.grp, x.*, row_number() OVER (PARTITION BY g.grp ORDER BY x.last_consumed_at NULLS FIRST, x.id) AS cord
-	FROM q CROSS JOIN g CROSS JOIN LATERAL (
-		SELECT p.id, p.name, p.next_offset, c.partition_id IS NULL AS fresh, c.last_consumed_at
-		FROM queen.partitions p
-		LEFT JOIN LATERAL (
-			-- LIMIT 1 keeps this a lookup of the cursor by its key per
-			-- partition (a join would let the planner scan every cursor).
-			SELECT c.partition_id, c.cursor_offset, c.lease_id, c.lease_expires_at, c.last_consumed_at
-			FROM queen.consumer_cursors c WHERE c.partition_id = p.id AND c.consumer_group = g.grp LIMIT 1) c ON true
-		WHERE p.queue_id = q.id AND p.next_offset > coalesce(c.cursor_offset, 0)
-			AND (c.lease_id IS NULL OR c.lease_expires_at <= now())
-		ORDER BY c.last_consumed_at NULLS FIRST, p.id LIMIT g.n * 4 + 16) x
+	SELECT * FROM (
+		SELECT g.grp, g.n, p.id, p.name, p.next_offset, c.partition_id IS NULL AS fresh, c.last_consumed_at,
+			row_number() OVER (PARTITION BY g.grp ORDER BY c.last_consumed_at NULLS FIRST, p.id) AS cord
+		FROM q JOIN queen.partitions p ON p.queue_id = q.id CROSS JOIN g
+		LEFT JOIN cur c ON c.partition_id = p.id AND c.consumer_group = g.grp
+		WHERE p.next_offset > coalesce(c.cursor_offset, 0) AND (c.lease_id IS NULL OR c.lease_expires_at <= now())
+	) x WHERE x.cord <= x.n * 4 + 16
 ), gf AS (
 	SELECT g.grp, g.n, (SELECT count(*) FROM cand WHERE cand.grp = g.grp) AS ncand,
 		(g.grp = '` + QueueModeGroup + `' OR EXISTS (SELECT 1 FROM queen.consumer_groups cg

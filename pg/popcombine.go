@@ -34,9 +34,10 @@ import (
 //     to one batch each, the clean cursors moved in the statement); the
 //     messages are decoded, then COMMIT (the cursor moves cannot be given
 //     back, see claimOneSQL).
-//   - leased pops of one (queue, batch), any groups: BEGIN, each pop's
-//     claimOneSQL under a lease of its own, and COMMIT in one round trip
-//     (serveLeased), then each pop decodes as popOneTrip does.
+//   - leased pops of one (queue, batch), any groups: BEGIN, one
+//     claimLeasedSQL claiming a partition for every pop under a lease of
+//     its own, and COMMIT in one round trip (serveLeased), then each pop
+//     decodes as popOneTrip does.
 //
 // A pop the combined transaction delivered nothing to (fewer partitions
 // had something than pops were taken, some were being claimed by other
@@ -305,13 +306,14 @@ func popDeadlines(ws []*popWaiter) []time.Time {
 }
 
 // serveLeased serves leased pops ws (len >= 2) in one transaction and one
-// round trip: BEGIN, each pop's claimOneSQL with a lease of its own, and
-// COMMIT, sent together; then, as popOneTrip does, each pop whose claim
-// wrote its cursor decodes its messages (its lease given back if they do
-// not decode), and the others, whose claims changed nothing, run by
-// themselves. Two pops of one group claim different partitions: the
-// second claim sees the first one's lease. Should the transaction fail,
-// its leases are given back and every pop runs by itself.
+// round trip: BEGIN, one claimLeasedSQL claiming a partition for each pop
+// under a lease of its own, and COMMIT, sent together; then, as
+// popOneTrip does, each pop whose cursor the claim wrote decodes its
+// messages (its lease given back if they do not decode), and the others,
+// for which the claim changed nothing, run by themselves. Two pops of one
+// group get different partitions (the statement hands a group's k-th
+// locked cursor to its k-th pop). Should the transaction fail, its leases
+// are given back and every pop runs by itself.
 func (s *Store) serveLeased(ws []*popWaiter) {
 	ctx, cancel := combinedContext(popDeadlines(ws))
 	defer cancel()

@@ -166,98 +166,6 @@ LEFT JOIN LATERAL (
 ) s ON true
 ORDER BY b.ord, s.base_offset`
 
-// claimLeasedSQL is claimOneSQL (leased, one partition per pop) for
-// several concurrent pops of one queue in one statement: pop i (1-based,
-// the ordinal of $2[i]) is of consumer group $2[i] under lease $3[i];
-// every pop takes up to $4 (the batch the combined pops share); $5 is the
-// lease time of a queue whose lease_time is 0. Each distinct group of the
-// pops lists its candidates and locks its first clean-or-not cursors as
-// claimOneSQL does (in candidate order, FOR UPDATE SKIP LOCKED, as many as
-// the group has pops), and the group's k-th pop (in pop order) gets the
-// k-th cursor locked: two pops of one group never get the same partition,
-// and every pop gets a partition of its own. A group that needs the
-// general path (not subscribed, a fresh candidate, a queue with delayed
-// processing or a window buffer) locks nothing (its fast is false). Clean
-// cursors are written with their pop's lease, as claimOneSQL writes them;
-// the rest are returned locked and unwritten. The rows are claimOneSQL's
-// columns with the pop's ordinal last: every pop has at least one row
-// (NULL cursor columns when it got no cursor), in pop order, then
-// segment order; no row when the queue does not exist. The lock is taken
-// per group in one LATERAL, and the cursor write is one top-level
-// data-modifying CTE over what every group locked (a data-modifying CTE
-// cannot sit inside a LATERAL).
-var claimLeasedSQL = `WITH q AS (
-	SELECT qu.id, qu.name, qu.lease_time, qu.retry_limit, qu.delayed_processing, qu.window_buffer
-	FROM queen.queues qu WHERE qu.name = $1
-), k AS (
-	SELECT k.grp, k.lease, k.ord, row_number() OVER (PARTITION BY k.grp ORDER BY k.ord) AS rank
-	FROM unnest($2::text[], $3::uuid[]) WITH ORDINALITY AS k(grp, lease, ord)
-), g AS (
-	SELECT k.grp, count(*) AS n FROM k GROUP BY k.grp
-), cur AS MATERIALIZED (
-	-- The cursors of every group of the pops on the queue's partitions:
-	-- one lookup per partition (the groups of a partition are adjacent
-	-- in the cursors' key), not one per (partition, group).
-	SELECT c.partition_id, c.consumer_group, c.cursor_offset, c.lease_id, c.lease_expires_at, c.last_consumed_at
-	FROM q JOIN queen.partitions p ON p.queue_id = q.id
-	CROSS JOIN LATERAL (SELECT c.* FROM queen.consumer_cursors c
-		WHERE c.partition_id = p.id AND c.consumer_group = ANY($2::text[]) OFFSET 0) c
-), cand AS (
-	SELECT * FROM (
-		SELECT g.grp, g.n, p.id, p.name, p.next_offset, c.partition_id IS NULL AS fresh, c.last_consumed_at,
-			row_number() OVER (PARTITION BY g.grp ORDER BY c.last_consumed_at NULLS FIRST, p.id) AS cord
-		FROM q JOIN queen.partitions p ON p.queue_id = q.id CROSS JOIN g
-		LEFT JOIN cur c ON c.partition_id = p.id AND c.consumer_group = g.grp
-		WHERE p.next_offset > coalesce(c.cursor_offset, 0) AND (c.lease_id IS NULL OR c.lease_expires_at <= now())
-	) x WHERE x.cord <= x.n * 4 + 16
-), gf AS (
-	SELECT g.grp, g.n, (SELECT count(*) FROM cand WHERE cand.grp = g.grp) AS ncand,
-		(g.grp = '` + QueueModeGroup + `' OR EXISTS (SELECT 1 FROM queen.consumer_groups cg
-			WHERE cg.queue_id = q.id AND cg.consumer_group = g.grp))
-		AND q.delayed_processing = 0 AND q.window_buffer = 0
-		AND NOT EXISTS (SELECT 1 FROM cand WHERE cand.grp = g.grp AND cand.fresh) AS ok
-	FROM q CROSS JOIN g
-), locked AS (
-	SELECT gf.grp, l.* FROM gf CROSS JOIN LATERAL (
-		SELECT cd.cord, c.partition_id, cd.name, cd.next_offset, c.cursor_offset, c.lease_id, c.lease_expires_at,
-			coalesce(c.lease_expires_at > now(), false) AS live, coalesce(c.lease_end, -1) AS lease_end, c.retry_count,
-			c.acked, least(cd.next_offset - c.cursor_offset, $4::bigint) AS take,
-			EXISTS (SELECT 1 FROM queen.tombstones t WHERE t.partition_id = c.partition_id
-				AND t.msg_offset >= c.cursor_offset) AS deleted
-		FROM (SELECT * FROM cand WHERE cand.grp = gf.grp AND gf.ok ORDER BY cand.cord) cd
-		CROSS JOIN LATERAL (SELECT * FROM queen.consumer_cursors c
-			WHERE c.partition_id = cd.id AND c.consumer_group = gf.grp AND c.cursor_offset < cd.next_offset
-				AND (c.lease_id IS NULL OR c.lease_expires_at <= now())
-			FOR UPDATE SKIP LOCKED) c
-		LIMIT gf.n) l
-), pop AS (
-	SELECT k.ord, k.lease, a.* FROM k JOIN (
-		SELECT locked.*, row_number() OVER (PARTITION BY locked.grp ORDER BY locked.cord) AS rank FROM locked
-	) a ON a.grp = k.grp AND a.rank = k.rank
-), upd AS (
-	UPDATE queen.consumer_cursors c SET acked = '{}', lease_id = l.lease,
-		lease_expires_at = now() + make_interval(secs => (SELECT CASE WHEN q.lease_time > 0 THEN q.lease_time
-			ELSE $5::int END FROM q)),
-		lease_end = l.cursor_offset + l.take - 1
-	FROM pop l
-	WHERE c.partition_id = l.partition_id AND c.consumer_group = l.grp AND l.lease_id IS NULL AND NOT l.deleted
-		AND ` + offsetStoredSQL("l.partition_id", "l.cursor_offset") + `
-	RETURNING c.partition_id, c.consumer_group
-)
-SELECT q.id, q.name, q.lease_time, q.retry_limit, q.delayed_processing, q.window_buffer, gf.ok, gf.ncand,
-	b.partition_id, b.name, b.next_offset, b.cursor_offset, b.lease_id, b.lease_expires_at, b.live, b.lease_end,
-	b.retry_count, b.acked, b.take,
-	EXISTS (SELECT 1 FROM upd WHERE upd.partition_id = b.partition_id AND upd.consumer_group = b.grp), b.deleted,
-	s.base_offset, s.last_offset, s.body, k.ord
-FROM q CROSS JOIN k JOIN gf ON gf.grp = k.grp
-LEFT JOIN pop b ON b.ord = k.ord
-LEFT JOIN LATERAL (
-	SELECT sg.base_offset, sg.last_offset, sg.body FROM queen.segments sg
-	WHERE NOT b.deleted AND sg.partition_id = b.partition_id AND sg.base_offset <= b.cursor_offset + b.take - 1
-		AND sg.base_offset >= ` + segmentStartSQL("b.partition_id", "b.cursor_offset") + `
-) s ON true
-ORDER BY k.ord, s.base_offset`
-
 // claimedCursor is one cursor claimSQL locked, with the segments holding
 // offsets cursor..cursor+take-1.
 type claimedCursor struct {
@@ -386,24 +294,8 @@ func queueClaim(b *pgx.Batch, req PopRequest, lease uuid.UUID) {
 // partition changes), into values that need no allocation (pgx skips nil
 // destinations); a segment's body is the one copy made per row.
 func scanClaim(rows pgx.Rows) (*claimResult, error) {
-	res, err := scanClaims(rows, 0)
-	if err != nil {
-		return nil, err
-	}
-	return res[0], nil
-}
-
-// scanClaims reads the rows of claimLeasedSQL for pops pops (closing
-// them) as scanClaim does, into one claimResult per pop (q nil for every
-// pop when the queue does not exist); pops 0 reads one claim statement's
-// rows (claimSQL, claimOneSQL) into one result.
-func scanClaims(rows pgx.Rows, pops int) ([]*claimResult, error) {
 	defer rows.Close()
-	out := make([]*claimResult, max(pops, 1))
-	for i := range out {
-		out[i] = &claimResult{}
-	}
-	res := out[0]
+	res := &claimResult{}
 	var cur *claimedCursor
 	var (
 		q                                        queueRow
@@ -414,23 +306,16 @@ func scanClaims(rows pgx.Rows, pops int) ([]*claimResult, error) {
 		live, updated, deleted                   pgtype.Bool
 		c                                        cursorRow
 		body                                     []byte
-		fast                                     bool
-		candidates                               int
-		ord                                      int64
 	)
-	all := []any{&qid, &q.name, &q.leaseTime, &q.retryLimit, &q.delayed, &q.windowBuffer, &fast, &candidates,
+	all := []any{&qid, &q.name, &q.leaseTime, &q.retryLimit, &q.delayed, &q.windowBuffer, &res.fast, &res.candidates,
 		&pid, &name, &next, &cursor, &lease, &c.leaseExpires, &live, &leaseEnd, &retries, &c.acked, &take,
 		&updated, &deleted, &base, &last, &body}
-	if pops > 0 {
-		all = append(all, &ord)
-	}
 	const pidCol, firstCursorCol, lastCursorCol, baseCol = 8, 9, 20, 21
 	seg := make([]any, len(all))
 	seg[pidCol] = all[pidCol]
 	copy(seg[baseCol:], all[baseCol:])
 	cursorCols := make([]any, len(all))
 	copy(cursorCols[firstCursorCol:lastCursorCol+1], all[firstCursorCol:lastCursorCol+1])
-	var popOrd int64 // the pop whose rows are being read (claimLeasedSQL)
 	for rows.Next() {
 		first := res.q == nil
 		dest := seg
@@ -440,26 +325,12 @@ func scanClaims(rows pgx.Rows, pops int) ([]*claimResult, error) {
 		if err := rows.Scan(dest...); err != nil {
 			return nil, err
 		}
-		if pops > 0 && ord != popOrd {
-			// The first row of the next pop: read whole.
-			if ord < 1 || ord > int64(pops) || ord < popOrd {
-				return nil, fmt.Errorf("claim: row of pop %d of %d after pop %d", ord, pops, popOrd)
-			}
-			popOrd, res, cur = ord, out[ord-1], nil
-			if !first {
-				first, c = true, cursorRow{}
-				if err := rows.Scan(all...); err != nil {
-					return nil, err
-				}
-			}
-		}
 		if first {
-			qr := q
-			qr.id = qid.Bytes
-			if qr.leaseTime <= 0 {
-				qr.leaseTime = DefaultLeaseSeconds
+			q.id = qid.Bytes
+			if q.leaseTime <= 0 {
+				q.leaseTime = DefaultLeaseSeconds
 			}
-			res.q, res.fast, res.candidates = &qr, fast, candidates
+			res.q = &q
 		}
 		if !pid.Valid {
 			continue
@@ -488,7 +359,7 @@ func scanClaims(rows pgx.Rows, pops int) ([]*claimResult, error) {
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}
-	return out, nil
+	return res, nil
 }
 
 // ackLoadSQL locks the cursors of keys ($1 partitions, $2 groups, in the

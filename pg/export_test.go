@@ -85,30 +85,3 @@ func KeptWriteBuffers(ctx context.Context, s *Store) [][]byte {
 func LookUpPartitions(ctx context.Context, s *Store, items []ProjectItem) ([]uuid.UUID, error) {
 	return s.partitionIDs(ctx, nil, items, true)
 }
-
-// LeasedClaims is how many claim statements combined leased transactions
-// sent.
-func LeasedClaims(s *Store) int64 { return s.combine.leasedClaims.Load() }
-
-// PopLeasedTogether serves the leased wildcard pops reqs (one queue and
-// batch, len >= 2) in one combined transaction, as serveLeased does for
-// pops queued together, and returns each pop's result: nil for a pop the
-// transaction left to run by itself.
-func PopLeasedTogether(ctx context.Context, s *Store, reqs []PopRequest) ([]*PopResult, []error) {
-	ws := make([]*popWaiter, len(reqs))
-	for i, r := range reqs {
-		if r.Partitions < 1 {
-			r.Partitions = 1
-		}
-		ws[i] = &popWaiter{req: r, done: make(chan struct{})}
-		ws[i].deadline, _ = ctx.Deadline()
-	}
-	s.serveLeased(ws)
-	res := make([]*PopResult, len(ws))
-	errs := make([]error, len(ws))
-	for i, w := range ws {
-		<-w.done
-		res[i], errs[i] = w.res, w.err
-	}
-	return res, errs
-}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -34,10 +33,9 @@ import (
 //     to one batch each, the clean cursors moved in the statement); the
 //     messages are decoded, then COMMIT (the cursor moves cannot be given
 //     back, see claimOneSQL).
-//   - leased pops of one (queue, batch), any groups: BEGIN, one
-//     claimLeasedSQL claiming a partition for every pop under a lease of
-//     its own, and COMMIT in one round trip (serveLeased), then each pop
-//     decodes as popOneTrip does.
+//   - leased pops of one (queue, batch), any groups: BEGIN, each pop's
+//     claimOneSQL under a lease of its own, and COMMIT in one round trip
+//     (serveLeased), then each pop decodes as popOneTrip does.
 //
 // A pop the combined transaction delivered nothing to (fewer partitions
 // had something than pops were taken, some were being claimed by other
@@ -91,9 +89,6 @@ type popCombiner struct {
 	lines map[popKey]*popLine
 	// served counts the pops served by combined transactions (tests).
 	served atomic.Int64
-	// leasedClaims counts the claim statements of combined leased
-	// transactions (claimLeasedSQL, one per transaction; tests).
-	leasedClaims atomic.Int64
 }
 
 func combinable(req PopRequest) bool {
@@ -306,14 +301,13 @@ func popDeadlines(ws []*popWaiter) []time.Time {
 }
 
 // serveLeased serves leased pops ws (len >= 2) in one transaction and one
-// round trip: BEGIN, one claimLeasedSQL claiming a partition for each pop
-// under a lease of its own, and COMMIT, sent together; then, as
-// popOneTrip does, each pop whose cursor the claim wrote decodes its
-// messages (its lease given back if they do not decode), and the others,
-// for which the claim changed nothing, run by themselves. Two pops of one
-// group get different partitions (the statement hands a group's k-th
-// locked cursor to its k-th pop). Should the transaction fail, its leases
-// are given back and every pop runs by itself.
+// round trip: BEGIN, each pop's claimOneSQL with a lease of its own, and
+// COMMIT, sent together; then, as popOneTrip does, each pop whose claim
+// wrote its cursor decodes its messages (its lease given back if they do
+// not decode), and the others, whose claims changed nothing, run by
+// themselves. Two pops of one group claim different partitions: the
+// second claim sees the first one's lease. Should the transaction fail,
+// its leases are given back and every pop runs by itself.
 func (s *Store) serveLeased(ws []*popWaiter) {
 	ctx, cancel := combinedContext(popDeadlines(ws))
 	defer cancel()
@@ -368,41 +362,32 @@ func (s *Store) serveLeased(ws []*popWaiter) {
 	}
 }
 
-// claimLeased sends BEGIN, one claimLeasedSQL claiming a partition for
-// each of ws (pop i under leases[i]) and COMMIT in one round trip and
-// returns each pop's claim, read after the commit. conn, when not nil, is
-// to be released by the caller (closed by the pool if the transaction did
-// not end).
+// claimLeased sends BEGIN, the claims of ws under leases and COMMIT in
+// one round trip and returns the claims, read after the commit. conn,
+// when not nil, is to be released by the caller (closed by the pool if
+// the transaction did not end).
 func (s *Store) claimLeased(ctx context.Context, ws []*popWaiter, leases []uuid.UUID) ([]*claimResult, *pgxpool.Conn, error) {
 	pc, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	groups := make([]string, len(ws))
-	ids := make([]pgtype.UUID, len(ws))
-	for i, w := range ws {
-		groups[i], ids[i] = w.req.Group, pgtype.UUID{Bytes: leases[i], Valid: true}
-	}
 	var b pgx.Batch
 	b.Queue("BEGIN")
-	// claimLeasedSQL takes arrays, so PostgreSQL would plan it afresh on
-	// every call (a custom plan each time: measured about as long as its
-	// execution); its generic plan is the same nested loops of index
-	// lookups, each LATERAL parameterized by the group.
-	b.Queue("SET LOCAL plan_cache_mode = force_generic_plan")
-	// Every pop of ws has the same queue and batch (popKey).
-	b.Queue(claimLeasedSQL, ws[0].req.Queue, groups, ids, ws[0].req.Batch, DefaultLeaseSeconds)
-	b.Queue("COMMIT")
-	s.combine.leasedClaims.Add(1)
-	br := pc.Conn().SendBatch(ctx, &b)
-	var claims []*claimResult
-	if _, err = br.Exec(); err == nil {
-		_, err = br.Exec()
+	for i, w := range ws {
+		queueClaim(&b, w.req, leases[i])
 	}
-	if err == nil {
-		var rows pgx.Rows
-		if rows, err = br.Query(); err == nil {
-			claims, err = scanClaims(rows, len(ws))
+	b.Queue("COMMIT")
+	br := pc.Conn().SendBatch(ctx, &b)
+	claims := make([]*claimResult, len(ws))
+	if _, err = br.Exec(); err == nil {
+		for i := range ws {
+			var rows pgx.Rows
+			if rows, err = br.Query(); err != nil {
+				break
+			}
+			if claims[i], err = scanClaim(rows); err != nil {
+				break
+			}
 		}
 	}
 	if cerr := br.Close(); err == nil {

@@ -78,28 +78,11 @@ END $$;
 -- executing it). plan_cache_mode = force_generic_plan plans each once per
 -- session; with the planner settings above the generic plan is the same
 -- index probe per key.
-CREATE OR REPLACE FUNCTION queen.partition_ids(queues text[], names text[])
-RETURNS TABLE (queue text, partition text, id uuid)
-LANGUAGE plpgsql STABLE
-SET enable_hashjoin = off SET enable_mergejoin = off SET enable_seqscan = off SET enable_bitmapscan = off SET plan_cache_mode = force_generic_plan
-AS $$
-#variable_conflict use_column
-BEGIN
-    RETURN QUERY
-        SELECT k.q, k.p, p.id
-        FROM unnest(queues, names) AS k(q, p)
-        -- LIMIT keeps the lookup a subquery run per key (not merged into a join
-        -- the planner could reorder to walk queues or partitions).
-        CROSS JOIN LATERAL (SELECT p.id FROM queen.queues q JOIN queen.partitions p ON p.queue_id = q.id
-                            WHERE q.name = k.q AND p.name = k.p LIMIT 1) p;
-END
-$$;
 
--- partition_ids with what a projection batch predicts from (pg/project.go,
--- ensurePartitions): each partition's next_offset and its queue's
+-- Each partition's id with what a projection batch predicts from
+-- (pg/project.go, ensurePartitions): its next_offset and its queue's
 -- encryption_enabled, as of the lookup. Read without a lock: a prediction
--- made from it is checked under the lock by write_segments. partition_ids
--- stays for brokers of the version before.
+-- made from it is checked under the lock by write_segments.
 CREATE OR REPLACE FUNCTION queen.partition_states(queues text[], names text[])
 RETURNS TABLE (queue text, partition text, id uuid, next_offset bigint, encryption_enabled boolean)
 LANGUAGE plpgsql STABLE
@@ -110,10 +93,20 @@ BEGIN
     RETURN QUERY
         SELECT k.q, k.p, p.id, p.next_offset, p.encryption_enabled
         FROM unnest(queues, names) AS k(q, p)
-        -- A subquery per key, as in partition_ids.
+        -- LIMIT keeps the lookup a subquery run per key (not merged into a join
+        -- the planner could reorder to walk queues or partitions).
         CROSS JOIN LATERAL (SELECT p.id, p.next_offset, q.encryption_enabled FROM queen.queues q JOIN queen.partitions p ON p.queue_id = q.id
                             WHERE q.name = k.q AND p.name = k.p LIMIT 1) p;
 END
+$$;
+
+-- partition_ids is partition_states without the state, for brokers of the
+-- version before (this version calls partition_states).
+CREATE OR REPLACE FUNCTION queen.partition_ids(queues text[], names text[])
+RETURNS TABLE (queue text, partition text, id uuid)
+LANGUAGE sql STABLE
+AS $$
+    SELECT s.queue, s.partition, s.id FROM queen.partition_states(queues, names) s
 $$;
 
 -- Creates the missing partitions of existing queues ($1[i], $2[i]), in

@@ -2,6 +2,7 @@ package pg
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -22,6 +23,31 @@ const (
 	listenBackoffMax = 5 * time.Second
 )
 
+// DefaultListenLinger is how long a Listener on demand (ListenOnDemand)
+// keeps its connection after the last waiter here: long enough that pops
+// coming and going do not open a connection (a PostgreSQL backend) each
+// time.
+const DefaultListenLinger = 30 * time.Second
+
+// errListenIdle ends a connection of a Listener on demand that nobody
+// needs any more.
+var errListenIdle = errors.New("pg: listen connection idle")
+
+// Demand tells a Listener on demand when it is needed
+// (internal/waker.Waker implements it).
+type Demand interface {
+	// Wanted is signalled when a waiter may have come; a token may be
+	// stale.
+	Wanted() <-chan struct{}
+	// Idle reports that no waiter can be waiting and none came for
+	// linger.
+	Idle(linger time.Duration) bool
+	// WakeAll makes every waiter look again; called once LISTEN is in
+	// effect, so that what was committed before it (its NOTIFY reached
+	// nobody here) is found.
+	WakeAll()
+}
+
 // Listener is the service that carries other brokers' wake-ups to this
 // one. It holds one dedicated connection (outside the pool, with the
 // pool's connection settings) LISTENing on NotifyChannel and calls wake
@@ -37,11 +63,21 @@ const (
 //
 // Start returns at once, without waiting for the connection; Stop closes
 // it and waits for the goroutine (internal/startstop).
+//
+// By default the Listener holds its connection all the time. On demand
+// (ListenOnDemand) it holds it only while a pop may wait on this broker:
+// PostgreSQL delivers every NOTIFY, this broker's own included (one per
+// projection batch, which its own commit already woke locally), to every
+// LISTENing connection, and delivering it costs PostgreSQL a backend
+// wake-up and a send and this broker a read (docs/decisions.md, "A broker
+// listens only while a pop waits").
 type Listener struct {
-	store *Store
-	wake  func(queue string)
-	log   *slog.Logger
-	loop  startstop.Loop
+	store  *Store
+	wake   func(queue string)
+	log    *slog.Logger
+	loop   startstop.Loop
+	demand Demand        // nil: always listen
+	linger time.Duration // with demand: how long an idle connection is kept
 }
 
 // NewListener returns a stopped Listener on s's database that calls wake
@@ -53,6 +89,17 @@ func NewListener(s *Store, wake func(queue string), log *slog.Logger) *Listener 
 	return &Listener{store: s, wake: wake, log: log}
 }
 
+// ListenOnDemand makes l listen only while d is not idle: it connects when
+// d signals Wanted, calls d.WakeAll once LISTEN is in effect, and closes
+// the connection once d has been Idle(linger) (checked every linger;
+// linger <= 0 means DefaultListenLinger). Call it before Start.
+func (l *Listener) ListenOnDemand(d Demand, linger time.Duration) {
+	if linger <= 0 {
+		linger = DefaultListenLinger
+	}
+	l.demand, l.linger = d, linger
+}
+
 // Start launches the LISTEN loop; startstop.ErrStarted if started before.
 func (l *Listener) Start(ctx context.Context) error { return l.loop.Start(ctx, l.run) }
 
@@ -62,9 +109,21 @@ func (l *Listener) Stop() { l.loop.Stop() }
 func (l *Listener) run(ctx context.Context) {
 	backoff := listenBackoffMin
 	for ctx.Err() == nil {
+		if l.demand != nil && l.demand.Idle(l.linger) {
+			select {
+			case <-l.demand.Wanted():
+			case <-ctx.Done():
+				return
+			}
+			continue // a stale token finds it still idle
+		}
 		listened, err := l.listenOnce(ctx)
 		if ctx.Err() != nil {
 			return
+		}
+		if errors.Is(err, errListenIdle) {
+			backoff = listenBackoffMin
+			continue
 		}
 		if listened {
 			backoff = listenBackoffMin // the connection worked: retry soon
@@ -97,12 +156,43 @@ func (l *Listener) listenOnce(ctx context.Context) (listened bool, err error) {
 	if _, err := conn.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
 		return false, err
 	}
+	lctx := ctx
+	if l.demand != nil {
+		var cancel context.CancelCauseFunc
+		lctx, cancel = context.WithCancelCause(ctx)
+		watched := make(chan struct{})
+		go l.watchIdle(lctx, cancel, watched)
+		defer func() { cancel(nil); <-watched }()
+		l.demand.WakeAll()
+	}
 	for {
-		n, err := conn.WaitForNotification(ctx)
+		n, err := conn.WaitForNotification(lctx)
 		if err != nil {
+			if errors.Is(context.Cause(lctx), errListenIdle) {
+				return true, errListenIdle
+			}
 			return true, err
 		}
 		l.wake(n.Payload)
+	}
+}
+
+// watchIdle cancels lctx with errListenIdle once l.demand is idle, looking
+// every l.linger, and closes done when it returns (at lctx's end).
+func (l *Listener) watchIdle(lctx context.Context, cancel context.CancelCauseFunc, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(l.linger)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			if l.demand.Idle(l.linger) {
+				cancel(errListenIdle)
+				return
+			}
+		case <-lctx.Done():
+			return
+		}
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/queenmq/queen-go/internal/startstop"
 	"github.com/queenmq/queen-go/internal/testenv"
+	"github.com/queenmq/queen-go/internal/waker"
 	"github.com/queenmq/queen-go/pg"
 )
 
@@ -156,4 +157,95 @@ func deadURL(t *testing.T) string {
 	addr := ln.Addr().String()
 	ln.Close()
 	return fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable", addr)
+}
+
+// listenBackends counts the connections of the store's database whose
+// last statement was LISTEN on NotifyChannel (a Listener's connection).
+func listenBackends(t *testing.T, s *pg.Store) int {
+	t.Helper()
+	var n int
+	err := s.Pool().QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+		WHERE datname = current_database() AND query = 'LISTEN `+pg.NotifyChannel+`'`).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// waitListenBackends polls until listenBackends is want, or fails after 15 s.
+func waitListenBackends(t *testing.T, s *pg.Store, want int) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		n := listenBackends(t, s)
+		if n == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d LISTEN connections, want %d", n, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitClosed fails unless ch is closed within 15 s.
+func waitClosed(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("%s: not woken", what)
+	}
+}
+
+// TestListenerOnDemand: a Listener on demand holds no connection while no
+// pop waits (a broker without waiters is not sent its own NOTIFYs back);
+// a waiter makes it connect, and once LISTEN is in effect every waiter is
+// woken to look again (a commit before that moment notified nobody here);
+// notifications then arrive; with no waiter for the linger it closes the
+// connection, and a new waiter brings it back.
+func TestListenerOnDemand(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	store := openStore(t)
+	w := waker.New()
+	l := pg.NewListener(store, w.Wake, testenv.Logger)
+	l.ListenOnDemand(w, 200*time.Millisecond)
+	if err := l.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer l.Stop()
+	time.Sleep(300 * time.Millisecond) // an eager Listener would be listening by now
+	if n := listenBackends(t, store); n != 0 {
+		t.Fatalf("%d LISTEN connections without a waiter, want 0", n)
+	}
+
+	first := w.Chan("orders")
+	waitClosed(t, first, "a waiter when LISTEN took effect")
+	if n := listenBackends(t, store); n != 1 {
+		t.Fatalf("%d LISTEN connections with a waiter, want 1", n)
+	}
+	next := w.Chan("orders")
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(15 * time.Second)
+notified:
+	for {
+		store.NotifyQueue(context.Background(), "orders")
+		select {
+		case <-next:
+			break notified
+		case <-tick.C:
+		case <-deadline:
+			t.Fatal("a NOTIFY did not wake the waiter")
+		}
+	}
+
+	waitListenBackends(t, store, 0) // nobody took a channel since: idle past the linger
+	again := w.Chan("orders")
+	waitClosed(t, again, "a waiter after the connection was closed for idleness")
+	if n := listenBackends(t, store); n != 1 {
+		t.Fatalf("%d LISTEN connections with a waiter again, want 1", n)
+	}
+	l.Stop()
+	store.Close()
 }

@@ -224,6 +224,10 @@ func Start(cfg Config) (*Broker, error) {
 	}
 	b.retention = retention.New(retention.Config{Interval: cfg.RetentionInterval, Logger: cfg.Logger}, store)
 	b.listener = pg.NewListener(store, b.waker.Wake, cfg.Logger)
+	// Listen only while a pop waits here: this broker's own commits wake
+	// its waiters directly, and a NOTIFY delivered to a broker without
+	// waiters is work for nothing on both sides.
+	b.listener.ListenOnDemand(b.waker, pg.DefaultListenLinger)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	b.cancel = cancel

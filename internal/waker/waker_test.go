@@ -1,0 +1,84 @@
+package waker
+
+import (
+	"testing"
+	"time"
+)
+
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// TestWakeClosesOnlyItsQueue: Wake closes the channel of its queue, once;
+// a channel taken afterwards is a new one.
+func TestWakeClosesOnlyItsQueue(t *testing.T) {
+	w := New()
+	a, b := w.Chan("a"), w.Chan("b")
+	if w.Chan("a") != a {
+		t.Fatal("a second Chan for a waiting queue is another channel")
+	}
+	w.Wake("a")
+	if !closed(a) || closed(b) {
+		t.Fatalf("after Wake(a): a closed %v, b closed %v", closed(a), closed(b))
+	}
+	w.Wake("a") // nobody waits: a no-op
+	if a2 := w.Chan("a"); a2 == a || closed(a2) {
+		t.Fatal("Chan after a wake-up is not a fresh channel")
+	}
+}
+
+// TestWakeAllClosesEveryChannel: WakeAll makes every waiter look again.
+func TestWakeAllClosesEveryChannel(t *testing.T) {
+	w := New()
+	chans := []<-chan struct{}{w.Chan("a"), w.Chan("b"), w.Chan("c")}
+	w.WakeAll()
+	for i, ch := range chans {
+		if !closed(ch) {
+			t.Fatalf("channel %d not closed by WakeAll", i)
+		}
+	}
+	if closed(w.Chan("a")) {
+		t.Fatal("a channel taken after WakeAll is closed")
+	}
+}
+
+// TestWantedAndIdle: the LISTEN connection's demand. A new waiter leaves
+// a token in Wanted; the Waker is idle only with no channel held and no
+// Chan for linger.
+func TestWantedAndIdle(t *testing.T) {
+	w := New()
+	if !w.Idle(time.Hour) {
+		t.Fatal("a new Waker is not idle")
+	}
+	if closed(w.Wanted()) {
+		t.Fatal("a token in Wanted before any waiter")
+	}
+	ch := w.Chan("a")
+	if !closed(w.Wanted()) {
+		t.Fatal("no token in Wanted after a new waiter")
+	}
+	if w.Idle(0) {
+		t.Fatal("idle while a channel is held")
+	}
+	w.Chan("a") // the same channel: no new token
+	if closed(w.Wanted()) {
+		t.Fatal("a token for a queue that already had a waiter")
+	}
+	w.Wake("a")
+	<-ch
+	if w.Idle(time.Hour) {
+		t.Fatal("idle right after a wake-up: the woken waiter may take a channel again")
+	}
+	if !w.Idle(0) {
+		t.Fatal("not idle with no channel held and linger 0")
+	}
+	time.Sleep(20 * time.Millisecond)
+	if !w.Idle(10 * time.Millisecond) {
+		t.Fatal("not idle past linger without a waiter")
+	}
+}

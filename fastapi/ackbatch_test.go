@@ -88,3 +88,37 @@ func BenchmarkAckBatchDecode(b *testing.B) {
 		}
 	})
 }
+
+// TestAckParseCacheSameAsAlone: validating a batch's acks in order with
+// one ackParseCache gives, item by item, what validating each alone gives,
+// when consecutive acks share their partitionId, leaseId and group and
+// when they change (back and forth, to a bad UUID or a bad group after a
+// good one).
+func TestAckParseCacheSameAsAlone(t *testing.T) {
+	t.Parallel()
+	p1, p2 := "6d6c1f2e-0000-4000-8000-000000000001", "6d6c1f2e-0000-4000-8000-000000000002"
+	l1, l2 := "0190a000-0000-7000-8000-000000000001", "0190a000-0000-7000-8000-000000000002"
+	str := func(s string) *string { return &s }
+	items := []ackBody{
+		{TransactionID: str("a"), PartitionID: str(p1), LeaseID: str(l1), ConsumerGroup: "g"},
+		{TransactionID: str("b"), PartitionID: str(p1), LeaseID: str(l1), ConsumerGroup: "g"},
+		{TransactionID: str("c"), PartitionID: str(p2), LeaseID: str(l1), ConsumerGroup: "h"},
+		{TransactionID: str("d"), PartitionID: str(p1), LeaseID: str(l2), ConsumerGroup: "g"},
+		{TransactionID: str("e"), PartitionID: str(p1), LeaseID: str(""), ConsumerGroup: "g"},
+		{TransactionID: str("f"), PartitionID: str(p1), LeaseID: str(l2)},
+		{TransactionID: str("g"), PartitionID: str("not-a-uuid"), LeaseID: str(l2), ConsumerGroup: "g"},
+		{TransactionID: str("h"), PartitionID: str(p1), LeaseID: str("nope"), ConsumerGroup: "g"},
+		{TransactionID: str("i"), PartitionID: str(p1), LeaseID: str(l2), ConsumerGroup: "g\x01"},
+		{TransactionID: str("j"), PartitionID: str(p2), LeaseID: str(l1), ConsumerGroup: "g"},
+	}
+	for _, top := range []string{"", "top"} {
+		var c ackParseCache
+		for i, it := range items {
+			got, gotMsg := toAckRequestWith(it, top, nil, &c)
+			want, wantMsg := toAckRequest(it, top)
+			if gotMsg != wantMsg || !reflect.DeepEqual(got, want) {
+				t.Fatalf("group %q, item %d: %+v %q, alone %+v %q", top, i, got, gotMsg, want, wantMsg)
+			}
+		}
+	}
+}

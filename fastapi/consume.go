@@ -265,20 +265,75 @@ type ackResult struct {
 
 // toAckRequest validates one ack item; the message is a 400 error text.
 func toAckRequest(a ackBody, group string) (pg.AckRequest, string) {
-	return toAckRequestWith(a, group, nil)
+	return toAckRequestWith(a, group, nil, nil)
+}
+
+// ackParseCache remembers, while a batch's acks are validated in order,
+// the last partitionId and leaseId parsed and the last consumer group
+// found valid: a batch acks one pop's messages, which share all three, so
+// each is parsed and checked once per batch rather than once per ack.
+type ackParseCache struct {
+	pidText, leaseText, group string
+	pid, lease                uuid.UUID
+	pidSet, leaseSet, groupOK bool
+}
+
+// parsePID is uuid.Parse(s), remembered in c (nil: no cache).
+func (c *ackParseCache) parsePID(s string) (uuid.UUID, error) {
+	if c == nil {
+		return uuid.Parse(s)
+	}
+	if !c.pidSet || s != c.pidText {
+		id, err := uuid.Parse(s)
+		if err != nil {
+			return id, err
+		}
+		c.pidText, c.pid, c.pidSet = s, id, true
+	}
+	return c.pid, nil
+}
+
+// parseLease is parsePID for leaseIds.
+func (c *ackParseCache) parseLease(s string) (uuid.UUID, error) {
+	if c == nil {
+		return uuid.Parse(s)
+	}
+	if !c.leaseSet || s != c.leaseText {
+		id, err := uuid.Parse(s)
+		if err != nil {
+			return id, err
+		}
+		c.leaseText, c.lease, c.leaseSet = s, id, true
+	}
+	return c.lease, nil
+}
+
+// validGroup is ingest.ValidateName(g) == nil, remembered in c.
+func (c *ackParseCache) validGroup(g string) bool {
+	if c != nil && c.groupOK && g == c.group {
+		return true
+	}
+	if ingest.ValidateName(g) != nil {
+		return false
+	}
+	if c != nil {
+		c.group, c.groupOK = g, true
+	}
+	return true
 }
 
 // toAckRequestWith is toAckRequest with lease, when not nil, the memory
 // the request's LeaseID points to (a batch's acks share one array rather
-// than allocating one UUID each).
-func toAckRequestWith(a ackBody, group string, lease *uuid.UUID) (pg.AckRequest, string) {
+// than allocating one UUID each), and c, when not nil, what the acks
+// before it in its batch parsed.
+func toAckRequestWith(a ackBody, group string, lease *uuid.UUID, c *ackParseCache) (pg.AckRequest, string) {
 	if a.TransactionID == nil || *a.TransactionID == "" {
 		return pg.AckRequest{}, "transactionId is required"
 	}
 	if a.PartitionID == nil {
 		return pg.AckRequest{}, "partitionId is required"
 	}
-	pid, err := uuid.Parse(*a.PartitionID)
+	pid, err := c.parsePID(*a.PartitionID)
 	if err != nil {
 		return pg.AckRequest{}, "partitionId must be a UUID"
 	}
@@ -289,7 +344,7 @@ func toAckRequestWith(a ackBody, group string, lease *uuid.UUID) (pg.AckRequest,
 		return r, "status must be one of completed, success, failed, dlq, retry"
 	}
 	if a.LeaseID != nil && *a.LeaseID != "" {
-		l, err := uuid.Parse(*a.LeaseID)
+		l, err := c.parseLease(*a.LeaseID)
 		if err != nil {
 			return r, "leaseId must be a UUID"
 		}
@@ -305,7 +360,7 @@ func toAckRequestWith(a ackBody, group string, lease *uuid.UUID) (pg.AckRequest,
 	}
 	if r.Group == "" {
 		r.Group = pg.QueueModeGroup
-	} else if ingest.ValidateName(r.Group) != nil {
+	} else if !c.validGroup(r.Group) {
 		return r, "consumerGroup must be 1..255 bytes of UTF-8 without control characters"
 	}
 	if strings.ContainsRune(r.Error, 0) || !utf8.ValidString(r.Error) {
@@ -407,10 +462,11 @@ func (s *Server) ackBatch(ctx *fasthttp.RequestCtx) {
 	}
 	reqs := make([]pg.AckRequest, 0, len(*a.Acknowledgments))
 	leases := make([]uuid.UUID, len(*a.Acknowledgments))
+	var cache ackParseCache
 	for i := range *a.Acknowledgments {
 		it := &(*a.Acknowledgments)[i]
 		r, msg := toAckRequestWith(ackBody{TransactionID: &it.TransactionID, PartitionID: it.PartitionID, Status: it.Status,
-			ConsumerGroup: it.ConsumerGroup, Error: it.Error, LeaseID: &it.LeaseID}, a.ConsumerGroup, &leases[i])
+			ConsumerGroup: it.ConsumerGroup, Error: it.Error, LeaseID: &it.LeaseID}, a.ConsumerGroup, &leases[i], &cache)
 		if msg != "" {
 			writeErr(ctx, fasthttp.StatusBadRequest, "acknowledgments["+strconv.Itoa(i)+"]: "+msg)
 			return
@@ -437,9 +493,14 @@ func (s *Server) runAcks(ctx *fasthttp.RequestCtx, reqs []pg.AckRequest) {
 // appendAckResults appends the ack answer, a JSON array of ackResult (one
 // per ack, in order), to b in one pass: the same bytes as json.Marshal of
 // the []ackResult, without building it (an ack/batch of 100 messages
-// answers 100 results).
+// answers 100 results). What follows a result's transactionId is the same
+// for every result equal to the one before (a whole lease's acks: all
+// succeed in one queue and partition), and is then copied from that one
+// rather than encoded again.
 func appendAckResults(b []byte, reqs []pg.AckRequest, res []pg.AckResult) []byte {
 	b = append(b, '[')
+	// b[tailFrom:tailTo] is the tail of the result before, res[i-1].
+	tailFrom, tailTo := -1, -1
 	for i, r := range res {
 		if i > 0 {
 			b = append(b, ',')
@@ -448,6 +509,13 @@ func appendAckResults(b []byte, reqs []pg.AckRequest, res []pg.AckResult) []byte
 		b = strconv.AppendInt(b, int64(i), 10)
 		b = append(b, `,"transactionId":`...)
 		b = appendJSONString(b, reqs[i].TransactionID)
+		if tailFrom >= 0 && r == res[i-1] {
+			from := len(b)
+			b = append(b, b[tailFrom:tailTo]...)
+			tailFrom, tailTo = from, len(b)
+			continue
+		}
+		tailFrom = len(b)
 		b = append(b, `,"success":`...)
 		b = strconv.AppendBool(b, r.Success)
 		b = append(b, `,"error":`...)
@@ -469,6 +537,7 @@ func appendAckResults(b []byte, reqs []pg.AckRequest, res []pg.AckResult) []byte
 		b = append(b, `,"dlq":`...)
 		b = strconv.AppendBool(b, r.DLQ)
 		b = append(b, '}')
+		tailTo = len(b)
 	}
 	return append(b, ']')
 }

@@ -185,14 +185,19 @@ func TestWritePopMatchesLibraryEncoding(t *testing.T) {
 
 // TestAppendAckResultsMatchesMarshal: the one-pass ack answer is byte for
 // byte json.Marshal of the []ackResult it stands for: errors and null,
-// omitted empty names, and strings that need escaping (quotes, HTML
-// characters, control characters, non-ASCII).
+// omitted empty names, strings that need escaping (quotes, HTML
+// characters, control characters, non-ASCII), and runs of equal results.
 func TestAppendAckResultsMatchesMarshal(t *testing.T) {
-	reqs := []pg.AckRequest{{TransactionID: "tx-1"}, {TransactionID: `a"b\c<d>&e` + "\x01\u00e9\u2028"}, {TransactionID: ""}}
+	reqs := []pg.AckRequest{{TransactionID: "tx-1"}, {TransactionID: `a"b\c<d>&e` + "\x01\u00e9\u2028"}, {TransactionID: ""},
+		{TransactionID: "tx-4"}, {TransactionID: "tx-5"}, {TransactionID: "tx-6"}, {TransactionID: "tx-7"}, {TransactionID: "tx-8"}}
+	ok := pg.AckResult{Success: true, QueueName: "q", PartitionName: "p"}
 	res := []pg.AckResult{
 		{Success: true, QueueName: "q", PartitionName: "p", LeaseReleased: true},
 		{Error: pg.ErrTextInvalidLease, QueueName: "q<1>"},
 		{Error: "bad \"status\"\n", DLQ: true, PartitionName: "\u00fc"},
+		// Runs of equal results (their answer's tail is copied from the
+		// one before), broken by one that differs in a single field.
+		ok, ok, {Success: true, QueueName: "q", PartitionName: "p", LeaseReleased: true}, ok, ok,
 	}
 	want := make([]ackResult, len(res))
 	for i, r := range res {

@@ -2,6 +2,7 @@ package pg_test
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -262,4 +263,59 @@ func TestCombinedPopsNotHeldUpByOneLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	wg.Wait()
+}
+
+// TestCombinedAcksOneStatement: the whole-lease acks a combined
+// transaction serves are applied by one statement over arrays, lease by
+// lease with the conditions of a whole-lease ack alone: a lease with a
+// message deleted inside it, a released lease and a lease already
+// partly acked are left alone (their calls take the general path), and
+// the others complete, each cursor past its own lease.
+func TestCombinedAcksOneStatement(t *testing.T) {
+	t.Parallel()
+	st, ctx := setupStatus(t)
+	var leases []*pg.PopResult
+	for p := range 5 {
+		store(t, ctx, st, "q", string(rune('a'+p)), 5)
+	}
+	for range 5 {
+		res, err := st.Pop(ctx, pg.PopRequest{Queue: "q", Group: "g", Batch: 5})
+		if err != nil || len(res.Messages) != 5 {
+			t.Fatalf("pop: %v", err)
+		}
+		leases = append(leases, res)
+	}
+	m := leases[1].Messages[2]
+	if ok, err := pg.NewTombstones(st).DeleteMessage(ctx, m.PartitionID, m.TransactionID); err != nil || !ok {
+		t.Fatalf("delete: %v %v", ok, err)
+	}
+	if n, err := st.ReleaseLease(ctx, leases[2].LeaseID); err != nil || n != 1 {
+		t.Fatalf("release: %v %v", n, err)
+	}
+	if res, err := st.Ack(ctx, acksOf(leases[3], "")[:1]); err != nil || !res[0].Success {
+		t.Fatalf("partial ack: %v %+v", err, res)
+	}
+	calls := make([][]pg.AckRequest, len(leases))
+	for i, l := range leases {
+		calls[i] = acksOf(l, "")
+	}
+	applied := pg.ServeCombinedAcks(st, calls)
+	if want := []bool{true, false, false, false, true}; !slices.Equal(applied, want) {
+		t.Fatalf("applied %v, want %v", applied, want)
+	}
+	type cursor struct {
+		offset, consumed int64
+		leased           bool
+	}
+	want := []cursor{{5, 5, false}, {0, 0, true}, {0, 0, false}, {1, 1, true}, {5, 5, false}}
+	for i, l := range leases {
+		var c cursor
+		if err := st.Pool().QueryRow(ctx, `SELECT cursor_offset, total_consumed, lease_id IS NOT NULL FROM queen.consumer_cursors
+			WHERE partition_id = $1 AND consumer_group = 'g'`, l.Messages[0].PartitionID).Scan(&c.offset, &c.consumed, &c.leased); err != nil {
+			t.Fatal(err)
+		}
+		if c != want[i] {
+			t.Errorf("lease %d: cursor %+v, want %+v", i, c, want[i])
+		}
+	}
 }

@@ -85,3 +85,26 @@ func KeptWriteBuffers(ctx context.Context, s *Store) [][]byte {
 func LookUpPartitions(ctx context.Context, s *Store, items []ProjectItem) ([]uuid.UUID, error) {
 	return s.partitionIDs(ctx, nil, items, true)
 }
+
+// ServeCombinedAcks serves the whole-lease ack calls in one combined
+// transaction, as serveQueuedAcks does with calls queued behind one in
+// flight, and returns for each call whether that transaction applied it
+// (false also for a call that is no whole-lease ack of this broker).
+func ServeCombinedAcks(s *Store, calls [][]AckRequest) []bool {
+	var ws []*ackWaiter
+	byCall := make([]*ackWaiter, len(calls))
+	for i, reqs := range calls {
+		if e := s.fastAckEntry(reqs); e != nil {
+			byCall[i] = &ackWaiter{reqs: reqs, e: e, done: make(chan struct{})}
+			ws = append(ws, byCall[i])
+		}
+	}
+	if len(ws) > 0 {
+		s.serveAcks(ws)
+	}
+	out := make([]bool, len(calls))
+	for i, w := range byCall {
+		out[i] = w != nil && w.applied
+	}
+	return out
+}

@@ -542,6 +542,11 @@ func fetch(ctx context.Context, tx dbtx, partID uuid.UUID, from, to int64) ([]St
 func (s *Store) popPartition(ctx context.Context, tx dbtx, q *queueRow, partID uuid.UUID, partName string,
 	req PopRequest, res *PopResult, budget int, skipLocked, create bool, pre *claimedCursor, w *pgx.Batch) ([]PoppedMessage, error) {
 	leaseID := res.LeaseID
+	if pre != nil && pre.updated {
+		// The claim statement wrote the cursor: decode its offsets
+		// straight into the answer.
+		return s.deliverClaimed(q, partName, req, leaseID, pre)
+	}
 	var c *cursorRow
 	var err error
 	if pre != nil {

@@ -216,24 +216,29 @@ func (c *claimedCursor) messages(out []StoredMessage, from, to int64) ([]StoredM
 // so what popPartition would do comes down to decoding exactly those
 // offsets (and decrypting). They are decoded straight into the answer's
 // []PoppedMessage, aliasing the segment bodies (no scratch slice copied
-// afterwards). Anything else read (an offset missing from the segments,
-// a gap) is the error popPartition reports for it.
-func (s *Store) deliverClaimed(q *queueRow, partName string, req PopRequest, leaseID uuid.UUID, pre *claimedCursor) ([]PoppedMessage, error) {
+// afterwards), appended to dst (nil: a slice of its own). Anything else
+// read (an offset missing from the segments, a gap) is the error
+// popPartition reports for it.
+func (s *Store) deliverClaimed(dst []PoppedMessage, q *queueRow, partName string, req PopRequest, leaseID uuid.UUID, pre *claimedCursor) ([]PoppedMessage, error) {
 	first, last := pre.offset, pre.offset+int64(pre.take)-1
 	if pre.take <= 0 {
 		return nil, fmt.Errorf("claim wrote the cursor of partition %s for offsets %d..%d, but none were read",
 			pre.id, first, last)
 	}
-	out := make([]PoppedMessage, 0, pre.take)
+	if dst == nil {
+		dst = make([]PoppedMessage, 0, pre.take)
+	}
+	start := len(dst)
 	for _, sg := range pre.segs {
 		if sg.last < first || sg.base > last {
 			continue
 		}
 		var err error
-		if out, err = decodeOffsets[PoppedMessage](out, pre.id, sg.base, sg.last, sg.body, first, last); err != nil {
+		if dst, err = decodeOffsets[PoppedMessage](dst, pre.id, sg.base, sg.last, sg.body, first, last); err != nil {
 			return nil, err
 		}
 	}
+	out := dst[start:]
 	if len(out) != pre.take || (len(out) > 0 && (out[0].Offset != first || out[len(out)-1].Offset != last)) {
 		got := "none"
 		if len(out) > 0 {
@@ -256,7 +261,22 @@ func (s *Store) deliverClaimed(q *queueRow, partName string, req PopRequest, lea
 		}
 		m.Queue, m.Partition, m.LeaseID = q.name, partName, leaseID
 	}
-	return out, nil
+	return dst, nil
+}
+
+// growForClaimed is msgs grown to hold, beyond its length, every message
+// of the cursors the claim wrote (their takes): what popTx decodes into.
+func growForClaimed(msgs []PoppedMessage, cursors []*claimedCursor) []PoppedMessage {
+	n := 0
+	for _, cc := range cursors {
+		if cc.updated {
+			n += cc.take
+		}
+	}
+	if n == 0 {
+		return msgs
+	}
+	return slices.Grow(msgs, n)
 }
 
 // storedScratch holds the []StoredMessage a claimed pop decodes into

@@ -80,16 +80,69 @@ func TestDeliverClaimed(t *testing.T) {
 	}
 	req := PopRequest{Queue: "q1", Group: QueueModeGroup, Batch: 100, Partitions: 1, AutoAck: true}
 	missing := append(append([]claimedSegment(nil), segs[:2]...), segs[3:]...) // offsets 560..589 gone
-	if _, err := s.deliverClaimed(q, "p7", req, uuid.Nil, cc(missing)); err == nil {
+	if _, err := s.deliverClaimed(nil, q, "p7", req, uuid.Nil, cc(missing)); err == nil {
 		t.Fatal("a segment missing from the claim's rows was delivered without it")
 	}
 	short := append([]claimedSegment(nil), segs...)
 	short[1].last++ // the body holds one message fewer than its offsets
-	if _, err := s.deliverClaimed(q, "p7", req, uuid.Nil, cc(short)); !errors.Is(err, ErrBadSegment) {
+	if _, err := s.deliverClaimed(nil, q, "p7", req, uuid.Nil, cc(short)); !errors.Is(err, ErrBadSegment) {
 		t.Fatalf("count mismatch: %v", err)
 	}
 	encSegs, _ := claimedSegments(pid, 500, 200, 30, 600)
-	if _, err := s.deliverClaimed(q, "p7", req, uuid.Nil, cc(encSegs)); !errors.Is(err, ErrNoKey) {
+	if _, err := s.deliverClaimed(nil, q, "p7", req, uuid.Nil, cc(encSegs)); !errors.Is(err, ErrNoKey) {
 		t.Fatalf("encrypted payload without a key: %v", err)
+	}
+}
+
+// TestDeliverClaimedIntoOneSlice: the cursors of a combined pop are
+// decoded into one slice, grown once for all of them (growForClaimed),
+// one run after the other, without allocating per cursor or per message
+// (no trace ids or producer subjects here, which share one array per
+// segment).
+func TestDeliverClaimedIntoOneSlice(t *testing.T) {
+	q := &queueRow{name: "q1", leaseTime: 30, retryLimit: 3}
+	s := &Store{}
+	req := PopRequest{Queue: "q1", Group: QueueModeGroup, Batch: 100, Partitions: 3, AutoAck: true, perPartition: 100}
+	var cursors []*claimedCursor
+	var want []StoredMessage
+	for i := range 3 {
+		pid := uuid.New()
+		var msgs []Message
+		for off := range 250 {
+			msgs = append(msgs, Message{ID: uuid.New(), TransactionID: fmt.Sprintf("tx-%d-%d", i, off),
+				CreatedAtMicros: 1e15, Payload: []byte(`{}`)})
+		}
+		var segs []claimedSegment
+		for b := 0; b < 250; b += 50 {
+			segs = append(segs, claimedSegment{int64(b), int64(b + 49), EncodeSegment(nil, msgs[b:b+50])})
+		}
+		cursors = append(cursors, &claimedCursor{id: pid, name: fmt.Sprintf("p%d", i), take: 100 - 10*i, updated: true,
+			segs: segs, cursorRow: cursorRow{offset: int64(20 + i), nextOffset: 250, leaseEnd: -1}})
+		for off := 20 + i; off < 20+i+100-10*i; off++ {
+			want = append(want, StoredMessage{Queue: "q1", Partition: fmt.Sprintf("p%d", i), PartitionID: pid,
+				Offset: int64(off), Message: msgs[off]})
+		}
+	}
+	deliver := func() []PoppedMessage {
+		out := growForClaimed(nil, cursors)
+		for _, cc := range cursors {
+			var err error
+			if out, err = s.deliverClaimed(out, q, cc.name, req, uuid.Nil, cc); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return out
+	}
+	got := deliver()
+	if len(got) != len(want) || cap(got) < 270 {
+		t.Fatalf("%d messages in a slice of capacity %d, want %d in at least 270", len(got), cap(got), len(want))
+	}
+	for i := range got {
+		if !reflect.DeepEqual(got[i].StoredMessage, want[i]) || got[i].LeaseID != uuid.Nil {
+			t.Fatalf("message %d: got %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	if n := testing.AllocsPerRun(20, func() { deliver() }); n != 1 {
+		t.Fatalf("%v allocations per combined delivery, want 1 (the slice for every cursor)", n)
 	}
 }

@@ -82,6 +82,7 @@ func BenchmarkWritePop(b *testing.B) {
 			b.SetBytes(int64(len(ctx.Response.Body())))
 			b.ReportAllocs()
 			b.ResetTimer()
+			defer reportCPU(b)()
 			for b.Loop() {
 				ctx.Response.Reset()
 				writePop(&ctx, req, res)

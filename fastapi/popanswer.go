@@ -1,7 +1,6 @@
 package fastapi
 
 import (
-	"encoding/hex"
 	"math"
 	"slices"
 	"strconv"
@@ -214,35 +213,52 @@ func (e *popEncoder) appendTime(b []byte, us int64) []byte {
 		e.secondAt = sec
 	}
 	b = append(b, e.second...)
-	var d [6]byte
-	for i := 5; i >= 0; i-- {
-		d[i] = byte('0' + frac%10)
-		frac /= 10
-	}
-	b = append(b, d[:]...)
-	return append(b, 'Z')
+	f := int(frac) // 0..999999: three pairs of decimal digits
+	p0, p1, p2 := 2*(f/10000), 2*(f/100%100), 2*(f%100)
+	return append(b, decPairs[p0], decPairs[p0+1], decPairs[p1], decPairs[p1+1], decPairs[p2], decPairs[p2+1], 'Z')
 }
 
-// appendUUID appends u in its canonical 36-character form, in quotes when
-// quoted.
-func appendUUID(b []byte, u uuid.UUID, quoted bool) []byte {
-	var t [38]byte
-	t[0], t[37] = '"', '"'
-	s := t[1:37]
-	hex.Encode(s[0:8], u[0:4])
-	s[8] = '-'
-	hex.Encode(s[9:13], u[4:6])
-	s[13] = '-'
-	hex.Encode(s[14:18], u[6:8])
-	s[18] = '-'
-	hex.Encode(s[19:23], u[8:10])
-	s[23] = '-'
-	hex.Encode(s[24:36], u[10:16])
-	if quoted {
-		return append(b, t[:]...)
+// decPairs holds the two decimal digits of 0..99.
+var decPairs = func() (t [200]byte) {
+	for i := range 100 {
+		t[2*i], t[2*i+1] = byte('0'+i/10), byte('0'+i%10)
 	}
-	return append(b, s...)
+	return t
+}()
+
+// appendUUID appends u in its canonical 36-character form, in quotes when
+// quoted, straight into b (two hex digits per byte from hexPairs).
+func appendUUID(b []byte, u uuid.UUID, quoted bool) []byte {
+	n := 36
+	if quoted {
+		n = 38
+	}
+	b = slices.Grow(b, n)
+	t := b[len(b) : len(b)+n]
+	i := 0
+	if quoted {
+		t[0], t[37] = '"', '"'
+		i = 1
+	}
+	for j, c := range u {
+		if j == 4 || j == 6 || j == 8 || j == 10 {
+			t[i] = '-'
+			i++
+		}
+		t[i], t[i+1] = hexPairs[2*int(c)], hexPairs[2*int(c)+1]
+		i += 2
+	}
+	return b[:len(b)+n]
 }
+
+// hexPairs holds the two lower-case hex digits of every byte value.
+var hexPairs = func() (t [512]byte) {
+	const digits = "0123456789abcdef"
+	for c := range 256 {
+		t[2*c], t[2*c+1] = digits[c>>4], digits[c&15]
+	}
+	return t
+}()
 
 // jsonPlain marks the bytes appendJSONString copies as they are: printable
 // ASCII but '"', '\\', '<', '>', '&' (one table lookup per byte on the

@@ -209,6 +209,76 @@ func (c *claimedCursor) messages(out []StoredMessage, from, to int64) ([]StoredM
 	return out, nil
 }
 
+// deliverClaimed is popPartition for a cursor the claim statement wrote
+// (pre.updated: claimOneSQL found it clean, see there): offsets
+// cursor..cursor+take-1 are all stored and none is deleted, the queue has
+// no delayed processing or window buffer, and the cursor held no lease,
+// so what popPartition would do comes down to decoding exactly those
+// offsets (and decrypting). They are decoded straight into the answer's
+// []PoppedMessage, aliasing the segment bodies (no scratch slice copied
+// afterwards), appended to dst (nil: a slice of its own). Anything else
+// read (an offset missing from the segments, a gap) is the error
+// popPartition reports for it.
+func (s *Store) deliverClaimed(dst []PoppedMessage, q *queueRow, partName string, req PopRequest, leaseID uuid.UUID, pre *claimedCursor) ([]PoppedMessage, error) {
+	first, last := pre.offset, pre.offset+int64(pre.take)-1
+	if pre.take <= 0 {
+		return nil, fmt.Errorf("claim wrote the cursor of partition %s for offsets %d..%d, but none were read",
+			pre.id, first, last)
+	}
+	if dst == nil {
+		dst = make([]PoppedMessage, 0, pre.take)
+	}
+	start := len(dst)
+	for _, sg := range pre.segs {
+		if sg.last < first || sg.base > last {
+			continue
+		}
+		var err error
+		if dst, err = decodeOffsets[PoppedMessage](dst, pre.id, sg.base, sg.last, sg.body, first, last); err != nil {
+			return nil, err
+		}
+	}
+	out := dst[start:]
+	if len(out) != pre.take || (len(out) > 0 && (out[0].Offset != first || out[len(out)-1].Offset != last)) {
+		got := "none"
+		if len(out) > 0 {
+			got = fmt.Sprintf("%d..%d (%d messages)", out[0].Offset, out[len(out)-1].Offset, len(out))
+		}
+		return nil, fmt.Errorf("claim wrote the cursor of partition %s for offsets %d..%d, but %s were read",
+			pre.id, first, last, got)
+	}
+	if req.AutoAck {
+		leaseID = uuid.Nil
+	}
+	for i := range out {
+		m := &out[i]
+		if m.Encrypted {
+			one := []Message{m.Message}
+			if err := s.decrypt(one); err != nil {
+				return nil, err
+			}
+			m.Message = one[0]
+		}
+		m.Queue, m.Partition, m.LeaseID = q.name, partName, leaseID
+	}
+	return dst, nil
+}
+
+// growForClaimed is msgs grown to hold, beyond its length, every message
+// of the cursors the claim wrote (their takes): what popTx decodes into.
+func growForClaimed(msgs []PoppedMessage, cursors []*claimedCursor) []PoppedMessage {
+	n := 0
+	for _, cc := range cursors {
+		if cc.updated {
+			n += cc.take
+		}
+	}
+	if n == 0 {
+		return msgs
+	}
+	return slices.Grow(msgs, n)
+}
+
 // storedScratch holds the []StoredMessage a claimed pop decodes into
 // before popPartition hands its messages out as []PoppedMessage (copies):
 // reused from pop to pop instead of allocated, and scanned by the GC,

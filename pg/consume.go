@@ -198,7 +198,23 @@ func (s *Store) popTx(ctx context.Context, req PopRequest, res *PopResult) error
 		res.leaseSeconds = q.leaseTime
 		if c.fast {
 			general = false
+			// The cursors the claim wrote (all of them, in the common
+			// case) are decoded straight into res.Messages, grown once for
+			// all of them: a combined pop's runs share one slice, which
+			// serveBatch hands out in parts, instead of one slice per
+			// cursor appended to a growing one.
+			res.Messages = growForClaimed(res.Messages, c.cursors)
 			for _, cc := range c.cursors {
+				if cc.updated {
+					n := len(res.Messages)
+					if res.Messages, err = s.deliverClaimed(res.Messages, q, cc.name, req, res.LeaseID, cc); err != nil {
+						return err
+					}
+					if len(res.Messages) > n {
+						res.Claimed = append(res.Claimed, ClaimedPartition{cc.id, cc.name})
+					}
+					continue
+				}
 				msgs, err := s.popPartition(ctx, tx, q, cc.id, cc.name, req, res, cc.take, true, false, cc, &w)
 				if err != nil {
 					return err
@@ -542,6 +558,11 @@ func fetch(ctx context.Context, tx dbtx, partID uuid.UUID, from, to int64) ([]St
 func (s *Store) popPartition(ctx context.Context, tx dbtx, q *queueRow, partID uuid.UUID, partName string,
 	req PopRequest, res *PopResult, budget int, skipLocked, create bool, pre *claimedCursor, w *pgx.Batch) ([]PoppedMessage, error) {
 	leaseID := res.LeaseID
+	if pre != nil && pre.updated {
+		// The claim statement wrote the cursor: decode its offsets
+		// straight into the answer.
+		return s.deliverClaimed(nil, q, partName, req, leaseID, pre)
+	}
 	var c *cursorRow
 	var err error
 	if pre != nil {

@@ -37,6 +37,7 @@ func BenchmarkPopPartitionClaimed(b *testing.B) {
 			req := PopRequest{Queue: "bench", Group: QueueModeGroup, Batch: 100, Partitions: 1}
 			ctx := context.Background()
 			b.ReportAllocs()
+			defer reportCPU(b)()
 			for b.Loop() {
 				res := &PopResult{LeaseID: uuid.New()}
 				var w pgx.Batch

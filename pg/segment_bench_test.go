@@ -105,6 +105,7 @@ func BenchmarkPopDecode(b *testing.B) {
 	const from, to = 530, 629
 	var out []StoredMessage
 	b.ReportAllocs()
+	defer reportCPU(b)()
 	for b.Loop() {
 		out = out[:0]
 		for i, base := range bases {

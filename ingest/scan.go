@@ -39,6 +39,11 @@ func (s *scanner) ws() {
 
 // peek is the next non-space byte, 0 at the end.
 func (s *scanner) peek() byte {
+	// Most tokens follow the one before without spaces (no client
+	// pretty-prints a push body): one comparison instead of ws's loop.
+	if s.pos < len(s.b) && s.b[s.pos] > ' ' {
+		return s.b[s.pos]
+	}
 	s.ws()
 	if s.pos >= len(s.b) {
 		return 0
@@ -194,11 +199,21 @@ func (s *scanner) str() (escaped bool) {
 	b := s.b
 	i := s.pos + 1
 	for {
-		// Eight bytes at a time while none is '"', '\\', a control
-		// character or non-ASCII: the payload's bulk.
-		for i+8 <= len(b) {
-			w := binary.LittleEndian.Uint64(b[i:])
-			if hasSpecial(w) {
+		// 32, then 8 bytes at a time while none is '"', '\\', a control
+		// character or non-ASCII: the payload's bulk. The four words of a
+		// block are tested independently (no dependency between them),
+		// which runs about twice as fast as one word per step
+		// (BenchmarkScanString).
+		for len(b)-i >= 32 {
+			c := b[i : i+32 : i+32]
+			if special(binary.LittleEndian.Uint64(c[0:]))|special(binary.LittleEndian.Uint64(c[8:]))|
+				special(binary.LittleEndian.Uint64(c[16:]))|special(binary.LittleEndian.Uint64(c[24:])) != 0 {
+				break
+			}
+			i += 32
+		}
+		for len(b)-i >= 8 {
+			if special(binary.LittleEndian.Uint64(b[i:])) != 0 {
 				break
 			}
 			i += 8
@@ -260,12 +275,21 @@ const (
 	hi8 = 0x8080808080808080
 )
 
-// hasSpecial reports whether any byte of w is '"', '\\', below 0x20 or
-// at least 0x80 (SWAR: Hacker's Delight "has zero byte" and "has less").
-func hasSpecial(w uint64) bool {
-	quote := w ^ (lo8 * '"')
-	back := w ^ (lo8 * '\\')
-	return ((quote-lo8)&^quote|(back-lo8)&^back|(w-lo8*0x20)|w)&hi8 != 0
+// special is not zero when a byte of w is '"', '\\', below 0x20 or at
+// least 0x80 (SWAR: Hacker's Delight "has zero byte" and "has less"). It
+// may also be non-zero for a word without such a byte, but only for one
+// that also has such a byte below it (a borrow out of it) or a byte of
+// 0x80 and above (which the w term flags anyway): the high bit of byte k
+// of x-lo8 (x = w xor '"' or '\\' in every byte) is set only when byte k
+// of x is 0, is at least 0x81, or a borrow came from byte k-1 (whose x
+// was 0); of w-0x20 in every byte, only when byte k is below 0x20, at
+// least 0xA0, or borrowed from (byte k-1 below 0x20). So a zero result
+// means no special byte, and a caller that re-reads a flagged word byte by
+// byte sees exactly what a byte-by-byte scan sees.
+func special(w uint64) uint64 {
+	// (Go's | binds as loosely as -: every difference is parenthesized.)
+	quote, back, ctl := (w^(lo8*'"'))-lo8, (w^(lo8*'\\'))-lo8, w-lo8*0x20
+	return (quote | back | ctl | w) & hi8
 }
 
 func isHex4(b []byte) bool {

@@ -267,7 +267,7 @@ func (s *Store) projectTx(ctx context.Context, conn batcher, begin bool, items [
 			known[k] = nil
 			// A freshly minted id is new (pg/dedup.go); it still takes part
 			// in the batch's own first-wins rule through known.
-			if !isMinted(items[i].Message.ID, k.txid) {
+			if !minted(&items[i].Message) {
 				probe.add(k)
 			}
 		}
@@ -459,7 +459,7 @@ func (s *Store) buildPredicted(items []ProjectItem, ids, lockIDs []uuid.UUID, pa
 	var keys []int64 // keyHash of item i, 0 for a minted id; nil: all minted
 	for i := range items {
 		m := &items[i].Message
-		if isMinted(m.ID, m.TransactionID) {
+		if minted(m) {
 			continue
 		}
 		if _, ok := mintedForm(m.TransactionID); ok || legacy {

@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"encoding/binary"
+	"math/bits"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -11,20 +12,24 @@ import (
 // time: '"', '\\', a control character or a byte of 0x80 and above.
 func isSpecialByte(c byte) bool { return c == '"' || c == '\\' || c < 0x20 || c >= 0x80 }
 
-func wordHasSpecial(w uint64) bool {
+// firstSpecial is the index of w's first special byte in memory order
+// (little-endian), 8 when none is.
+func firstSpecial(w uint64) int {
 	var b [8]byte
 	binary.LittleEndian.PutUint64(b[:], w)
-	for _, c := range b {
+	for i, c := range b {
 		if isSpecialByte(c) {
-			return true
+			return i
 		}
 	}
-	return false
+	return 8
 }
 
 // TestSpecialIsExact: special(w) is zero exactly when no byte of w is
 // special (str skips words on it: a false zero would let a quote, an
-// escape, a control character or invalid UTF-8 through), for every byte
+// escape, a control character or invalid UTF-8 through), and otherwise
+// its lowest flagged byte is w's first special byte (skipPlain jumps to
+// it), for every byte
 // value at every position among plain bytes, every pair of byte values in
 // adjacent positions (borrows run from one byte into the next), and
 // random words.
@@ -32,8 +37,12 @@ func TestSpecialIsExact(t *testing.T) {
 	t.Parallel()
 	base := binary.LittleEndian.Uint64([]byte("xxxxxxxx"))
 	check := func(w uint64) {
-		if got, want := special(w) != 0, wordHasSpecial(w); got != want {
-			t.Fatalf("special(%#016x) != 0 is %v, want %v", w, got, want)
+		got := 8
+		if m := special(w); m != 0 {
+			got = bits.TrailingZeros64(m) / 8
+		}
+		if want := firstSpecial(w); got != want {
+			t.Fatalf("special(%#016x) flags byte %d first, want %d (8: none)", w, got, want)
 		}
 	}
 	for k := 0; k < 8; k++ {

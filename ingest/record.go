@@ -411,9 +411,12 @@ func DecodeRecordInto(r *Record, b []byte) error {
 // with the new string added while it holds fewer than maxInterned: names
 // repeated across items share one string.
 func intern(names []string, b []byte) (string, []string) {
-	for _, n := range names {
-		if n == string(b) {
-			return n, names
+	if len(b) > 0 {
+		last := b[len(b)-1] // names that differ mostly differ here (p0, p1, …)
+		for _, n := range names {
+			if len(n) == len(b) && n[len(n)-1] == last && n == string(b) {
+				return n, names
+			}
 		}
 	}
 	s := string(b)

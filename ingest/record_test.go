@@ -7,6 +7,7 @@ import (
 	"io"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/google/uuid"
 
@@ -255,6 +256,34 @@ func TestMintedTxIDTravels(t *testing.T) {
 	for i, it := range old.Items {
 		if it.MintedTxID {
 			t.Fatalf("kind 1 item %d marked MintedTxID", i)
+		}
+	}
+}
+
+// TestDecodeRecordSharesNames: decoding a record whose items name
+// partitions round-robin (names of one length that differ in their last
+// byte, the shape intern compares first) gives every item its own
+// partition and queue, and one string per distinct name.
+func TestDecodeRecordSharesNames(t *testing.T) {
+	r := &Record{AcceptedAt: 1}
+	for i := 0; i < 40; i++ {
+		id := uuid.Must(uuid.NewV7())
+		r.Items = append(r.Items, Item{Queue: "bench", Partition: fmt.Sprintf("p%d", i%10), TransactionID: id.String(),
+			MessageID: id, Payload: []byte("0")})
+	}
+	r.Items[7].Partition = "q7" // same length and last byte as p7
+	dec, err := DecodeRecord(EncodeRecord(nil, r))
+	if err != nil || !sameRecord(r, dec) {
+		t.Fatalf("decode: %v", err)
+	}
+	first := make(map[string]*byte)
+	for i, it := range dec.Items {
+		for _, name := range []string{it.Queue, it.Partition} {
+			p := unsafe.StringData(name)
+			if q, ok := first[name]; ok && q != p {
+				t.Fatalf("item %d: %q is a second string", i, name)
+			}
+			first[name] = p
 		}
 	}
 }

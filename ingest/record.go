@@ -58,7 +58,7 @@ type Item struct {
 	// flag): the record then leaves it out, and the projection knows the
 	// key is a minted one without comparing the text. False does not say
 	// the opposite (an Item built elsewhere): the text is then compared
-	// (compactFlags, pg's minted).
+	// (compactFlags, pg's minted). Whoever changes TransactionID clears it.
 	MintedTxID bool
 }
 
@@ -220,7 +220,7 @@ func compactFlags(it *Item) byte {
 	if it.Partition == DefaultPartition {
 		flags |= flagDefaultPart
 	}
-	if it.MintedTxID || binenc.IsUUIDText(it.MessageID, it.TransactionID) {
+	if (it.MintedTxID && len(it.TransactionID) == 36) || binenc.IsUUIDText(it.MessageID, it.TransactionID) {
 		flags |= flagMintedTxID
 	}
 	return flags

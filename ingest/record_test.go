@@ -287,3 +287,18 @@ func TestDecodeRecordSharesNames(t *testing.T) {
 		}
 	}
 }
+
+// TestMintedMarkOnChangedTxID: an item still marked MintedTxID whose
+// transactionId was changed to one of another length (emptied, derived)
+// is written with its transactionId spelled out, not as the minted id's.
+func TestMintedMarkOnChangedTxID(t *testing.T) {
+	id := uuid.Must(uuid.NewV7())
+	for _, txid := range []string{"", "stream:derived"} {
+		r := &Record{AcceptedAt: 1, Items: []Item{{Queue: "q", Partition: "p", TransactionID: txid, MessageID: id,
+			Payload: []byte("0"), MintedTxID: true}}}
+		dec, err := DecodeRecord(EncodeRecord(nil, r))
+		if err != nil || dec.Items[0].TransactionID != txid || dec.Items[0].MintedTxID {
+			t.Fatalf("%q: decoded %+v, %v", txid, dec, err)
+		}
+	}
+}

@@ -144,10 +144,12 @@ func isMinted(id uuid.UUID, txid string) bool {
 
 // minted is isMinted for a message of a projection batch, taking the push
 // path's word for it where it has one (Message.MintedTxID, set only where
-// TransactionID is ID's text), so that a batch of minted ids builds no id
-// text to compare.
+// TransactionID is ID's text; whoever changes TransactionID clears it), so
+// that a batch of minted ids builds no id text to compare. A mark on a
+// transactionId that is not 36 bytes long (one changed without clearing
+// it) is not taken.
 func minted(m *Message) bool {
-	return (m.MintedTxID && m.ID.Version() == 7) || isMinted(m.ID, m.TransactionID)
+	return (m.MintedTxID && len(m.TransactionID) == 36 && m.ID.Version() == 7) || isMinted(m.ID, m.TransactionID)
 }
 
 // mintedForm parses txid as a minted id's text: 36 characters of canonical

@@ -174,7 +174,11 @@ func TestMintedTakesThePushPathsWord(t *testing.T) {
 		{Message{ID: v4, TransactionID: v4.String(), MintedTxID: true}, false},
 		// The flag is trusted: minted never builds the text when it is set
 		// (the push path sets it only where the text is the id's).
-		{Message{ID: v7, TransactionID: "not compared", MintedTxID: true}, true},
+		{Message{ID: v7, TransactionID: "not compared, but it is 36 bytes lon", MintedTxID: true}, true},
+		// A mark left on a transactionId that was changed to one of
+		// another length (a cleared one, a derived key) is not taken.
+		{Message{ID: v7, TransactionID: "", MintedTxID: true}, false},
+		{Message{ID: v7, TransactionID: "stream:derived-key", MintedTxID: true}, false},
 	} {
 		if got := minted(&c.m); got != c.want {
 			t.Fatalf("minted(%+v) = %v, want %v", c.m, got, c.want)

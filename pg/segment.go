@@ -45,7 +45,8 @@ type Message struct {
 	// without a transactionId, says TransactionID is ID's text: the
 	// projection then takes the key for a minted one (minted) without
 	// building and comparing the text. False says nothing: the text is
-	// compared. Not stored: a segment spells every transactionId out.
+	// compared. Whoever changes TransactionID clears it. Not stored: a
+	// segment spells every transactionId out.
 	MintedTxID bool
 }
 

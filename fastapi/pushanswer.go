@@ -49,9 +49,16 @@ func appendPushAnswer(b []byte, res []ingest.Result) []byte {
 		b = append(b, `{"index":`...)
 		b = strconv.AppendInt(b, int64(r.Index), 10)
 		b = append(b, `,"message_id":`...)
+		at := len(b)
 		b = appendJSONString(b, r.MessageID)
 		b = append(b, `,"transaction_id":`...)
-		b = appendJSONString(b, r.TransactionID)
+		if r.TransactionID == r.MessageID {
+			// A minted id is both (one string, compared by its pointer):
+			// its JSON is the one just written.
+			b = append(b, b[at:len(b)-len(`,"transaction_id":`)]...)
+		} else {
+			b = appendJSONString(b, r.TransactionID)
+		}
 		b = append(b, `,"queueName":`...)
 		b = appendJSONString(b, r.QueueName)
 		switch r.Status {

@@ -19,6 +19,12 @@ func TestPushAnswerMatchesMarshal(t *testing.T) {
 			{Index: 1, MessageID: "b", TransactionID: "ctl\x01\n\ttab", QueueName: "名前", Status: ingest.StatusBuffered},
 			{Index: 12345, MessageID: "c", TransactionID: "\u2028\u2029", QueueName: "q", Status: ingest.StatusFailed},
 		},
+		// The same id and transactionId (a minted id), plain and escaped.
+		{
+			{Index: 0, MessageID: "same", TransactionID: "same", QueueName: "q", Status: ingest.StatusQueued},
+			{Index: 1, MessageID: `d"<\`, TransactionID: `d"<\`, QueueName: "q", Status: ingest.StatusQueued},
+			{Index: 2, MessageID: "", TransactionID: "", QueueName: "q", Status: ingest.StatusQueued},
+		},
 	}
 	for _, res := range cases {
 		want, err := json.Marshal(res)

@@ -190,7 +190,8 @@ func inTxPushItems(items []ingest.ParsedItem, now int64, sub *string, mintTxID b
 	for j := range minted {
 		minted[j].Payload = append([]byte(nil), minted[j].Payload...)
 		if !mintTxID && items[j].TransactionID == "" {
-			minted[j].TransactionID = ""
+			// No longer the minted id's text: the mark goes with it.
+			minted[j].TransactionID, minted[j].MintedTxID = "", false
 		}
 	}
 	rec := ingest.Record{AcceptedAt: now, Items: minted}

@@ -421,9 +421,14 @@ func (p *itemParser) name(sp span) (string, error) {
 		return "", ErrLoneSurrogate
 	}
 	t := p.text(sp)
-	for _, n := range p.names {
-		if n == string(t) {
-			return n, nil
+	if len(t) > 0 {
+		// Names that differ mostly differ in their last byte (p0, p1, …):
+		// it is compared before the whole name.
+		last := t[len(t)-1]
+		for _, n := range p.names {
+			if len(n) == len(t) && n[len(n)-1] == last && n == string(t) {
+				return n, nil
+			}
 		}
 	}
 	n := string(t)

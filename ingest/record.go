@@ -53,6 +53,13 @@ type Item struct {
 	// to PostgreSQL directly; the push record has no field for it (a plain
 	// push never reads traceId) and EncodeRecord does not write it.
 	TraceID *uuid.UUID
+	// MintedTxID is true when TransactionID is MessageID's text because
+	// the item was pushed without one (NewItems, or a kind 2 record's
+	// flag): the record then leaves it out, and the projection knows the
+	// key is a minted one without comparing the text. False does not say
+	// the opposite (an Item built elsewhere): the text is then compared
+	// (compactFlags, pg's minted). Whoever changes TransactionID clears it.
+	MintedTxID bool
 }
 
 // NewItems mints the items of one push or transaction from its parsed
@@ -106,7 +113,7 @@ func newItemsInto(dst []Item, parsed []ParsedItem, producerSub *string) ([]Item,
 			text.Write(t[:])
 		}
 		items[i] = Item{Queue: p.Queue, Partition: p.Partition, TransactionID: p.TransactionID, MessageID: id,
-			ProducerSub: producerSub, Payload: p.Payload, TraceID: p.TraceID}
+			ProducerSub: producerSub, Payload: p.Payload, TraceID: p.TraceID, MintedTxID: p.TransactionID == ""}
 	}
 	if text.Len() > 0 {
 		all := text.String()
@@ -177,7 +184,7 @@ func (r *Record) AppendProjectItems(dst []pg.ProjectItem) []pg.ProjectItem {
 func (it *Item) ProjectItem(acceptedAt int64) pg.ProjectItem {
 	return pg.ProjectItem{Queue: it.Queue, Partition: it.Partition, AcceptedAtMicros: acceptedAt,
 		Message: pg.Message{ID: it.MessageID, TransactionID: it.TransactionID, CreatedAtMicros: acceptedAt,
-			ProducerSub: it.ProducerSub, TraceID: it.TraceID, Payload: it.Payload}}
+			ProducerSub: it.ProducerSub, TraceID: it.TraceID, Payload: it.Payload, MintedTxID: it.MintedTxID}}
 }
 
 // EncodedLen is the length of r's push record, what EncodeRecord appends
@@ -203,7 +210,8 @@ func (r *Record) EncodedLen() int {
 
 // compactFlags is the flags byte of it in a kind 2 record: producer_sub
 // present, partition DefaultPartition (left out), transaction id the
-// message id's text, as NewItems mints it (left out).
+// message id's text, as NewItems mints it (left out; known from
+// it.MintedTxID without building the text, else compared).
 func compactFlags(it *Item) byte {
 	var flags byte
 	if it.ProducerSub != nil {
@@ -212,7 +220,7 @@ func compactFlags(it *Item) byte {
 	if it.Partition == DefaultPartition {
 		flags |= flagDefaultPart
 	}
-	if binenc.IsUUIDText(it.MessageID, it.TransactionID) {
+	if (it.MintedTxID && len(it.TransactionID) == 36) || binenc.IsUUIDText(it.MessageID, it.TransactionID) {
 		flags |= flagMintedTxID
 	}
 	return flags
@@ -370,6 +378,7 @@ func DecodeRecordInto(r *Record, b []byte) error {
 			var text [36]byte
 			encodeUUID(text[:], it.MessageID)
 			txids.Write(text[:])
+			it.MintedTxID = true
 		} else {
 			txids.Write(rd.Bytes())
 		}
@@ -402,9 +411,12 @@ func DecodeRecordInto(r *Record, b []byte) error {
 // with the new string added while it holds fewer than maxInterned: names
 // repeated across items share one string.
 func intern(names []string, b []byte) (string, []string) {
-	for _, n := range names {
-		if n == string(b) {
-			return n, names
+	if len(b) > 0 {
+		last := b[len(b)-1] // names that differ mostly differ here (p0, p1, …)
+		for _, n := range names {
+			if len(n) == len(b) && n[len(n)-1] == last && n == string(b) {
+				return n, names
+			}
 		}
 	}
 	s := string(b)
@@ -486,7 +498,7 @@ func (r *RecordReader) next(it *Item, keep bool) error {
 	if err != nil {
 		return err
 	}
-	it.TraceID = nil
+	it.TraceID, it.MintedTxID = nil, false
 	copy(it.MessageID[:], rd.Fixed(16))
 	it.Queue = r.name(rd.Bytes(), &r.queue)
 	if flags&flagDefaultPart != 0 {
@@ -496,7 +508,7 @@ func (r *RecordReader) next(it *Item, keep bool) error {
 	}
 	switch {
 	case flags&flagMintedTxID != 0:
-		it.TransactionID = ""
+		it.TransactionID, it.MintedTxID = "", keep
 		if keep {
 			it.TransactionID = it.MessageID.String()
 		}

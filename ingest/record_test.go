@@ -7,6 +7,7 @@ import (
 	"io"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/google/uuid"
 
@@ -189,6 +190,115 @@ func TestNewItemsMintsV7(t *testing.T) {
 			} else if want == "" && it.TransactionID != id.String() {
 				t.Fatalf("item %d: minted transactionId %q, want %s", i, it.TransactionID, id)
 			}
+		}
+	}
+}
+
+// TestMintedTxIDTravels: an item pushed without a transactionId is marked
+// MintedTxID from NewItems through the record (DecodeRecordInto,
+// RecordReader) to the projection's message (AppendProjectItems), so that
+// neither the record encoder nor the projection builds its id's text to
+// compare; one with a transactionId (also one in another id's UUID form)
+// is not, nor is any item of a kind 1 record, whose layout has no flag.
+func TestMintedTxIDTravels(t *testing.T) {
+	other := uuid.Must(uuid.NewV7()).String()
+	parsed := []ParsedItem{
+		{Queue: "q", Partition: DefaultPartition, Payload: []byte("1")},
+		{Queue: "q", Partition: "p", TransactionID: "tx-1", Payload: []byte("2")},
+		{Queue: "q", Partition: "p", TransactionID: other, Payload: []byte("3")},
+		{Queue: "q", Partition: "p", Payload: []byte("4")},
+	}
+	want := []bool{true, false, false, true}
+	items, err := NewItems(parsed, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(what string, got func(i int) bool) {
+		t.Helper()
+		for i := range want {
+			if got(i) != want[i] {
+				t.Fatalf("%s: item %d MintedTxID %v, want %v", what, i, got(i), want[i])
+			}
+		}
+	}
+	check("NewItems", func(i int) bool { return items[i].MintedTxID })
+	r := &Record{AcceptedAt: 1, Items: items}
+	enc := EncodeRecord(nil, r)
+	if got, want := len(enc), r.EncodedLen(); got != want {
+		t.Fatalf("EncodeRecord wrote %d bytes, EncodedLen says %d", got, want)
+	}
+	dec := &Record{Items: make([]Item, 8)}
+	for i := range dec.Items {
+		dec.Items[i].MintedTxID = true // a reused record's stale flags must not survive
+	}
+	if err := DecodeRecordInto(dec, enc); err != nil || !sameRecord(r, dec) {
+		t.Fatalf("DecodeRecordInto: %v, %+v", err, dec)
+	}
+	check("DecodeRecordInto", func(i int) bool { return dec.Items[i].MintedTxID })
+	pis := dec.AppendProjectItems(nil)
+	check("AppendProjectItems", func(i int) bool { return pis[i].Message.MintedTxID })
+	rr, err := NewRecordReader(enc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := make([]Item, len(want))
+	for i := range read {
+		read[i].MintedTxID = !want[i]
+		if err := rr.Next(&read[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check("RecordReader", func(i int) bool { return read[i].MintedTxID })
+	old := &Record{Items: make([]Item, 4)}
+	if err := DecodeRecordInto(old, encodeKind1(r)); err != nil || !sameRecord(r, old) {
+		t.Fatalf("kind 1: %v", err)
+	}
+	for i, it := range old.Items {
+		if it.MintedTxID {
+			t.Fatalf("kind 1 item %d marked MintedTxID", i)
+		}
+	}
+}
+
+// TestDecodeRecordSharesNames: decoding a record whose items name
+// partitions round-robin (names of one length that differ in their last
+// byte, the shape intern compares first) gives every item its own
+// partition and queue, and one string per distinct name.
+func TestDecodeRecordSharesNames(t *testing.T) {
+	r := &Record{AcceptedAt: 1}
+	for i := 0; i < 40; i++ {
+		id := uuid.Must(uuid.NewV7())
+		r.Items = append(r.Items, Item{Queue: "bench", Partition: fmt.Sprintf("p%d", i%10), TransactionID: id.String(),
+			MessageID: id, Payload: []byte("0")})
+	}
+	r.Items[7].Partition = "q7" // same length and last byte as p7
+	dec, err := DecodeRecord(EncodeRecord(nil, r))
+	if err != nil || !sameRecord(r, dec) {
+		t.Fatalf("decode: %v", err)
+	}
+	first := make(map[string]*byte)
+	for i, it := range dec.Items {
+		for _, name := range []string{it.Queue, it.Partition} {
+			p := unsafe.StringData(name)
+			if q, ok := first[name]; ok && q != p {
+				t.Fatalf("item %d: %q is a second string", i, name)
+			}
+			first[name] = p
+		}
+	}
+}
+
+// TestMintedMarkOnChangedTxID: an item still marked MintedTxID whose
+// transactionId was changed to one of another length (emptied, derived)
+// is written with its transactionId spelled out, not as the minted id's.
+func TestMintedMarkOnChangedTxID(t *testing.T) {
+	id := uuid.Must(uuid.NewV7())
+	for _, txid := range []string{"", "stream:derived"} {
+		r := &Record{AcceptedAt: 1, Items: []Item{{Queue: "q", Partition: "p", TransactionID: txid, MessageID: id,
+			Payload: []byte("0"), MintedTxID: true}}}
+		dec, err := DecodeRecord(EncodeRecord(nil, r))
+		if err != nil || dec.Items[0].TransactionID != txid || dec.Items[0].MintedTxID {
+			t.Fatalf("%q: decoded %+v, %v", txid, dec, err)
 		}
 	}
 }

@@ -142,6 +142,16 @@ func isMinted(id uuid.UUID, txid string) bool {
 	return id.Version() == 7 && binenc.IsUUIDText(id, txid)
 }
 
+// minted is isMinted for a message of a projection batch, taking the push
+// path's word for it where it has one (Message.MintedTxID, set only where
+// TransactionID is ID's text; whoever changes TransactionID clears it), so
+// that a batch of minted ids builds no id text to compare. A mark on a
+// transactionId that is not 36 bytes long (one changed without clearing
+// it) is not taken.
+func minted(m *Message) bool {
+	return (m.MintedTxID && len(m.TransactionID) == 36 && m.ID.Version() == 7) || isMinted(m.ID, m.TransactionID)
+}
+
 // mintedForm parses txid as a minted id's text: 36 characters of canonical
 // lowercase UUID text of version 7.
 func mintedForm(txid string) (uuid.UUID, bool) {
@@ -212,7 +222,7 @@ func (r *dedupRuns) add(pid uuid.UUID, base int64, msgs []Message, keys []int64)
 		if i == 0 || m.CreatedAtMicros > at {
 			at = m.CreatedAtMicros
 		}
-		if !isMinted(m.ID, m.TransactionID) {
+		if !minted(m) {
 			if keys != nil {
 				r.hashes = append(r.hashes, keys[i])
 			} else {

@@ -38,7 +38,8 @@ func BenchmarkProjectEncode(b *testing.B) {
 						lockIDs = append(lockIDs, id)
 					}
 				}
-				out, w, err := s.buildPredicted(items, ids, lockIDs, parts, false)
+				back := getBatchMsgs(len(items)) // as projectPredicted does
+				out, w, err := s.buildPredicted(items, ids, lockIDs, parts, false, *back)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -62,6 +63,7 @@ func BenchmarkProjectEncode(b *testing.B) {
 					b.Fatal("the batch outgrew its reservation (batchWrites.wireLen)")
 				}
 				bytes = len(wbuf)
+				putBatchMsgs(back)
 			}
 			b.SetBytes(int64(bytes))
 		})

@@ -156,3 +156,32 @@ func TestIsMintedMatchesMintedForm(t *testing.T) {
 		}
 	}
 }
+
+// TestMintedTakesThePushPathsWord: a batch message flagged MintedTxID (the
+// push path's word that TransactionID is ID's text) is minted without its
+// text being compared, as long as its id is version 7 (as isMinted asks);
+// an unflagged one is minted exactly when isMinted says so.
+func TestMintedTakesThePushPathsWord(t *testing.T) {
+	v7 := uuid.Must(uuid.NewV7())
+	v4 := uuid.New()
+	for _, c := range []struct {
+		m    Message
+		want bool
+	}{
+		{Message{ID: v7, TransactionID: v7.String(), MintedTxID: true}, true},
+		{Message{ID: v7, TransactionID: v7.String()}, true},
+		{Message{ID: v7, TransactionID: "order-1"}, false},
+		{Message{ID: v4, TransactionID: v4.String(), MintedTxID: true}, false},
+		// The flag is trusted: minted never builds the text when it is set
+		// (the push path sets it only where the text is the id's).
+		{Message{ID: v7, TransactionID: "not compared, but it is 36 bytes lon", MintedTxID: true}, true},
+		// A mark left on a transactionId that was changed to one of
+		// another length (a cleared one, a derived key) is not taken.
+		{Message{ID: v7, TransactionID: "", MintedTxID: true}, false},
+		{Message{ID: v7, TransactionID: "stream:derived-key", MintedTxID: true}, false},
+	} {
+		if got := minted(&c.m); got != c.want {
+			t.Fatalf("minted(%+v) = %v, want %v", c.m, got, c.want)
+		}
+	}
+}

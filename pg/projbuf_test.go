@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync/atomic"
 	"testing"
+	"unsafe"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -31,7 +32,7 @@ func TestPredictedSidecarKeys(t *testing.T) {
 		}
 	}
 	s := &Store{}
-	_, w, err := s.buildPredicted(items, ids, lockIDs, parts, false)
+	_, w, err := s.buildPredicted(items, ids, lockIDs, parts, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,5 +149,63 @@ func TestKeptBufferBudget(t *testing.T) {
 	total.Store(keptBudget)
 	if out := reserve([]byte("ab"), 4000, k); string(out) != "ab" || cap(out)-len(out) < 4000 || cap(k.b) != 3000 {
 		t.Fatalf("reserve past the budget: %q cap %d, kept cap %d", out, cap(out), cap(k.b))
+	}
+}
+
+// TestPartsOfCutsBatchArray: a batch's messages go into the one array
+// getBatchMsgs hands out (not an array per partition), each partition's
+// part with no room past its own items (so a partition never writes into
+// the next one's), the stored messages are the batch's in WAL order per
+// partition whatever array they went into, and putBatchMsgs clears the
+// array so that a kept one holds no payload.
+func TestPartsOfCutsBatchArray(t *testing.T) {
+	items, ids := benchItems(50, 7, false)
+	build := func(back []Message) map[uuid.UUID]*partState {
+		parts := make(map[uuid.UUID]*partState)
+		for _, id := range ids {
+			if parts[id] == nil {
+				parts[id] = &partState{id: id}
+			}
+		}
+		storeAll(items, ids, parts, nil, back)
+		return parts
+	}
+	bp := getBatchMsgs(len(items))
+	back := *bp
+	lo, hi := &back[0], &back[len(back)-1]
+	inBack := func(m *Message) bool {
+		return uintptr(unsafe.Pointer(m)) >= uintptr(unsafe.Pointer(lo)) && uintptr(unsafe.Pointer(m)) <= uintptr(unsafe.Pointer(hi))
+	}
+	got, want := build(back), build(nil)
+	total := 0
+	for id, ps := range got {
+		if len(ps.msgs) != ps.items || cap(ps.msgs) != ps.items {
+			t.Fatalf("partition %s: %d messages, room for %d, want exactly its %d items", id, len(ps.msgs), cap(ps.msgs), ps.items)
+		}
+		if !inBack(&ps.msgs[0]) {
+			t.Fatalf("partition %s: messages not in the batch's array", id)
+		}
+		w := want[id].msgs
+		for i := range w {
+			if ps.msgs[i].ID != w[i].ID || ps.msgs[i].TransactionID != w[i].TransactionID || &ps.msgs[i].Payload[0] != &w[i].Payload[0] {
+				t.Fatalf("partition %s message %d differs from the one stored without the array", id, i)
+			}
+		}
+		total += len(ps.msgs)
+	}
+	if total != len(items) {
+		t.Fatalf("%d messages stored, want %d", total, len(items))
+	}
+	putBatchMsgs(bp)
+	for i := range back {
+		if back[i].Payload != nil || back[i].TransactionID != "" {
+			t.Fatalf("message %d of a returned array still holds its payload", i)
+		}
+	}
+	// An array too small for the batch is not used.
+	for _, ps := range build(make([]Message, len(items)-1)) {
+		if cap(ps.msgs) != ps.items {
+			t.Fatalf("room for %d messages, want %d", cap(ps.msgs), ps.items)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -267,7 +268,7 @@ func (s *Store) projectTx(ctx context.Context, conn batcher, begin bool, items [
 			known[k] = nil
 			// A freshly minted id is new (pg/dedup.go); it still takes part
 			// in the batch's own first-wins rule through known.
-			if !isMinted(items[i].Message.ID, k.txid) {
+			if !minted(&items[i].Message) {
 				probe.add(k)
 			}
 		}
@@ -329,7 +330,9 @@ func (s *Store) projectTx(ctx context.Context, conn batcher, begin bool, items [
 	}
 
 	// 3. Decide each item in WAL order and allocate offsets.
-	out, checkSeg := decide(items, ids, parts, known)
+	back := getBatchMsgs(len(items))
+	defer putBatchMsgs(back)
+	out, checkSeg := decide(items, ids, parts, known, *back)
 
 	// 4. A duplicate names its original only while the original's segment
 	// exists (docs/push.md, "Verdicts"); otherwise the all-zero UUID.
@@ -426,7 +429,9 @@ func (s *Store) projectPredicted(ctx context.Context, conn batcher, items []Proj
 		lockIDs = append(lockIDs, id)
 	}
 	s.mu.Unlock()
-	out, w, err := s.buildPredicted(items, ids, lockIDs, parts, s.legacyDedup.Load())
+	back := getBatchMsgs(len(items))
+	defer putBatchMsgs(back)
+	out, w, err := s.buildPredicted(items, ids, lockIDs, parts, s.legacyDedup.Load(), *back)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -447,9 +452,10 @@ func (s *Store) projectPredicted(ctx context.Context, conn batcher, items []Proj
 // buildPredicted is projectPredicted's Go side: with parts holding every
 // partition's predicted next offset, it checks that the batch qualifies
 // (errNoPrediction otherwise; legacy: older sidecar tables hold entries),
-// stores every item (storeAll) and builds the writes, with the key hashes
-// of the client transactionIds for assert_new_keys.
-func (s *Store) buildPredicted(items []ProjectItem, ids, lockIDs []uuid.UUID, parts map[uuid.UUID]*partState, legacy bool) ([]Outcome, *batchWrites, error) {
+// stores every item (storeAll, its messages in back: see partsOf) and
+// builds the writes, with the key hashes of the client transactionIds for
+// assert_new_keys.
+func (s *Store) buildPredicted(items []ProjectItem, ids, lockIDs []uuid.UUID, parts map[uuid.UUID]*partState, legacy bool, back []Message) ([]Outcome, *batchWrites, error) {
 	// The client keys seen, for first-wins inside the batch. A minted id's
 	// key needs no entry: only an item with that same id (ids are unique)
 	// or one whose client transactionId has the minted form (which is not
@@ -459,7 +465,7 @@ func (s *Store) buildPredicted(items []ProjectItem, ids, lockIDs []uuid.UUID, pa
 	var keys []int64 // keyHash of item i, 0 for a minted id; nil: all minted
 	for i := range items {
 		m := &items[i].Message
-		if isMinted(m.ID, m.TransactionID) {
+		if minted(m) {
 			continue
 		}
 		if _, ok := mintedForm(m.TransactionID); ok || legacy {
@@ -479,7 +485,7 @@ func (s *Store) buildPredicted(items []ProjectItem, ids, lockIDs []uuid.UUID, pa
 	}
 	// Every key is new (or the pipeline rolls back) and unique, so every
 	// item is stored and the window (not predicted) never applies.
-	out := storeAll(items, ids, parts, keys)
+	out := storeAll(items, ids, parts, keys, back)
 	w, err := s.buildWrites(lockIDs, parts)
 	if err != nil {
 		return nil, nil, err
@@ -595,10 +601,11 @@ func (s *Store) forgetOffsets(ids []uuid.UUID) {
 // duplicates whose original is outside this batch.
 //
 // Allocations are per batch, not per item: every partition's msgs is sized
-// for all its items at once, and the batch's entries share one array.
-func decide(items []ProjectItem, ids []uuid.UUID, parts map[uuid.UUID]*partState, known map[dedupKey]*dedupEntry) (out []Outcome, checkSeg []int) {
+// for all its items at once (in back: see partsOf), and the batch's
+// entries share one array.
+func decide(items []ProjectItem, ids []uuid.UUID, parts map[uuid.UUID]*partState, known map[dedupKey]*dedupEntry, back []Message) (out []Outcome, checkSeg []int) {
 	out = make([]Outcome, len(items))
-	pss := partsOf(ids, parts)
+	pss := partsOf(ids, parts, back)
 	entries := make([]dedupEntry, 0, len(items))
 	for i := range items {
 		it := &items[i]
@@ -624,10 +631,10 @@ func decide(items []ProjectItem, ids []uuid.UUID, parts map[uuid.UUID]*partState
 // (projectPredicted): every item is stored, at the next offset of its
 // partition in parts, in WAL order. keys holds item i's keyHash (0 for a
 // minted id; nil: every id is minted), which goes to its partition's keys
-// alongside its message.
-func storeAll(items []ProjectItem, ids []uuid.UUID, parts map[uuid.UUID]*partState, keys []int64) []Outcome {
+// alongside its message; the messages go into back (see partsOf).
+func storeAll(items []ProjectItem, ids []uuid.UUID, parts map[uuid.UUID]*partState, keys []int64, back []Message) []Outcome {
 	out := make([]Outcome, len(items))
-	pss := partsOf(ids, parts)
+	pss := partsOf(ids, parts, back)
 	if keys != nil {
 		// One array for every partition's keys, cut by partition.
 		back := make([]int64, len(items))
@@ -648,8 +655,11 @@ func storeAll(items []ProjectItem, ids []uuid.UUID, parts map[uuid.UUID]*partSta
 }
 
 // partsOf returns the partState of every item (ids[i] in parts) and sizes
-// each partition's msgs for all of its items.
-func partsOf(ids []uuid.UUID, parts map[uuid.UUID]*partState) []*partState {
+// each partition's msgs for all of its items: cut from back when it holds
+// room for all of ids (getBatchMsgs; one array for the batch, not one per
+// partition), else from one array made here. A partition's msgs has no
+// room beyond its own items, so it never runs into the next one's.
+func partsOf(ids []uuid.UUID, parts map[uuid.UUID]*partState, back []Message) []*partState {
 	pss := make([]*partState, len(ids))
 	var last *partState
 	for i, id := range ids {
@@ -659,10 +669,51 @@ func partsOf(ids []uuid.UUID, parts map[uuid.UUID]*partState) []*partState {
 		pss[i] = last
 		last.items++
 	}
+	if len(back) < len(ids) {
+		back = make([]Message, len(ids))
+	}
 	for _, ps := range parts {
-		ps.msgs = slices.Grow(ps.msgs, ps.items)
+		if ps.msgs != nil || ps.items > len(back) {
+			ps.msgs = slices.Grow(ps.msgs, ps.items)
+			continue
+		}
+		ps.msgs, back = back[:0:ps.items], back[ps.items:]
 	}
 	return pss
+}
+
+// batchMsgs holds the arrays a projection batch's messages are stored in
+// (partsOf) for the batches after it: the messages are copied there from
+// the batch's items and encoded into its segments, and nothing refers to
+// them once the batch has been sent, so the array of one batch serves the
+// next (a fresh one per batch was the projector's largest allocation,
+// about 90 bytes per message). keepBatchMsgs bounds what is kept: 16,384
+// messages (about 1.5 MB), more than the largest batch of a default
+// configuration holds. An array is cleared when it is put back, so that
+// it keeps no payload alive.
+var batchMsgs sync.Pool
+
+const keepBatchMsgs = 1 << 14
+
+// getBatchMsgs returns an array of n messages (all zero) for a batch of n
+// items; putBatchMsgs takes it back once the batch has been sent.
+func getBatchMsgs(n int) *[]Message {
+	if bp, ok := batchMsgs.Get().(*[]Message); ok {
+		if cap(*bp) >= n {
+			*bp = (*bp)[:n]
+			return bp
+		}
+	}
+	b := make([]Message, n)
+	return &b
+}
+
+func putBatchMsgs(bp *[]Message) {
+	if cap(*bp) > keepBatchMsgs {
+		return
+	}
+	clear((*bp)[:cap(*bp)])
+	batchMsgs.Put(bp)
 }
 
 // storedQueues lists, in first-stored order and without repeats, the

@@ -42,6 +42,13 @@ type Message struct {
 	// Encrypted says Payload is a crypt envelope (a queue with
 	// encryptionEnabled); Store decrypts before handing messages out.
 	Encrypted bool
+	// MintedTxID, set by the push path (ingest) for a message pushed
+	// without a transactionId, says TransactionID is ID's text: the
+	// projection then takes the key for a minted one (minted) without
+	// building and comparing the text. False says nothing: the text is
+	// compared. Whoever changes TransactionID clears it. Not stored: a
+	// segment spells every transactionId out.
+	MintedTxID bool
 }
 
 // SegmentLen is the length in bytes of the segment body of msgs: what

@@ -25,8 +25,9 @@ func benchItems(n, parts int, minted bool) ([]ProjectItem, []uuid.UUID) {
 			tx = id.String()
 		}
 		at := int64(1_700_000_000_000_000 + i)
+		// A minted id is marked as the push path marks it (ingest).
 		items[i] = ProjectItem{Queue: "bench", Partition: fmt.Sprintf("p%d", i%parts), AcceptedAtMicros: at,
-			Message: Message{ID: id, TransactionID: tx, CreatedAtMicros: at, Payload: payload}}
+			Message: Message{ID: id, TransactionID: tx, CreatedAtMicros: at, Payload: payload, MintedTxID: minted}}
 		ids[i] = pids[i%parts]
 	}
 	return items, ids
@@ -70,10 +71,12 @@ func BenchmarkProjectBuild(b *testing.B) {
 				for j := range items {
 					known[dedupKey{ids[j], items[j].Message.TransactionID}] = nil
 				}
-				decide(items, ids, parts, known)
+				back := getBatchMsgs(len(items)) // as projectTx does
+				decide(items, ids, parts, known, *back)
 				if _, err := s.buildWrites(lockIDs, parts); err != nil {
 					b.Fatal(err)
 				}
+				putBatchMsgs(back)
 			}
 		})
 	}

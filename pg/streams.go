@@ -302,6 +302,8 @@ func (st *Streams) Cycle(ctx context.Context, req CycleRequest) (*CycleResult, e
 				if pushes[i].Message.TransactionID != "" {
 					continue
 				}
+				// A derived key is not a minted one (Message.MintedTxID).
+				pushes[i].Message.MintedTxID = false
 				if ack != nil {
 					first := max(ack.offset-int64(max(req.Ack.Count, 1))+1, 0)
 					pushes[i].Message.TransactionID = SinkTransactionID(req.QueryID, req.PartitionID, first, ack.offset, "", i)

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/valyala/fasthttp"
 
+	"github.com/queenmq/queen-go/internal/benchcpu"
 	"github.com/queenmq/queen-go/pg"
 )
 
@@ -82,7 +83,7 @@ func BenchmarkWritePop(b *testing.B) {
 			b.SetBytes(int64(len(ctx.Response.Body())))
 			b.ReportAllocs()
 			b.ResetTimer()
-			defer reportCPU(b)()
+			defer benchcpu.Report(b)()
 			for b.Loop() {
 				ctx.Response.Reset()
 				writePop(&ctx, req, res)

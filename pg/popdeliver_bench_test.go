@@ -7,6 +7,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/queenmq/queen-go/internal/benchcpu"
 )
 
 // BenchmarkPopPartitionClaimed: what the pop path does with one claimed
@@ -37,7 +39,7 @@ func BenchmarkPopPartitionClaimed(b *testing.B) {
 			req := PopRequest{Queue: "bench", Group: QueueModeGroup, Batch: 100, Partitions: 1}
 			ctx := context.Background()
 			b.ReportAllocs()
-			defer reportCPU(b)()
+			defer benchcpu.Report(b)()
 			for b.Loop() {
 				res := &PopResult{LeaseID: uuid.New()}
 				var w pgx.Batch

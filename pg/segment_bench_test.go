@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+
+	"github.com/queenmq/queen-go/internal/benchcpu"
 )
 
 // benchItems is a projector batch as the 8 × 100 bench produces it: n
@@ -108,7 +110,7 @@ func BenchmarkPopDecode(b *testing.B) {
 	const from, to = 530, 629
 	var out []StoredMessage
 	b.ReportAllocs()
-	defer reportCPU(b)()
+	defer benchcpu.Report(b)()
 	for b.Loop() {
 		out = out[:0]
 		for i, base := range bases {

@@ -78,3 +78,54 @@ func TestTransactionPushAndAckAtomic(t *testing.T) {
 		}
 	}
 }
+
+// TestTransactionMintedIDSentBackIsDuplicate: the id the broker mints for
+// an item pushed without a transactionId, by the push route or the
+// transaction route, is its key: sent back as a client transactionId by
+// either route, it is a duplicate (the transaction rolled back); so is a
+// client transactionId a transaction stored, pushed again by either route.
+func TestTransactionMintedIDSentBackIsDuplicate(t *testing.T) {
+	t.Parallel()
+	s := setup(t, nil)
+	txPush := func(txid string) (int, map[string]any) {
+		it := map[string]any{"queue": "txm", "partition": "P", "payload": 1}
+		if txid != "" {
+			it["transactionId"] = txid
+		}
+		return txCall(t, s.base, map[string]any{"type": "push", "items": []map[string]any{it}})
+	}
+	wantAbort := func(what, txid string) {
+		t.Helper()
+		code, res := txPush(txid)
+		if code != 200 || res["success"] != false || !strings.Contains(fmt.Sprint(res["error"]), "duplicate") {
+			t.Fatalf("%s: %d %v, want the transaction rolled back as a duplicate", what, code, res)
+		}
+	}
+	// Minted by the push route, sent back through the transaction route.
+	x := push(t, s.base, body(item{"txm", "P", 1, ""}))
+	wantStatuses(t, x, Q)
+	wantAbort("push route's minted id in a transaction", x[0].MessageID)
+	// Minted by the transaction route, sent back through both routes.
+	code, res := txPush("")
+	results, _ := res["results"].([]any)
+	if code != 200 || res["success"] != true || len(results) != 1 {
+		t.Fatalf("transaction without transactionId: %d %v", code, res)
+	}
+	r, _ := results[0].(map[string]any)
+	y, _ := r["transactionId"].(string)
+	if y == "" || y != r["messageId"] {
+		t.Fatalf("transaction push: transactionId %v, messageId %v, want the minted id for both", r["transactionId"], r["messageId"])
+	}
+	wantStatuses(t, push(t, s.base, body(item{"txm", "P", 2, y})), D)
+	wantAbort("transaction route's minted id in a transaction", y)
+	wantStatuses(t, push(t, s.base, body(item{"txm", "P", 2, x[0].MessageID})), D)
+	// A client key stored by a transaction, pushed again by both routes.
+	if code, res := txPush("k-1"); code != 200 || res["success"] != true {
+		t.Fatalf("transaction with k-1: %d %v", code, res)
+	}
+	wantStatuses(t, push(t, s.base, body(item{"txm", "P", 3, "k-1"})), D)
+	wantAbort("client key again", "k-1")
+	if got, want := fmt.Sprint(txids(readPartition(t, s.store, "txm", "P"))), fmt.Sprint([]string{x[0].MessageID, y, "k-1"}); got != want {
+		t.Fatalf("partition holds %s, want %s", got, want)
+	}
+}

@@ -209,3 +209,48 @@ func FuzzParseBodyMatchesReference(f *testing.F) {
 func trimJSONSpace(b []byte) []byte {
 	return bytes.Trim(b, " \t\n\r")
 }
+
+// TestParseBodyBoundaryTokensMatchReference: a string holding an escape
+// (`\"`, a `\\` right before its closing quote, `\u` lone surrogates), a
+// control byte, DEL, or valid or invalid UTF-8 at offsets around
+// skipPlain's 8- and 32-byte steps, as a queue name, transactionId or
+// payload, and a body that ends inside such a string, are accepted or
+// refused by ParseBody exactly as by the reference parser, with the same
+// items.
+func TestParseBodyBoundaryTokensMatchReference(t *testing.T) {
+	t.Parallel()
+	tokens := []string{`\"`, `\\`, `\\\\`, `\u00e9`, `\ud800`, `\udc00x`, `\ud83d\ude00`, "\x01", "\x7f", "é", "😀",
+		"\xe2\x82", "\xed\xa0\x80", "\xff", `\`}
+	shapes := []string{
+		`{"items":[{"queue":"%s","payload":1}]}`,
+		`{"items":[{"queue":"q","transactionId":"%s","payload":1}]}`,
+		`{"items":[{"queue":"q","payload":"%s"},{"queue":"q","payload":2}]}`,
+		`{"items":[{"queue":"q","payload":"%s`, // ends inside the string
+	}
+	for _, shape := range shapes {
+		for _, tok := range tokens {
+			for pre := 0; pre <= 40; pre++ {
+				for _, post := range []int{0, 1, 7, 8, 9, 31, 32, 33} {
+					s := strings.Repeat("a", pre) + tok + strings.Repeat("b", post)
+					body := []byte(strings.Replace(shape, "%s", s, 1))
+					body = body[:len(body):len(body)]
+					got, err := ParseBody(body)
+					want, werr := refParseBody(body, 0)
+					if (err == nil) != (werr == nil) {
+						t.Fatalf("body %q: ParseBody error %v, reference error %v", body, err, werr)
+					}
+					if len(got) != len(want) {
+						t.Fatalf("body %q: %d items, reference %d", body, len(got), len(want))
+					}
+					for i := range got {
+						g, w := got[i], want[i]
+						if g.Queue != w.Queue || g.Partition != w.Partition || g.TransactionID != w.TransactionID ||
+							!bytes.Equal(g.Payload, w.Payload) {
+							t.Fatalf("body %q: items[%d] = %+v, reference %+v", body, i, g, w)
+						}
+					}
+				}
+			}
+		}
+	}
+}

@@ -2,10 +2,12 @@ package ingest
 
 import (
 	"encoding/binary"
+	stdjson "encoding/json"
 	"math/bits"
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // isSpecialByte is the byte-by-byte rule special tests eight bytes at a
@@ -118,6 +120,92 @@ func BenchmarkScanString(b *testing.B) {
 		s.str()
 		if s.err != nil || s.pos != len(lit) {
 			b.Fatal(s.err)
+		}
+	}
+}
+
+// refStr is str byte by byte (the rules without skipPlain's words): the
+// position after the string (or of the error), whether it held escapes,
+// and whether it was accepted.
+func refStr(b []byte, pos int) (end int, escaped, ok bool) {
+	i := pos + 1
+	for i < len(b) {
+		c := b[i]
+		switch {
+		case c == '"':
+			return i + 1, escaped, true
+		case c == '\\':
+			escaped = true
+			if i+1 >= len(b) {
+				return i, escaped, false
+			}
+			switch b[i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				i += 2
+			case 'u':
+				if i+6 > len(b) || !isHex4(b[i+2:i+6]) {
+					return i, escaped, false
+				}
+				i += 6
+			default:
+				return i, escaped, false
+			}
+		case c < 0x20:
+			return i, escaped, false
+		case c < 0x80:
+			i++
+		default:
+			r, n := utf8.DecodeRune(b[i:])
+			if r == utf8.RuneError && n <= 1 {
+				return i, escaped, false
+			}
+			i += n
+		}
+	}
+	return i, escaped, false
+}
+
+// TestStrBoundaryTokens: escapes (`\"`, `\\` before the closing quote,
+// `\u` with lone surrogates), control bytes, valid and invalid UTF-8
+// (truncated, overlong, encoded surrogates) and DEL placed at every offset
+// across the 8- and 32-byte steps of skipPlain, followed by plain bytes up
+// to and past the next boundaries, the string closed, left unterminated
+// at the end of the buffer (which then ends at every boundary), or
+// followed by more JSON, are read exactly as byte by byte: same end,
+// escape flag and verdict, and a string closed at the end of its buffer
+// is read whole exactly when encoding/json finds it valid and it is UTF-8.
+func TestStrBoundaryTokens(t *testing.T) {
+	t.Parallel()
+	tokens := []string{
+		``, `\"`, `\\`, `\\\"`, `\\\\`, `\`, `\u`, `\u12`, `\u00e9`, `\ud800`, `\udc00`, `\ud83d\ude00`, `\ud83d`,
+		`\/`, `\x`, "\x00", "\x1f", "\x7f", " ", "é", "€", "😀", "\xe2\x82", "\xe2", "\xf0\x9f\x98", "\xc0\xaf",
+		"\xed\xa0\x80", "\xff", "\x80", "é\"", `"`, `\"\"`, "\t",
+	}
+	tails := []string{`"`, ``, `",1]`, `\`, `\"`, "é"}
+	for _, tok := range tokens {
+		for pre := 0; pre <= 72; pre++ {
+			for post := 0; post <= 40; post++ {
+				for _, tail := range tails {
+					lit := []byte(`"` + strings.Repeat("a", pre) + tok + strings.Repeat("b", post) + tail)
+					// The literal ends its buffer: no capacity past it.
+					lit = lit[:len(lit):len(lit)]
+					s := scanner{b: lit}
+					esc := s.str()
+					end, wantEsc, ok := refStr(lit, 0)
+					if s.pos != end || esc != wantEsc || (s.err == nil) != ok {
+						t.Fatalf("%q: str pos %d esc %v err %v; byte by byte pos %d esc %v ok %v",
+							lit, s.pos, esc, s.err, end, wantEsc, ok)
+					}
+					if tail == `"` {
+						// Closed at the end of the buffer: accepted whole
+						// exactly when it is one valid JSON string of UTF-8.
+						want := stdjson.Valid(lit) && utf8.Valid(lit)
+						if got := ok && end == len(lit); got != want {
+							t.Fatalf("%q: str reads it whole %v, encoding/json and utf8 say %v", lit, got, want)
+						}
+					}
+				}
+			}
 		}
 	}
 }

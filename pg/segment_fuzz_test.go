@@ -47,6 +47,18 @@ func FuzzSegmentDecode(f *testing.F) {
 	f.Add([]byte{1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}, []byte{}, int16(0), int16(5), uint8(0))
 	f.Add([]byte{2, 1}, []byte{}, int16(0), int16(0), uint8(0))
 	f.Add([]byte{}, []byte{}, int16(0), int16(0), uint8(0))
+	// Lengths past the end, and past math.MaxInt (negative as an int), in
+	// a message skipped over (from 1) and in one decoded.
+	for _, l := range []uint64{1 << 63, 1<<64 - 1, 1 << 40, 200} {
+		head := append([]byte{1, 2}, make([]byte, 18)...)
+		f.Add(binary.AppendUvarint(slices.Clone(head), l), []byte{}, int16(1), int16(1), uint8(0))
+		f.Add(binary.AppendUvarint(slices.Clone(head), l), []byte{}, int16(0), int16(1), uint8(0))
+		pay := append(slices.Clone(head), 0)
+		f.Add(binary.AppendUvarint(pay, l), []byte{}, int16(1), int16(1), uint8(0))
+		sub := append(slices.Clone(head), 0)
+		sub[18] = 1 // flags: a producer subject
+		f.Add(binary.AppendUvarint(sub, l), []byte{}, int16(1), int16(1), uint8(0))
+	}
 	f.Fuzz(func(t *testing.T, body, spec []byte, from, to int16, per uint8) {
 		checkArbitraryBody(t, body, int64(from), int64(to))
 		checkRoundTrip(t, segmentSpec(spec), int64(from), int64(to), int(per))

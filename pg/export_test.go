@@ -2,9 +2,11 @@ package pg
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 )
 
 // SetKeyHash replaces the sidecar's key hash (to force collisions) and
@@ -107,4 +109,92 @@ func ServeCombinedAcks(s *Store, calls [][]AckRequest) []bool {
 		out[i] = w != nil && w.applied
 	}
 	return out
+}
+
+// WholeLease is one whole-lease ack as the lease memo knows it: offsets
+// First..Last of partition Partition under Lease, for Group, of Queue.
+type WholeLease struct {
+	Partition, Lease uuid.UUID
+	Group, Queue     string
+	First, Last      int64
+}
+
+// TryWholeLeaseAcks applies leases (in their order) in a transaction that
+// is rolled back afterwards: with combined, fastAcksSQL over all of them
+// (as a combined ack transaction sends it, after fastAcksSetup); else one
+// fastAckSQL per lease (as an ack alone sends it). It returns which
+// leases were applied and, read in the same transaction, every cursor of
+// the database as text (partition, group, offset, retries, lease, lease
+// end, acked, consumed, in that order), so that the two can be compared.
+func TryWholeLeaseAcks(ctx context.Context, s *Store, leases []WholeLease, combined bool) ([]bool, []string, error) {
+	pc, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer pc.Release()
+	conn := pc.Conn()
+	if _, err := conn.Exec(ctx, "BEGIN"); err != nil {
+		return nil, nil, err
+	}
+	defer conn.Exec(context.Background(), "ROLLBACK") //nolint:errcheck
+	applied := make([]bool, len(leases))
+	entries := make([]*leaseMemoEntry, len(leases))
+	for i, l := range leases {
+		entries[i] = &leaseMemoEntry{key: leaseMemoKey{l.Partition, l.Lease}, group: l.Group, queueName: l.Queue,
+			first: l.First, last: l.Last}
+	}
+	if combined {
+		if _, err := conn.Exec(ctx, fastAcksSetup); err != nil {
+			return nil, nil, err
+		}
+		ws := make([]*ackWaiter, len(leases))
+		for i, e := range entries {
+			ws[i] = &ackWaiter{e: e}
+		}
+		var b pgx.Batch
+		queueFastAcks(&b, ws)
+		br := conn.SendBatch(ctx, &b)
+		rows, err := br.Query()
+		if err == nil {
+			var ord int64
+			_, err = pgx.ForEachRow(rows, []any{&ord}, func() error {
+				if applied[ord-1] {
+					return fmt.Errorf("ordinal %d twice", ord)
+				}
+				applied[ord-1] = true
+				return nil
+			})
+		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+	} else {
+		if _, err := conn.Exec(ctx, "SET LOCAL lock_timeout = '"+ackCombineLockTimeout+"'"); err != nil {
+			return nil, nil, err
+		}
+		for i, e := range entries {
+			var b pgx.Batch
+			queueFastAck(&b, e)
+			var n int
+			br := conn.SendBatch(ctx, &b)
+			err := br.QueryRow().Scan(&n)
+			if cerr := br.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return nil, nil, err
+			}
+			applied[i] = n > 0
+		}
+	}
+	rows, err := conn.Query(ctx, `SELECT format('%s %s %s %s %s %s %s %s', partition_id, consumer_group, cursor_offset, retry_count,
+		lease_id, lease_end, acked, total_consumed) FROM queen.consumer_cursors ORDER BY partition_id, consumer_group`)
+	if err != nil {
+		return nil, nil, err
+	}
+	cursors, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return applied, cursors, err
 }

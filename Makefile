@@ -62,3 +62,6 @@ fuzz:
 	$(FUZZ) -fuzz='^FuzzVerify$$' ./auth/
 	$(FUZZ) -fuzz='^FuzzDecrypt$$' ./crypt/
 	$(FUZZ) -fuzz='^FuzzParseTimestamp$$' ./fastapi/
+	$(FUZZ) -fuzz='^FuzzAckParseCache$$' ./fastapi/
+	$(FUZZ) -fuzz='^FuzzSegmentDecode$$' ./pg/
+	$(FUZZ) -fuzz='^FuzzLoneSurrogate$$' ./ingest/

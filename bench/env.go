@@ -66,14 +66,18 @@ type Commit struct {
 	Dirty bool `json:"dirty,omitempty"`
 }
 
-// readCommit asks git about the current directory's checkout.
+// readCommit asks git about the current directory's checkout; Dirty
+// counts changes to tracked files other than the bench's own report.
 func readCommit() Commit {
 	out, err := exec.Command("git", "rev-parse", "HEAD").Output()
 	if err != nil {
 		return Commit{}
 	}
 	c := Commit{Hash: strings.TrimSpace(string(out))}
-	if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil {
+	// The report's own files (BENCHMARKS.md, docs/bench/) change while a
+	// run writes them; they say nothing of the broker's source.
+	if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no", "--",
+		".", ":(exclude)BENCHMARKS.md", ":(exclude)docs/bench").Output(); err == nil {
 		c.Dirty = len(strings.TrimSpace(string(st))) > 0
 	}
 	return c

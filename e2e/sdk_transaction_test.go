@@ -191,6 +191,10 @@ func TestSDKTransactionExpiredRequiredLease(t *testing.T) {
 	pushN(t, s.base, "lexp", "P", 1, 2)
 	first := popOne(t, s.base, "lexp", "P")
 	time.Sleep(1300 * time.Millisecond)
+	// The re-delivery's lease must outlive the rest of the test (the
+	// transaction, the reads, and wantUnacked's ack under it): with 1 s, a
+	// loaded machine let it lapse too and the ack was refused.
+	configure(t, s.base, "lexp", map[string]any{"leaseTime": 60, "retryLimit": 100})
 	taken := popOne(t, s.base, "lexp", "P")
 	if taken.TransactionID != first.TransactionID || taken.LeaseID == first.LeaseID {
 		t.Fatalf("re-delivery: %+v after %+v", taken, first)

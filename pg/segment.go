@@ -1,7 +1,6 @@
 package pg
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -187,19 +186,16 @@ type storedIn[T any] interface {
 func (m *StoredMessage) stored() *StoredMessage { return m }
 
 // decodeOffsets is appendSegmentOffsets into a slice of T (see storedIn).
-// It reads the body with segReader, whose one-byte fast paths cover the
-// lengths and flags of every message of up to 127 bytes of payload and
-// the first byte of every varint.
 func decodeOffsets[T any, P storedIn[T]](out []T, pid uuid.UUID, base, last int64, body []byte, from, to int64) ([]T, error) {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("partition %s offset %d: %w: "+format, append([]any{pid, base, ErrBadSegment}, args...)...)
 	}
-	rd := segReader{b: body}
-	if v := rd.byte(); !rd.bad && v != segmentVersion {
+	rd := binenc.NewReader(body)
+	if v := rd.Byte(); rd.Err() == nil && v != segmentVersion {
 		return nil, bad("version %d", v)
 	}
-	n := rd.uvarint()
-	if rd.bad {
+	n := rd.Uvarint()
+	if rd.Err() != nil {
 		return nil, bad("header")
 	}
 	if n != uint64(last-base+1) {
@@ -215,19 +211,19 @@ func decodeOffsets[T any, P storedIn[T]](out []T, pid uuid.UUID, base, last int6
 	for off := base; off <= to; off++ {
 		if off < from {
 			// Skip: id, time, flags, then the flagged fields and payload.
-			rd.skip(16)
-			rd.uvarint()
-			flags := rd.byte()
-			rd.skip(int(rd.uvarint()))
+			rd.Fixed(16)
+			rd.Varint()
+			flags := rd.Byte()
+			rd.Bytes()
 			if flags&1 != 0 {
-				rd.skip(int(rd.uvarint()))
+				rd.Bytes()
 			}
 			if flags&2 != 0 {
-				rd.skip(16)
+				rd.Fixed(16)
 			}
-			rd.skip(int(rd.uvarint()))
-			if rd.bad {
-				return nil, bad("message %d: %v", off-base, binenc.ErrShort)
+			rd.Bytes()
+			if rd.Err() != nil {
+				return nil, bad("message %d: %v", off-base, rd.Err())
 			}
 			continue
 		}
@@ -236,18 +232,15 @@ func decodeOffsets[T any, P storedIn[T]](out []T, pid uuid.UUID, base, last int6
 		sm := P(&out[len(out)-1]).stored()
 		sm.PartitionID, sm.Offset = pid, off
 		m := &sm.Message
-		if id := rd.fixed(16); id != nil {
-			m.ID = uuid.UUID(id)
-		}
-		u := rd.uvarint()
-		m.CreatedAtMicros = int64(u>>1) ^ -int64(u&1)
-		flags := rd.byte()
-		m.TransactionID = aliasString(rd.bytes())
+		copy(m.ID[:], rd.Fixed(16))
+		m.CreatedAtMicros = rd.Varint()
+		flags := rd.Byte()
+		m.TransactionID = aliasString(rd.Bytes())
 		if flags&1 != 0 {
 			if subs == nil {
 				subs = make([]string, 0, to-off+1)
 			}
-			subs = append(subs, aliasString(rd.bytes()))
+			subs = append(subs, aliasString(rd.Bytes()))
 			m.ProducerSub = &subs[len(subs)-1]
 		}
 		if flags&2 != 0 {
@@ -256,77 +249,16 @@ func decodeOffsets[T any, P storedIn[T]](out []T, pid uuid.UUID, base, last int6
 			}
 			traces = append(traces, uuid.UUID{})
 			t := &traces[len(traces)-1]
-			if id := rd.fixed(16); id != nil {
-				*t = uuid.UUID(id)
-			}
+			copy(t[:], rd.Fixed(16))
 			m.TraceID = t
 		}
-		m.Payload = rd.bytes()
+		m.Payload = rd.Bytes()
 		m.Encrypted = flags&4 != 0
-		if rd.bad {
-			return nil, bad("message %d: %v", off-base, binenc.ErrShort)
+		if rd.Err() != nil {
+			return nil, bad("message %d: %v", off-base, rd.Err())
 		}
 	}
 	return out, nil
-}
-
-// segReader reads a segment body: binenc's layout (uvarints, zig-zag
-// varints, length-prefixed bytes) with an index instead of a shrinking
-// slice and one-byte fast paths. The first short read sets bad, and
-// every later read returns zero values.
-type segReader struct {
-	b   []byte
-	p   int
-	bad bool
-}
-
-func (r *segReader) byte() byte {
-	if r.p >= len(r.b) {
-		r.bad, r.p = true, len(r.b)
-		return 0
-	}
-	c := r.b[r.p]
-	r.p++
-	return c
-}
-
-func (r *segReader) uvarint() uint64 {
-	if r.p < len(r.b) {
-		if c := r.b[r.p]; c < 0x80 {
-			r.p++
-			return uint64(c)
-		}
-		v, n := binary.Uvarint(r.b[r.p:])
-		if n > 0 {
-			r.p += n
-			return v
-		}
-	}
-	r.bad, r.p = true, len(r.b)
-	return 0
-}
-
-// fixed returns the next n bytes (aliasing b), nil when fewer are left.
-func (r *segReader) fixed(n int) []byte {
-	if n < 0 || n > len(r.b)-r.p {
-		r.bad, r.p = true, len(r.b)
-		return nil
-	}
-	v := r.b[r.p : r.p+n : r.p+n]
-	r.p += n
-	return v
-}
-
-func (r *segReader) skip(n int) { r.fixed(n) }
-
-// bytes reads a length-prefixed byte string (aliasing b).
-func (r *segReader) bytes() []byte {
-	n := r.uvarint()
-	if n > uint64(len(r.b)-r.p) {
-		r.bad, r.p = true, len(r.b)
-		return nil
-	}
-	return r.fixed(int(n))
 }
 
 // aliasString is b as a string without copying; b must not change while

@@ -262,8 +262,9 @@ func sameMessage(a, b Message) bool {
 		bytes.Equal(a.Payload, b.Payload) && a.Encrypted == b.Encrypted
 }
 
-// refRangeDecode is appendSegmentOffsets as it was before its segReader
-// (over binenc.Reader): the reference the fuzz test compares it with.
+// refRangeDecode is appendSegmentOffsets as it was before it became the
+// generic decodeOffsets (straight into []StoredMessage): the reference the
+// fuzz test compares it with.
 func refRangeDecode(out []StoredMessage, pid uuid.UUID, base, last int64, body []byte, from, to int64) ([]StoredMessage, error) {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("partition %s offset %d: %w: "+format, append([]any{pid, base, ErrBadSegment}, args...)...)

@@ -48,10 +48,16 @@ func (r *Reader) Err() error { return r.err }
 // Len is the number of bytes not yet consumed.
 func (r *Reader) Len() int { return len(r.b) }
 
-// Uvarint reads a uvarint.
+// Uvarint reads a uvarint. A one-byte value (below 0x80: every length
+// and count of a short message) is read without the general loop.
 func (r *Reader) Uvarint() uint64 {
 	if r.err != nil {
 		return 0
+	}
+	if len(r.b) > 0 && r.b[0] < 0x80 {
+		v := uint64(r.b[0])
+		r.b = r.b[1:]
+		return v
 	}
 	v, n := binary.Uvarint(r.b)
 	if n <= 0 {
@@ -62,10 +68,15 @@ func (r *Reader) Uvarint() uint64 {
 	return v
 }
 
-// Varint reads a zig-zag varint.
+// Varint reads a zig-zag varint (one-byte values as in Uvarint).
 func (r *Reader) Varint() int64 {
 	if r.err != nil {
 		return 0
+	}
+	if len(r.b) > 0 && r.b[0] < 0x80 {
+		u := uint64(r.b[0])
+		r.b = r.b[1:]
+		return int64(u>>1) ^ -int64(u&1)
 	}
 	v, n := binary.Varint(r.b)
 	if n <= 0 {

@@ -265,7 +265,7 @@ type ackResult struct {
 
 // toAckRequest validates one ack item; the message is a 400 error text.
 func toAckRequest(a ackBody, group string) (pg.AckRequest, string) {
-	return toAckRequestWith(a, group, nil, nil)
+	return toAckRequestWith(a, group, nil, &ackParseCache{})
 }
 
 // ackParseCache remembers, while a batch's acks are validated in order,
@@ -273,59 +273,45 @@ func toAckRequest(a ackBody, group string) (pg.AckRequest, string) {
 // found valid: a batch acks one pop's messages, which share all three, so
 // each is parsed and checked once per batch rather than once per ack.
 type ackParseCache struct {
-	pidText, leaseText, group string
-	pid, lease                uuid.UUID
-	pidSet, leaseSet, groupOK bool
+	pid, lease parsedUUID
+	group      string // the last group found valid ("" none)
 }
 
-// parsePID is uuid.Parse(s), remembered in c (nil: no cache).
-func (c *ackParseCache) parsePID(s string) (uuid.UUID, error) {
-	if c == nil {
-		return uuid.Parse(s)
-	}
-	if !c.pidSet || s != c.pidText {
+// parsedUUID is the last text uuid.Parse accepted and what it gave.
+type parsedUUID struct {
+	text string
+	id   uuid.UUID
+	set  bool
+}
+
+// parse is uuid.Parse(s), remembered when s parses.
+func (c *parsedUUID) parse(s string) (uuid.UUID, error) {
+	if !c.set || s != c.text {
 		id, err := uuid.Parse(s)
 		if err != nil {
 			return id, err
 		}
-		c.pidText, c.pid, c.pidSet = s, id, true
+		c.text, c.id, c.set = s, id, true
 	}
-	return c.pid, nil
-}
-
-// parseLease is parsePID for leaseIds.
-func (c *ackParseCache) parseLease(s string) (uuid.UUID, error) {
-	if c == nil {
-		return uuid.Parse(s)
-	}
-	if !c.leaseSet || s != c.leaseText {
-		id, err := uuid.Parse(s)
-		if err != nil {
-			return id, err
-		}
-		c.leaseText, c.lease, c.leaseSet = s, id, true
-	}
-	return c.lease, nil
+	return c.id, nil
 }
 
 // validGroup is ingest.ValidateName(g) == nil, remembered in c.
 func (c *ackParseCache) validGroup(g string) bool {
-	if c != nil && c.groupOK && g == c.group {
+	if g != "" && g == c.group {
 		return true
 	}
 	if ingest.ValidateName(g) != nil {
 		return false
 	}
-	if c != nil {
-		c.group, c.groupOK = g, true
-	}
+	c.group = g
 	return true
 }
 
 // toAckRequestWith is toAckRequest with lease, when not nil, the memory
 // the request's LeaseID points to (a batch's acks share one array rather
-// than allocating one UUID each), and c, when not nil, what the acks
-// before it in its batch parsed.
+// than allocating one UUID each), and c what the acks before it in its
+// batch parsed (a fresh one for an ack alone).
 func toAckRequestWith(a ackBody, group string, lease *uuid.UUID, c *ackParseCache) (pg.AckRequest, string) {
 	if a.TransactionID == nil || *a.TransactionID == "" {
 		return pg.AckRequest{}, "transactionId is required"
@@ -333,7 +319,7 @@ func toAckRequestWith(a ackBody, group string, lease *uuid.UUID, c *ackParseCach
 	if a.PartitionID == nil {
 		return pg.AckRequest{}, "partitionId is required"
 	}
-	pid, err := c.parsePID(*a.PartitionID)
+	pid, err := c.pid.parse(*a.PartitionID)
 	if err != nil {
 		return pg.AckRequest{}, "partitionId must be a UUID"
 	}
@@ -344,7 +330,7 @@ func toAckRequestWith(a ackBody, group string, lease *uuid.UUID, c *ackParseCach
 		return r, "status must be one of completed, success, failed, dlq, retry"
 	}
 	if a.LeaseID != nil && *a.LeaseID != "" {
-		l, err := c.parseLease(*a.LeaseID)
+		l, err := c.lease.parse(*a.LeaseID)
 		if err != nil {
 			return r, "leaseId must be a UUID"
 		}

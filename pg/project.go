@@ -370,9 +370,9 @@ func (s *Store) projectTx(ctx context.Context, conn batcher, begin bool, items [
 	if err != nil {
 		return nil, nil, err
 	}
-	// The encryption flag was read under this transaction's lock: no
-	// check (a /configure committed since does not fail the batch).
-	w.segEnc = nil
+	// The encryption flag was read under this transaction's lock:
+	// buildWrites asks for no check (a /configure committed since does
+	// not fail the batch).
 	var b pgx.Batch
 	w.queue(&b, items, out)
 	if finish != nil {
@@ -398,9 +398,11 @@ func (s *Store) projectTx(ctx context.Context, conn batcher, begin bool, items [
 // is not probed, a client transactionId is probed by its key hash (not one in the minted form,
 // which the minted probe reads, nor while queen.dedup holds legacy
 // entries). The offsets are allocated from the predictions, every item
-// stored. In the pipeline, write_segments locks the partitions in id order
-// and checks every prediction under the lock (SQLSTATE QN001 if another
-// broker, a transactional push or a queue delete moved or removed one),
+// stored. In the pipeline, store_segments locks the partitions in id order
+// and checks every prediction under the lock, the offsets per partition
+// and the encryption flags per queue (predictedEncryption) (SQLSTATE QN001
+// if another broker, a transactional push or a queue delete moved or
+// removed one, or a /configure changed a queue's encryptionEnabled),
 // then assert_new_keys probes the sidecar for the client keys, after the
 // lock as the long way does, and raises QN002 on any hit (a duplicate, a
 // repeat outside its window, a hash collision: the long way decides it).
@@ -483,6 +485,10 @@ func (s *Store) buildPredicted(items []ProjectItem, ids, lockIDs []uuid.UUID, pa
 		keys[i] = keyHash(k.pid, k.txid)
 		hashes = append(hashes, keys[i])
 	}
+	encQ, encV, ok := predictedEncryption(items, ids, parts)
+	if !ok {
+		return nil, nil, errNoPrediction
+	}
 	// Every key is new (or the pipeline rolls back) and unique, so every
 	// item is stored and the window (not predicted) never applies.
 	out := storeAll(items, ids, parts, keys, back)
@@ -491,13 +497,42 @@ func (s *Store) buildPredicted(items []ProjectItem, ids, lockIDs []uuid.UUID, pa
 		return nil, nil, err
 	}
 	w.newKeys = hashes
+	w.encQueues, w.encValues = encQ, encV
 	return out, w, nil
+}
+
+// predictedEncryption lists the queues of a predicted batch (items, their
+// partition ids ids, the partitions' predictions in parts) once each, in
+// first-seen order, with the encryptionEnabled the batch's segments are
+// built for, for store_segments to check (one queue probe per queue
+// instead of one per partition). ok is false when two partitions of one
+// queue predict different flags (guesses learned at different times):
+// one of them is wrong, and the long way, which reads the flags under the
+// lock, also corrects the guesses.
+func predictedEncryption(items []ProjectItem, ids []uuid.UUID, parts map[uuid.UUID]*partState) (queues []string, encrypt []bool, ok bool) {
+	for i := range items {
+		q, e := items[i].Queue, parts[ids[i]].encrypt
+		if n := len(queues); n > 0 && queues[n-1] == q {
+			if encrypt[n-1] != e {
+				return nil, nil, false
+			}
+			continue
+		}
+		if j := slices.Index(queues, q); j >= 0 {
+			if encrypt[j] != e {
+				return nil, nil, false
+			}
+			continue
+		}
+		queues, encrypt = append(queues, q), append(encrypt, e)
+	}
+	return queues, encrypt, true
 }
 
 // errNoPrediction: projectPredicted does not apply to the batch.
 var errNoPrediction = errors.New("pg: batch offsets not predictable")
 
-// SQLSTATEs of the projection functions (pg/schema.sql): write_segments
+// SQLSTATEs of the projection functions (pg/schema.sql): store_segments
 // raises codeOffsetsStale when a partition is gone or not in the state the
 // batch was built for, assert_new_keys codeKeysNotNew when the sidecar
 // names an offset for one of the keys.
@@ -740,11 +775,13 @@ type batchWrites struct {
 	segPID   []uuid.UUID
 	segBase  []int64
 	segCount []int32
-	// segEnc: the encryptionEnabled each segment was built for, checked
-	// by write_segments; nil: no check.
-	segEnc  []bool
-	segBody segmentBodies // encoded as the batch is sent (pg/pgarray.go)
-	runs    dedupRuns
+	segBody  segmentBodies // encoded as the batch is sent (pg/pgarray.go)
+	// encQueues, encValues: the queues of the batch's partitions and the
+	// encryptionEnabled their segments were built for (predictedEncryption),
+	// checked by store_segments; nil: no check.
+	encQueues []string
+	encValues []bool
+	runs      dedupRuns
 	// newKeys: key hashes of client transactionIds the sidecar must not
 	// know yet (projectPredicted), checked after the segments lock their
 	// partitions and before the sidecar rows go in.
@@ -752,12 +789,12 @@ type batchWrites struct {
 }
 
 // queue appends the batch's writes to b: the segments with their
-// partitions' offsets (write_segments), the sidecar rows and the pg_notify
+// partitions' offsets (store_segments), the sidecar rows and the pg_notify
 // of the queues that items stores messages in (out: their outcomes).
 func (w *batchWrites) queue(b *pgx.Batch, items []ProjectItem, out []Outcome) {
 	if len(w.segPID) > 0 {
-		b.Queue(`SELECT queen.write_segments($1::uuid[], $2::bigint[], $3::integer[], $4::boolean[], $5::bytea[])`,
-			pgUUIDs(w.segPID), w.segBase, w.segCount, w.segEnc, w.segBody)
+		b.Queue(`SELECT queen.store_segments($1::uuid[], $2::bigint[], $3::integer[], $4::bytea[], $5::text[], $6::boolean[])`,
+			pgUUIDs(w.segPID), w.segBase, w.segCount, w.segBody, w.encQueues, w.encValues)
 	}
 	if len(w.newKeys) > 0 {
 		b.Queue(`SELECT queen.assert_new_keys($1::bigint[])`, w.newKeys)
@@ -793,7 +830,6 @@ func (s *Store) buildWrites(lockIDs []uuid.UUID, parts map[uuid.UUID]*partState)
 		w.segPID = append(w.segPID, id)
 		w.segBase = append(w.segBase, ps.base)
 		w.segCount = append(w.segCount, int32(ps.next-ps.base))
-		w.segEnc = append(w.segEnc, ps.encrypt)
 		w.segBody = append(w.segBody, ps.msgs)
 	}
 	return w, nil
@@ -809,7 +845,7 @@ func (s *Store) buildWrites(lockIDs []uuid.UUID, parts map[uuid.UUID]*partState)
 // gets the lookup's next_offset and encryption flag as its guess
 // (learnOffsets' map), so that the batch naming it for the first time can
 // go the one round trip way (projectPredicted): the guess is read without
-// a lock, and write_segments checks it under the lock, so a partition
+// a lock, and store_segments checks it under the lock, so a partition
 // another broker moved since is refused (QN001) and the batch goes the
 // long way; a guess this Store learned from its own commit is never
 // replaced by a lookup. Transactional and stream pushes pass false: they

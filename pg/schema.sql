@@ -160,7 +160,8 @@ BEGIN
 END
 $$;
 
--- Writes the segments of a projection batch (pg/project.go): locks the
+-- Writes the segments of a projection batch (what brokers before
+-- store_segments, below, call; kept for a rolling upgrade): locks the
 -- partitions ids in id order by updating them (NO KEY UPDATE, as
 -- lock_partitions: no deadlock between brokers; a no-op where the batch
 -- holds them already), checks that partition ids[i] is at next_offset bases[i] and that its
@@ -199,6 +200,48 @@ BEGIN
     GET DIAGNOSTICS moved = ROW_COUNT;
     IF moved <> cardinality(ids) THEN
         RAISE EXCEPTION 'queen: % of % partitions gone or not at the predicted offset', cardinality(ids) - moved, cardinality(ids)
+            USING ERRCODE = 'QN001';
+    END IF;
+    INSERT INTO queen.segments (partition_id, base_offset, last_offset, body)
+    SELECT v.id, v.base, v.base + v.n - 1, v.body FROM unnest(ids, bases, counts, bodies) AS v(id, base, n, body);
+END
+$$;
+
+-- store_segments is write_segments with the encryption check per queue
+-- instead of per partition (pg/project.go calls it; write_segments stays
+-- for brokers of the versions before): it moves partition ids[i] from
+-- next_offset bases[i] to bases[i] + counts[i] and stores bodies[i] as its
+-- segment, as write_segments does, locking in id order by the update;
+-- then, where queues is not NULL, checks that queue queues[j] has
+-- encryption_enabled = encrypt[j] (every queue of the batch's partitions,
+-- named as the batch's items name them: a partition's queue never
+-- changes, and a queue deleted and created again under its name has new
+-- partitions, which the update does not find). A partition gone or not
+-- at bases[i], or a queue not in that state, raises SQLSTATE QN001, which
+-- rolls the transaction back before it commits. The check per partition
+-- (a queue probe for each updated row) was about a fifth of the update at
+-- hundreds of partitions a batch; a batch names one or a few queues.
+CREATE OR REPLACE FUNCTION queen.store_segments(ids uuid[], bases bigint[], counts integer[], bodies bytea[], queues text[], encrypt boolean[])
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET enable_hashjoin = off SET enable_mergejoin = off SET enable_seqscan = off SET enable_bitmapscan = off SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    moved bigint;
+BEGIN
+    -- In id order, as write_segments (see there).
+    UPDATE queen.partitions p SET next_offset = v.base + v.n, last_message_at = now()
+    FROM (SELECT * FROM unnest(ids, bases, counts) AS u(id, base, n) ORDER BY u.id) AS v
+    WHERE p.id = v.id AND p.next_offset = v.base;
+    GET DIAGNOSTICS moved = ROW_COUNT;
+    IF moved <> cardinality(ids) THEN
+        RAISE EXCEPTION 'queen: % of % partitions gone or not at the predicted offset', cardinality(ids) - moved, cardinality(ids)
+            USING ERRCODE = 'QN001';
+    END IF;
+    IF queues IS NOT NULL AND EXISTS (
+        SELECT 1 FROM unnest(queues, encrypt) AS k(q, e)
+        WHERE NOT EXISTS (SELECT 1 FROM queen.queues x WHERE x.name = k.q AND x.encryption_enabled = k.e)) THEN
+        RAISE EXCEPTION 'queen: the encryption of a queue of the batch is not the predicted one'
             USING ERRCODE = 'QN001';
     END IF;
     INSERT INTO queen.segments (partition_id, base_offset, last_offset, body)

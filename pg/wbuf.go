@@ -167,5 +167,8 @@ func (w *batchWrites) wireLen() int {
 	n += 20*len(w.segPID) + 12*3*len(w.segBase)
 	n += 12 * (len(w.newKeys) + len(w.runs.hashes) + len(w.runs.base))
 	n += 20 * len(w.runs.pid)
+	for _, q := range w.encQueues {
+		n += 4 + len(q) + 8 // text[] element, boolean[] element
+	}
 	return n
 }

@@ -126,3 +126,70 @@ func backendCPU(ctx context.Context, s *pg.Store) int64 {
 	}
 	return ticks * 10_000_000 // USER_HZ 100
 }
+
+// BenchmarkProjectSpread is one Project call over many partitions, as the
+// 16 × 100 bench over 10,000 partitions produces it: 800 items, two to a
+// partition, over 400 of 10,000 partitions (all created and written once
+// before the timer starts, so the partition and segment indexes have
+// their size), the next batch over the next 400; with broker-minted ids
+// and with client transactionIds. pg-cpu-µs/op is PostgreSQL's CPU per
+// batch (the backends of the test database, from /proc).
+func BenchmarkProjectSpread(b *testing.B) {
+	s := openStore(b)
+	ctx := context.Background()
+	payload := []byte(`{"p":"` + fmt.Sprintf("%0248d", 0) + `"}`)
+	broker := uuid.New()
+	const total, perBatch, items = 10000, 400, 800
+	var wal uint64
+	seq, part := 0, 0
+	fill := func(batch []pg.ProjectItem, minted bool) {
+		now := time.Now().UnixMicro()
+		for i := range batch {
+			id, _ := uuid.NewV7()
+			tx := id.String()
+			if !minted {
+				seq++
+				tx = fmt.Sprintf("bench-%d", seq)
+			}
+			batch[i] = pg.ProjectItem{Queue: "bench", Partition: fmt.Sprintf("p%d", part%total),
+				AcceptedAtMicros: now, Message: pg.Message{ID: id, TransactionID: tx, CreatedAtMicros: now, Payload: payload}}
+			if i%2 == 1 {
+				part++
+			}
+		}
+	}
+	// Every partition created and written once.
+	for part < total {
+		batch := make([]pg.ProjectItem, items)
+		fill(batch, true)
+		wal++
+		if _, err := s.Project(ctx, broker, pg.Checkpoint{Index: wal}, batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, minted := range []bool{true, false} {
+		b.Run(fmt.Sprintf("items=%d/parts=%d-of-%d/minted=%v", items, perBatch, total, minted), func(b *testing.B) {
+			batch := make([]pg.ProjectItem, items)
+			pgss := resetStatements(ctx, s)
+			cpu0 := backendCPU(ctx, s)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				fill(batch, minted)
+				wal++
+				b.StartTimer()
+				if _, err := s.Project(ctx, broker, pg.Checkpoint{Index: wal}, batch); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			if cpu0 >= 0 {
+				b.ReportMetric(float64(backendCPU(ctx, s)-cpu0)/float64(b.N)/1000, "pg-cpu-µs/op")
+			}
+			if pgss {
+				reportStatements(ctx, b, s)
+			}
+		})
+	}
+}

@@ -220,7 +220,9 @@ $$;
 -- at bases[i], or a queue not in that state, raises SQLSTATE QN001, which
 -- rolls the transaction back before it commits. The check per partition
 -- (a queue probe for each updated row) was about a fifth of the update at
--- hundreds of partitions a batch; a batch names one or a few queues.
+-- hundreds of partitions a batch; a batch names one or a few queues. The
+-- segments go in in the order of ids, which pg/project.go sorts (sortIDs):
+-- their index entries then go in key order.
 CREATE OR REPLACE FUNCTION queen.store_segments(ids uuid[], bases bigint[], counts integer[], bodies bytea[], queues text[], encrypt boolean[])
 RETURNS void
 LANGUAGE plpgsql VOLATILE

@@ -3,9 +3,13 @@ package pg_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/queenmq/queen-go/crypt"
 	"github.com/queenmq/queen-go/pg"
@@ -193,5 +197,82 @@ func TestProjectPredictedEncryptionGuessesDisagree(t *testing.T) {
 	}
 	if f := got["P2"]; len(f) != 2 || !f[0].msg.Encrypted || !f[1].msg.Encrypted {
 		t.Fatalf("P2: %d messages, encrypted %v; want 2, encrypted", len(f), encryptedFlags(f))
+	}
+}
+
+// TestDedupProbeInChunks: queen.dedup_batch_probe scans the sidecar's
+// index in pieces of 256 hashes; a row whose hashes match in several
+// pieces (and pieces past the first) comes back exactly once, a row
+// matching nothing not at all, and an empty probe finds nothing.
+func TestDedupProbeInChunks(t *testing.T) {
+	s := openStore(t)
+	ctx := context.Background()
+	hashes := make([]int64, 1000)
+	for i := range hashes {
+		hashes[i] = int64(i)*7919 + 1
+	}
+	pid := uuid.New()
+	rows := [][]int64{
+		{hashes[3], hashes[300], hashes[999], -5}, // pieces 1, 2 and 4
+		{hashes[700]}, // piece 3 only
+		{-1, -2, -3},  // none
+	}
+	for i, k := range rows {
+		if _, err := s.Pool().Exec(ctx, `INSERT INTO queen.dedup_batches (expires_at, partition_ids, base_offsets, key_hashes)
+			VALUES (now() + interval '1 hour', $1, $2, $3)`, []uuid.UUID{pid}, []int64{int64(i)}, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	probe := func(h []int64) []int64 {
+		t.Helper()
+		r, err := s.Pool().Query(ctx, `SELECT base_offsets[1] FROM queen.dedup_batch_probe($1::bigint[]) ORDER BY 1`, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := pgx.CollectRows(r, pgx.RowTo[int64])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := probe(hashes); !slices.Equal(got, []int64{0, 1}) {
+		t.Fatalf("probe of 1,000 hashes found rows %v, want [0 1]", got)
+	}
+	if got := probe(hashes[256:512]); !slices.Equal(got, []int64{0}) {
+		t.Fatalf("probe of hashes 256..511 found rows %v, want [0]", got)
+	}
+	if got := probe(nil); len(got) != 0 {
+		t.Fatalf("empty probe found rows %v", got)
+	}
+}
+
+// TestDedupManyKeysOneBatch: a batch of 1,000 client keys, then one that
+// sends four of them again among 996 new ones (the probe's hits in
+// different pieces of 256, all in one sidecar row): exactly those four
+// are duplicates of their originals, the rest stored.
+func TestDedupManyKeysOneBatch(t *testing.T) {
+	b := setup(t)
+	first := make([]pg.ProjectItem, 1000)
+	for i := range first {
+		first[i] = item("q", fmt.Sprintf("key-%d", i), now())
+	}
+	orig := b.project(t, first...)
+	second := make([]pg.ProjectItem, 1000)
+	again := map[int]int{10: 0, 300: 300, 650: 600, 999: 999} // index in second -> in first
+	for i := range second {
+		if j, ok := again[i]; ok {
+			second[i] = item("q", fmt.Sprintf("key-%d", j), now())
+		} else {
+			second[i] = item("q", fmt.Sprintf("new-%d", i), now())
+		}
+	}
+	out := b.project(t, second...)
+	for i, o := range out {
+		j, dup := again[i]
+		if dup {
+			wantDup(t, second[i].Message.TransactionID, o, true, orig[j].MessageID)
+			continue
+		}
+		wantDup(t, second[i].Message.TransactionID, o, false, uuid.Nil)
 	}
 }

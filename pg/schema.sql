@@ -363,16 +363,41 @@ ALTER TABLE queen.dedup ADD COLUMN IF NOT EXISTS spilled boolean NOT NULL DEFAUL
 -- of a 24 ms batch). Index lookups are right at every size.
 --
 -- dedup_batch_probe: the rows of queen.dedup_batches that hold any of
--- hashes (candidates, to be confirmed against their segments).
+-- hashes (candidates, to be confirmed against their segments), each once.
+-- The GIN index is scanned once per 256 hashes: a GIN scan compares each
+-- of its search keys with every key before it (PostgreSQL's
+-- ginFillScanEntry merges equal ones), so one scan of n keys costs n^2/2
+-- comparisons. Measured (probes of random keys that match nothing, mean
+-- of 50): 800 keys in one scan 0.80 ms, in scans of 256 0.55 ms; 1,600
+-- keys 2.3 ms against 1.1 ms; at 400 keys or fewer the same. A projector
+-- batch of 10,000 client keys (catching up) would take about 90 ms in one
+-- scan. A row is returned once however many of its keys match.
 CREATE OR REPLACE FUNCTION queen.dedup_batch_probe(hashes bigint[])
 RETURNS TABLE (partition_ids uuid[], base_offsets bigint[], key_hashes bigint[])
 LANGUAGE plpgsql STABLE
 SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
+DECLARE
+    i integer := 1;
+    seen tid[] := '{}';
+    r record;
 BEGIN
-    RETURN QUERY
-        SELECT d.partition_ids, d.base_offsets, d.key_hashes FROM queen.dedup_batches d WHERE d.key_hashes && hashes;
+    LOOP
+        FOR r IN SELECT d.ctid AS t, d.partition_ids AS p, d.base_offsets AS b, d.key_hashes AS k
+                 FROM queen.dedup_batches d WHERE d.key_hashes && hashes[i:i + 255] LOOP
+            -- Hits are rare (a duplicate, a collision): a linear check.
+            IF NOT r.t = ANY(seen) THEN
+                seen := seen || r.t;
+                partition_ids := r.p;
+                base_offsets := r.b;
+                key_hashes := r.k;
+                RETURN NEXT;
+            END IF;
+        END LOOP;
+        i := i + 256;
+        EXIT WHEN i > coalesce(cardinality(hashes), 0);
+    END LOOP;
 END
 $$;
 

@@ -809,8 +809,9 @@ type batchWrites struct {
 // of the queues that items stores messages in (out: their outcomes).
 func (w *batchWrites) queue(b *pgx.Batch, items []ProjectItem, out []Outcome) {
 	if len(w.segPID) > 0 {
-		b.Queue(`SELECT queen.store_segments($1::uuid[], $2::bigint[], $3::integer[], $4::bytea[], $5::text[], $6::boolean[])`,
-			pgUUIDs(w.segPID), w.segBase, w.segCount, w.segBody, w.encQueues, w.encValues)
+		// The bodies last: see store_segments (pg/schema.sql).
+		b.Queue(`SELECT queen.store_segments($1::uuid[], $2::bigint[], $3::integer[], $4::text[], $5::boolean[], $6::bytea[])`,
+			pgUUIDs(w.segPID), w.segBase, w.segCount, w.encQueues, w.encValues, w.segBody)
 	}
 	if len(w.newKeys) > 0 {
 		b.Queue(`SELECT queen.assert_new_keys($1::bigint[])`, w.newKeys)

@@ -222,8 +222,10 @@ $$;
 -- (a queue probe for each updated row) was about a fifth of the update at
 -- hundreds of partitions a batch; a batch names one or a few queues. The
 -- segments go in in the order of ids, which pg/project.go sorts (sortIDs):
--- their index entries then go in key order.
-CREATE OR REPLACE FUNCTION queen.store_segments(ids uuid[], bases bigint[], counts integer[], bodies bytea[], queues text[], encrypt boolean[])
+-- their index entries then go in key order. bodies comes last: the broker
+-- encodes it into a buffer sized for it (pg/pgarray.go), which a parameter
+-- after it would outgrow.
+CREATE OR REPLACE FUNCTION queen.store_segments(ids uuid[], bases bigint[], counts integer[], queues text[], encrypt boolean[], bodies bytea[])
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET enable_hashjoin = off SET enable_mergejoin = off SET enable_seqscan = off SET enable_bitmapscan = off SET plan_cache_mode = force_generic_plan

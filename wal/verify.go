@@ -109,8 +109,9 @@ var ErrStopScan = errors.New("wal: stop scan")
 // for writing, no lock is taken). payload aliases a buffer that is only
 // valid during the call.
 //
-// In the newest segment, a record cut short at the end of the file, or one
-// that does not verify and is followed by zeros only (a write into the
+// In the newest segment, a record cut short at the end of the file (or
+// starting with a zero length prefix), or one that does not verify and is
+// followed by zeros only (a write into the
 // zero padding of a preallocated segment, seen half done), is where the
 // writer is (or a torn tail that the next Open repairs): the scan ends
 // there without an error, so the last records shown may still be waiting
@@ -140,7 +141,9 @@ func Scan(dir string, from uint64, fn func(index uint64, payload []byte) error) 
 				break // zero padding
 			}
 			size, k := binary.Uvarint(data[pos:])
-			torn := k <= 0 || size > uint64(len(data)-pos-k)
+			// A zero length prefix before non-zero bytes is a torn write
+			// whose first page did not reach the disk.
+			torn := k <= 0 || size == 0 || size > uint64(len(data)-pos-k)
 			if torn && last {
 				return nil
 			}

@@ -250,7 +250,10 @@ func TestDiskFull(t *testing.T) {
 		}
 	}
 	f.Close()
-	big := strings.Repeat("x", 100<<10)
+	// Larger than the tail segment's zero padding (64 KiB + 64 KiB): the
+	// padding's blocks are reserved, so a push that fits in it is still
+	// stored on a full disk; this one must extend the file.
+	big := strings.Repeat("x", 200<<10)
 	res := push(t, s.base, body(item{"qd", "P", big, "TF1"}, item{"qd", "P", 1, "TF2"}))
 	wantStatuses(t, res, F, F)
 	if code := healthCode(t, s.base); code != http.StatusOK {

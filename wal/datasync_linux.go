@@ -22,3 +22,13 @@ func dataSync(f *os.File) error {
 		}
 	}
 }
+
+// freeBytes is the space in bytes that an unprivileged writer may still
+// use on the file system holding dir (statfs(2), f_bavail × f_bsize).
+func freeBytes(dir string) (int64, error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, &os.PathError{Op: "statfs", Path: dir, Err: err}
+	}
+	return int64(st.Bavail) * st.Bsize, nil
+}

@@ -46,8 +46,10 @@
 // needs no journal commit for it. fallocate(2) would not do: its blocks
 // are "unwritten", and the first write to each converts it, a metadata
 // change every fdatasync would commit. When a prepared file is not ready
-// at a roll, or padding fails (a full disk), the segment is created empty
-// and appended to, as before; nothing else changes. Records never reach
+// at a roll, or padding fails (a full disk), or the file system has less
+// than twice the padding free (zeros written until ENOSPC would fill, for
+// a moment, the disk appends and PostgreSQL need), the segment is created
+// empty and appended to, as before; nothing else changes. Records never reach
 // the prepared file before it is renamed, so one left by a crash holds no
 // records: Open removes it. Size and MaxBytes count the bytes up to each
 // segment's last record; the padding of the tail and the prepared file

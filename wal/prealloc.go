@@ -69,16 +69,31 @@ func writeZeros(f *os.File, from, to int64) error {
 	return nil
 }
 
+// errLowSpace is returned by padFile when the file system has too little
+// free space to pad without nearly filling it.
+var errLowSpace = errors.New("wal: too little free space to preallocate a segment")
+
 // padFile extends f, holding size bytes, with zeros to want bytes and
 // fsyncs it (unless noSync): the file's size and blocks are then durable,
-// so later writes below want change data only. On failure (a full disk)
-// the file is cut back to size and the error returned: the segment is
-// then written by appending, as an unpadded one.
+// so later writes below want change data only. It writes nothing, and
+// returns errLowSpace, unless the file system holding f has at least
+// twice the padding free: zeros written until ENOSPC would fill, for a
+// moment, a disk that appends (and PostgreSQL, when it shares the disk)
+// need. On failure (a full disk) the file is cut back to size and the
+// error returned: the segment is then written by appending, as an
+// unpadded one.
 func padFile(f *os.File, size, want int64, noSync bool) error {
 	if size >= want {
 		return nil
 	}
-	err := writeZeros(f, size, want)
+	free, err := freeBytes(filepath.Dir(f.Name()))
+	if err != nil {
+		return err
+	}
+	if free < 2*(want-size) {
+		return fmt.Errorf("%w: %d bytes free, padding takes %d", errLowSpace, free, want-size)
+	}
+	err = writeZeros(f, size, want)
 	if err == nil && !noSync {
 		err = f.Sync()
 	}

@@ -3,8 +3,10 @@ package wal
 import (
 	"bytes"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -372,4 +374,32 @@ func TestPreallocatedTailOnFullDisk(t *testing.T) {
 		mustRead(t, l, i, testPayload(int(i), 1000))
 	}
 	mustNotFound(t, l, n+1)
+}
+
+// TestPreallocSkippedOnLowSpace: with less free space than twice the
+// padding (a 64 KiB file system, 4 MiB segments), neither the tail nor a
+// next segment is padded, so the zeros never fill the disk under the
+// appends: they go on by appending, and the refusal is logged.
+func TestPreallocSkippedOnLowSpace(t *testing.T) {
+	t.Parallel()
+	mnt := mountTmpfs(t, "64k")
+	var logs syncBuffer
+	dir := filepath.Join(mnt, "wal")
+	l, _ := openLog(t, dir, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	for i := 1; i <= 20; i++ {
+		mustAppend(t, l, testPayload(i, 1000), uint64(i))
+	}
+	if got, want := fileSize(t, filepath.Join(dir, segName(1))), int64(20*entryLen(1000)); got != want {
+		t.Fatalf("tail is %d bytes, want %d (its records: not padded)", got, want)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for strings.Count(logs.String(), errLowSpace.Error()) < 2 { // the tail and the prepared segment
+		if time.Now().After(deadline) {
+			t.Fatalf("low space not logged twice; log:\n%s", logs.String())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := os.Stat(filepath.Join(dir, preparedName)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a prepared segment was written on a file system without room (%v)", err)
+	}
 }

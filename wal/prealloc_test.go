@@ -16,20 +16,20 @@ import (
 // file is padSize(preSeg) = 8 KiB.
 const preSeg = 4096
 
-// waitPrepared waits until the preparer has written the next segment file
-// in full (its size reached padSize: the zeros are written).
-func waitPrepared(t *testing.T, dir string, segSize int) {
+// waitPrepared waits until l's preparer has the next segment file ready
+// for a roll (written in full, fsynced and handed over: the next roll
+// takes it).
+func waitPrepared(t *testing.T, l *Log) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for {
-		st, err := os.Stat(filepath.Join(dir, preparedName))
-		if err == nil && st.Size() == padSize(segSize) {
-			return
-		}
+	for len(l.prep.ready) == 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("no prepared segment of %d bytes in %s (%v)", padSize(segSize), dir, err)
+			t.Fatalf("no prepared segment in %s", l.dir)
 		}
 		time.Sleep(time.Millisecond)
+	}
+	if got := fileSize(t, filepath.Join(l.dir, preparedName)); got != padSize(l.opts.SegmentSize) {
+		t.Fatalf("prepared segment is %d bytes, want %d", got, padSize(l.opts.SegmentSize))
 	}
 }
 
@@ -216,7 +216,7 @@ func TestPreparedSegmentUnusedAtCrash(t *testing.T) {
 		payloads = append(payloads, testPayload(i, 100))
 		mustAppend(t, b.log, payloads[i-1], uint64(i))
 	}
-	waitPrepared(t, b.dir, preSeg)
+	waitPrepared(t, b.log)
 	whole := copyDir(t, b.dir)
 	half := copyDir(t, b.dir)
 	if err := os.WriteFile(filepath.Join(half, preparedName), []byte("stray bytes of a half-written file"), 0o640); err != nil {
@@ -230,7 +230,7 @@ func TestPreparedSegmentUnusedAtCrash(t *testing.T) {
 		if got := segNames(t, dir); len(got) != 1 {
 			t.Fatalf("%s: segments %v, want only segment 1", name, got)
 		}
-		waitPrepared(t, dir, preSeg)
+		waitPrepared(t, l)
 		data, err := os.ReadFile(filepath.Join(dir, preparedName))
 		if err != nil || !allZero(data) {
 			t.Fatalf("%s: the new prepared segment is not all zeros (%v)", name, err)
@@ -261,7 +261,7 @@ func TestRollTakesPreparedSegment(t *testing.T) {
 	t.Parallel()
 	opts := Options{SegmentSize: preSeg, Logger: discardLogger()}
 	b := setup(t, opts)
-	waitPrepared(t, b.dir, preSeg)
+	waitPrepared(t, b.log)
 	big := testPayload(1, preSeg) // fills segment 1: the roll follows it
 	mustAppend(t, b.log, big, 1)
 	mustAppend(t, b.log, testPayload(2, 10), 2)
@@ -274,7 +274,7 @@ func TestRollTakesPreparedSegment(t *testing.T) {
 	if got, want := fileSize(t, filepath.Join(b.dir, segName(1))), int64(entryLen(preSeg)); got != want {
 		t.Fatalf("sealed segment is %d bytes, want %d", got, want)
 	}
-	waitPrepared(t, b.dir, preSeg) // the next one is written
+	waitPrepared(t, b.log) // the next one is written
 	mustRead(t, b.log, 1, big)
 	mustRead(t, b.log, 2, testPayload(2, 10))
 }
@@ -349,7 +349,7 @@ func TestPreallocatedTailOnFullDisk(t *testing.T) {
 	opts := Options{SegmentSize: 16 << 10, Logger: discardLogger()}
 	dir := filepath.Join(mnt, "wal")
 	l, _ := openLog(t, dir, opts)
-	waitPrepared(t, dir, opts.SegmentSize)
+	waitPrepared(t, l)
 	fillDisk(t, filepath.Join(mnt, "filler"))
 	// Segment 1 and the prepared segment 2 are reserved: 30 KiB of
 	// records fit, in two segments.

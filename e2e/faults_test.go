@@ -16,6 +16,7 @@ import (
 	"github.com/queenmq/queen-go/ingest"
 	"github.com/queenmq/queen-go/internal/broker"
 	"github.com/queenmq/queen-go/internal/testenv"
+	"github.com/queenmq/queen-go/wal"
 )
 
 // TestCaseP14DatabaseDiesUnderLoad: 200 pushes/s of 10 items; PostgreSQL is
@@ -182,13 +183,16 @@ func TestCaseP15TornWALTail(t *testing.T) {
 	segs, _ := filepath.Glob(filepath.Join(walDir, "wal", strings.Repeat("[0-9]", 20)))
 	sort.Strings(segs)
 	newest := segs[len(segs)-1]
-	st, err := os.Stat(newest)
-	if err != nil {
-		t.Fatal(err)
+	// The killed broker's newest segment ends in zero padding (wal/doc.go,
+	// "Preallocation"): its records end Padding bytes before the file does.
+	reps, ok, err := wal.Verify(filepath.Dir(newest))
+	if err != nil || !ok || len(reps) == 0 || reps[len(reps)-1].Name != filepath.Base(newest) {
+		t.Fatalf("wal.Verify before the cut: %+v, ok %t, %v", reps, ok, err)
 	}
+	end := reps[len(reps)-1].Bytes - reps[len(reps)-1].Padding
 	// The last record is the T3 push (well over 20 bytes): cut 10 bytes into
 	// its end.
-	if err := os.Truncate(newest, st.Size()-10); err != nil {
+	if err := os.Truncate(newest, end-10); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := exec.Command(brokerBinary(t), "wal", "verify", filepath.Join(walDir, "wal")).CombinedOutput(); err == nil {
@@ -246,7 +250,10 @@ func TestDiskFull(t *testing.T) {
 		}
 	}
 	f.Close()
-	big := strings.Repeat("x", 100<<10)
+	// Larger than the tail segment's zero padding (64 KiB + 64 KiB): the
+	// padding's blocks are reserved, so a push that fits in it is still
+	// stored on a full disk; this one must extend the file.
+	big := strings.Repeat("x", 200<<10)
 	res := push(t, s.base, body(item{"qd", "P", big, "TF1"}, item{"qd", "P", 1, "TF2"}))
 	wantStatuses(t, res, F, F)
 	if code := healthCode(t, s.base); code != http.StatusOK {

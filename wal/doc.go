@@ -18,6 +18,43 @@
 //	bytes 1..4  CRC-32C (Castagnoli), little endian, over version | payload
 //	bytes 5..   payload (opaque to this package; package ingest defines it)
 //
+// A segment's records may be followed by zero bytes up to the end of the
+// file (the padding of a preallocated segment, below). A record is never
+// shorter than its 5-byte header, so a zero length prefix cannot start
+// one: where a record would start, a zero byte followed by zeros only to
+// the end of the file ends the segment's data; followed by anything else
+// it is damage. The file size therefore no longer marks the end of the
+// data while a segment is the tail, but it does again once the segment is
+// sealed or the log is closed cleanly: both cut the padding, so a sealed
+// segment, and every segment of a stopped log, is byte for byte what an
+// appending writer (earlier builds, Options.NoPreallocate) writes.
+//
+// # Preallocation
+//
+// Unless Options.NoPreallocate is set, a segment file is filled with
+// zeros to SegmentSize + 64 KiB (or twice a segment under 64 KiB) and
+// fsynced before records go in: the tail at open (a new log's first
+// segment, or the tail of a log written by appending), and every later
+// segment ahead of need, by a preparer goroutine that writes
+// "next-segment.prepared" and fsyncs it; the roll renames that file to the
+// new segment's name, and the directory is fsynced with the batch, as
+// for a created file. A group commit then overwrites allocated,
+// initialised blocks: the file's size and block map do not change, and
+// the tail is made durable with fdatasync(2), which flushes the data (and
+// would flush a size or block change, such as a record written past the
+// padding, which extends the file) but not the modification time, so ext4
+// needs no journal commit for it. fallocate(2) would not do: its blocks
+// are "unwritten", and the first write to each converts it, a metadata
+// change every fdatasync would commit. When a prepared file is not ready
+// at a roll, or padding fails (a full disk), or the file system has less
+// than twice the padding free (zeros written until ENOSPC would fill, for
+// a moment, the disk appends and PostgreSQL need), the segment is created
+// empty and appended to, as before; nothing else changes. Records never reach
+// the prepared file before it is renamed, so one left by a crash holds no
+// records: Open removes it. Size and MaxBytes count the bytes up to each
+// segment's last record; the padding of the tail and the prepared file
+// take up to 2 × (SegmentSize + 64 KiB) more on disk.
+//
 // # Memory
 //
 // The tail segment and the last sealed segment read (or rolled from) are
@@ -58,8 +95,10 @@
 // (DurableIndex, Notify) only after it. A segment rolls (as tidwall's
 // did) before a batch when the tail is already past SegmentSize, and after
 // the record that takes it to SegmentSize or more; the segment rolled from
-// is fsynced before the next file is created, and the directory is fsynced
-// with the batch, so the new file's name survives a power cut.
+// has its zero padding cut and is fsynced before the next file is created
+// (or the prepared one renamed), and the directory is fsynced with the
+// batch, so the new file's name survives a power cut. The tail itself is
+// made durable with fdatasync (Preallocation, above).
 //
 // # Failure (fail-stop)
 //
@@ -86,12 +125,16 @@
 //
 // Before the segments are opened, Open scans the tail segment record by
 // record (length prefix, envelope version, checksum). At the first record
-// that is incomplete or does not verify (a torn write, a zero-filled tail),
-// the segment is cut: the bytes from that point on are first copied to
+// that is incomplete or does not verify (a torn write), the segment is cut:
+// the bytes from that point to the last non-zero one are first copied to
 // cut/<segment>.<unix-nanos>.bin as evidence, then the file is truncated and
-// fsynced, and the cut is returned in a RepairReport and logged. Nothing is
-// skipped silently: records before the cut are kept, records after it are in
-// the evidence file only. Corruption in an older, sealed segment is not
+// fsynced (and padded again when the log preallocates), and the cut is
+// returned in a RepairReport and logged. Nothing is skipped silently:
+// records before the cut are kept, records after it are in the evidence
+// file only. Zeros after the last record are padding, not a cut: a
+// preallocated tail after a crash, or a file whose size reached the disk
+// before its data (no record of such a tail was acknowledged: an
+// acknowledged record was fdatasynced, and no record is all zeros). Corruption in an older, sealed segment is not
 // repaired: Read returns ErrCorruptRecord from the first damaged record to
 // the segment's end, and serves the records before it from the file with
 // this package's own verified reader (ReadRecordAt). A damaged segment is
@@ -104,7 +147,8 @@
 //
 // With Options.MaxBytes set, an Append whose record would take the segment
 // files past it fails with ErrFull and writes nothing (Size reports the
-// bytes). The projector truncates projected segments early above 3/4 of it.
+// bytes up to each segment's last record; zero padding is not counted).
+// The projector truncates projected segments early above 3/4 of it.
 //
 // # Truncation
 //

@@ -17,7 +17,9 @@ type RepairReport struct {
 	Segment string
 	// Offset is the byte offset in Segment where the cut was made.
 	Offset int64
-	// CutBytes is how many bytes were removed from Segment.
+	// CutBytes is how many bytes were removed from Segment, not counting
+	// zero bytes at their end (the zero padding of a preallocated
+	// segment, or the zeros of a torn write: nothing tells them apart).
 	CutBytes int64
 	// KeptEntries is how many entries Segment still holds after the cut.
 	KeptEntries int
@@ -70,14 +72,24 @@ func listSegments(dir string) ([]segFile, error) {
 
 // scanSegment walks the entries of a segment and returns the byte offset
 // after the last entry that verifies, how many entries verified, and why
-// the scan stopped early ("" when the whole file verified). maxEntries >= 0
+// the scan stopped early ("" when the whole file verified: every byte
+// after good is zero padding, doc.go "Preallocation"). maxEntries >= 0
 // stops after that many entries (used to roll back to a durable index).
 // A record is judged by its length fitting the file and its checksum only,
 // never by a size limit: a limit lowered between runs must not cut records
-// that were acknowledged.
+// that were acknowledged. A zero length prefix starts the padding when
+// every byte from it to the end of the file is zero; followed by anything
+// else it is damage (a torn write whose first page did not reach the
+// disk).
 func scanSegment(data []byte, maxEntries int) (good int64, n int, reason string) {
 	pos := 0
 	for pos < len(data) {
+		if data[pos] == 0 {
+			if allZero(data[pos:]) {
+				return int64(pos), n, ""
+			}
+			return int64(pos), n, "zero length prefix before non-zero bytes"
+		}
 		if maxEntries >= 0 && n == maxEntries {
 			return int64(pos), n, "rollback of entries after the durable index"
 		}
@@ -146,18 +158,21 @@ func repair(dir string, keep int64) (*RepairReport, error) {
 		}
 	}
 	good, n, reason := scanSegment(data, maxEntries)
-	if good == int64(len(data)) {
+	if reason == "" { // all records verify; what follows is zero padding
 		return rep, syncDirIf(dir, rep != nil)
 	}
 	if rep == nil {
 		rep = &RepairReport{}
 	}
-	rep.Segment, rep.Offset, rep.CutBytes, rep.KeptEntries, rep.Reason = tail.name, good, int64(len(data))-good, n, reason
+	// The cut bytes up to their last non-zero one; zeros after it carry
+	// nothing (padding, or a write that never reached the disk).
+	cut := data[good : int(good)+zeroTailStart(data[good:])]
+	rep.Segment, rep.Offset, rep.CutBytes, rep.KeptEntries, rep.Reason = tail.name, good, int64(len(cut)), n, reason
 	// Keep evidence first; a failure to do so (full disk) must not stop the
 	// cut, or the log could never be written again.
 	evDir := filepath.Join(dir, "cut")
 	ev := filepath.Join(evDir, fmt.Sprintf("%s.%d.bin", tail.name, time.Now().UnixNano()))
-	if err := writeEvidence(evDir, ev, data[good:]); err == nil {
+	if err := writeEvidence(evDir, ev, cut); err == nil {
 		rep.Evidence = ev
 	} else {
 		_ = os.Remove(ev)

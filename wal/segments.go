@@ -35,6 +35,12 @@ type segStore struct {
 	dir     string
 	segSize int
 	noSync  bool
+	// prep prepares the next segment file (nil: segments are created
+	// empty and written by appending, Options.NoPreallocate); the tail is
+	// padded with zeros at open too ("Preallocated segments", prealloc.go).
+	prep *preparer
+	// warn logs a padding failure (rate-limited by the Log).
+	warn func(msg string, args ...any)
 
 	mu   sync.Mutex
 	segs []*segment // index order; the last is the tail
@@ -55,18 +61,28 @@ type segStore struct {
 	// reused counts the buffers taken from spares (tests, benchmarks).
 	reused int
 
-	// f is the tail segment's file (writer goroutine and close only).
-	f *os.File
-	// fsync syncs f (nil: f.Sync); tests set it to inject fsync errors.
+	// f is the tail segment's file (writer goroutine and close only), and
+	// fileSize its size in bytes: len of the tail's buf, or more when the
+	// file is padded with zeros beyond its records.
+	f        *os.File
+	fileSize int64
+	// fsync syncs f (nil: dataSync or f.Sync); tests set it to inject
+	// fsync errors.
 	fsync func(*os.File) error
 }
 
-// syncFile fsyncs f through the store's fsync (f.Sync by default).
-func (s *segStore) syncFile(f *os.File) error {
+// syncFile makes f durable through the store's fsync: with meta, data and
+// all metadata (f.Sync, fsync(2): a directory, a file whose size was
+// cut); without, data and what reading it needs (dataSync, fdatasync(2):
+// the group commit of the tail).
+func (s *segStore) syncFile(f *os.File, meta bool) error {
 	if s.fsync != nil {
 		return s.fsync(f)
 	}
-	return f.Sync()
+	if meta {
+		return f.Sync()
+	}
+	return dataSync(f)
 }
 
 // segment is one segment file; buf and pos are nil unless it is the tail
@@ -160,14 +176,16 @@ func (s *segStore) tailCap() int {
 // openSegStore opens the segment files of dir (already repaired: repair
 // has also finished a truncation that a crash interrupted inside an
 // earlier build's tidwall, a "<segment>.START" or "<segment>.END" file, as
-// tidwall did on open) for appending, creating the first segment of an
-// empty log.
-func openSegStore(dir string, segSize int, noSync bool) (*segStore, error) {
+// tidwall did on open) for writing after the tail's last record, creating
+// the first segment of an empty log. With prep set, the tail is padded
+// with zeros to padSize first (a padding failure, a full disk, is logged
+// through warn and leaves the tail unpadded: it is then appended to).
+func openSegStore(dir string, segSize int, noSync bool, prep *preparer, warn func(string, ...any)) (*segStore, error) {
 	files, err := listSegments(dir)
 	if err != nil {
 		return nil, err
 	}
-	s := &segStore{dir: dir, segSize: segSize, noSync: noSync}
+	s := &segStore{dir: dir, segSize: segSize, noSync: noSync, prep: prep, warn: warn}
 	if len(files) == 0 {
 		f, err := os.OpenFile(filepath.Join(dir, segName(1)), os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o640)
 		if err != nil {
@@ -176,6 +194,7 @@ func openSegStore(dir string, segSize int, noSync bool) (*segStore, error) {
 		s.f = f
 		s.segs = []*segment{{index: 1, name: segName(1), buf: make([]byte, 0, s.tailCap()), resident: true}}
 		s.first, s.last = 1, 0
+		s.pad()
 		return s, nil
 	}
 	for _, fl := range files {
@@ -187,34 +206,47 @@ func openSegStore(dir string, segSize int, noSync bool) (*segStore, error) {
 	if err != nil {
 		return nil, err
 	}
-	buf := make([]byte, len(data), max(len(data)+segmentSlack, s.tailCap()))
-	copy(buf, data)
-	pos, n := indexFrames(nil, buf)
-	if n != len(buf) {
+	pos, n := indexFrames(nil, data)
+	if !allZero(data[n:]) {
 		return nil, fmt.Errorf("%w: tail segment %s does not parse at byte %d after repair", ErrCorruptRecord, tail.name, n)
 	}
+	buf := make([]byte, n, max(n+segmentSlack, s.tailCap()))
+	copy(buf, data)
 	tail.buf, tail.pos, tail.resident = buf, pos, true
 	f, err := os.OpenFile(path, os.O_RDWR, 0o640)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := f.Seek(0, 2); err != nil {
-		f.Close()
-		return nil, err
-	}
-	s.f = f
+	s.f, s.fileSize = f, int64(len(data))
 	s.first = s.segs[0].index
 	s.last = tail.index + uint64(len(pos)) - 1
+	s.pad()
 	return s, nil
 }
 
+// pad extends the tail file with zeros to padSize when the store
+// preallocates; a failure is logged and leaves the file as it was.
+func (s *segStore) pad() {
+	if s.prep == nil {
+		return
+	}
+	want := padSize(s.segSize)
+	if err := padFile(s.f, s.fileSize, want, s.noSync); err != nil {
+		s.warn("wal: padding the tail segment failed; it is appended to instead", "err", err)
+		return
+	}
+	s.fileSize = max(s.fileSize, want)
+}
+
 // indexFrames appends to pos where each length-prefixed frame of data sits
-// and returns it with the offset after the last whole frame.
+// and returns it with the offset after the last whole frame: the end of
+// data, or where a zero length prefix starts the zero padding of a
+// preallocated segment (a record is never empty), or a torn frame.
 func indexFrames(pos []span, data []byte) ([]span, int) {
 	end := 0
 	for end < len(data) {
 		size, k := binary.Uvarint(data[end:])
-		if k <= 0 || size > uint64(len(data)-end-k) {
+		if k <= 0 || size == 0 || size > uint64(len(data)-end-k) {
 			break
 		}
 		start := end + k
@@ -304,7 +336,8 @@ func (s *segStore) tailIndex() uint64 {
 
 // writeBatch appends the records of batch (envelopes sealed, indexes
 // last+1...) to the tail segment and writes them with one write call per
-// segment touched, rolling to a new segment as tidwall did: before the
+// segment touched (at the tail's data end: over its zero padding, or
+// extending the file), rolling to a new segment as tidwall did: before the
 // batch when the tail is already past SegmentSize, and after the record
 // that takes it to SegmentSize or more. rolled reports a roll (the caller
 // fsyncs the directory). Nothing is fsynced here except a segment rolled
@@ -330,7 +363,7 @@ func (s *segStore) writeBatch(batch []*appendReq) (rolled bool, err error) {
 		s.last++
 		s.mu.Unlock()
 		if len(t.buf) >= s.segSize {
-			if _, err := s.f.Write(t.buf[mark:]); err != nil {
+			if err := s.write(t.buf, mark); err != nil {
 				return rolled, err
 			}
 			if t, err = s.roll(t); err != nil {
@@ -340,37 +373,81 @@ func (s *segStore) writeBatch(batch []*appendReq) (rolled bool, err error) {
 		}
 	}
 	if len(t.buf) > mark {
-		if _, err := s.f.Write(t.buf[mark:]); err != nil {
+		if err := s.write(t.buf, mark); err != nil {
 			return rolled, err
 		}
 	}
 	return rolled, nil
 }
 
-// roll seals the tail t (fsynced, unless noSync, and closed; its bytes
-// stay in memory as the cached segment) and starts a new, empty tail.
-func (s *segStore) roll(t *segment) (*segment, error) {
-	if !s.noSync {
-		if err := s.syncFile(s.f); err != nil {
-			return nil, err
+// write writes buf[from:] to the tail file at offset from (buf is the
+// tail's bytes from the start of the file).
+func (s *segStore) write(buf []byte, from int) error {
+	if _, err := s.f.WriteAt(buf[from:], int64(from)); err != nil {
+		return err
+	}
+	s.fileSize = max(s.fileSize, int64(len(buf)))
+	return nil
+}
+
+// seal cuts the tail file's zero padding (a sealed segment's file ends at
+// its last record, as in the unpadded layout) and makes it durable: an
+// fsync after a cut (the size changed), else an fdatasync; nothing under
+// noSync but the cut.
+func (s *segStore) seal(t *segment) error {
+	cut := s.fileSize > int64(len(t.buf))
+	if cut {
+		if err := s.f.Truncate(int64(len(t.buf))); err != nil {
+			return err
 		}
+		s.fileSize = int64(len(t.buf))
+	}
+	if s.noSync {
+		return nil
+	}
+	return s.syncFile(s.f, cut)
+}
+
+// roll seals the tail t (padding cut, fsynced unless noSync, and closed;
+// its bytes stay in memory as the cached segment) and starts a new, empty
+// tail: the prepared file renamed to its name when one is ready, else a
+// new empty file. The caller fsyncs the directory before the new
+// segment's records are acknowledged.
+func (s *segStore) roll(t *segment) (*segment, error) {
+	if err := s.seal(t); err != nil {
+		return nil, err
 	}
 	if err := s.f.Close(); err != nil {
 		return nil, err
 	}
 	s.f = nil
 	next := &segment{index: s.last + 1, name: segName(s.last + 1), resident: true}
-	f, err := os.OpenFile(filepath.Join(s.dir, next.name), os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o640)
+	f, size, err := s.newTailFile(next.name)
 	if err != nil {
 		return nil, err
 	}
-	s.f = f
+	s.f, s.fileSize = f, size
 	s.mu.Lock()
 	s.setCached(t) // retires the segment cached before t, whose buffer next may reuse
 	next.buf, next.pos = s.take(s.tailCap())
 	s.segs = append(s.segs, next)
 	s.mu.Unlock()
 	return next, nil
+}
+
+// newTailFile returns the file of a new tail segment named name and its
+// size: the prepared file (zero padded) renamed to name when the preparer
+// has one ready, else a new empty file.
+func (s *segStore) newTailFile(name string) (*os.File, int64, error) {
+	path := filepath.Join(s.dir, name)
+	if f, size := s.prep.take(path); f != nil {
+		return f, size, nil
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o640)
+	if err != nil {
+		return nil, 0, err
+	}
+	return f, 0, nil
 }
 
 // setCached makes sg the cached sealed segment, dropping the memory of the
@@ -433,8 +510,8 @@ func (s *segStore) load(name string) ([]byte, []span, error) {
 	if _, err := io.ReadFull(f, buf); err != nil {
 		return nil, nil, err
 	}
-	pos, _ = indexFrames(pos, buf)
-	return buf, pos, nil
+	pos, n := indexFrames(pos, buf)
+	return buf[:n], pos, nil
 }
 
 // readResident is read for a record of a resident segment (the tail or
@@ -491,12 +568,14 @@ func (s *segStore) truncateFront(keepFrom uint64) error {
 	return errors.Join(errs...)
 }
 
-// sync fsyncs the tail segment's file.
+// sync makes the tail segment's written records durable (fdatasync: a
+// write into the padding changes no metadata but the modification time,
+// and one that extended the file had its new size flushed by it too).
 func (s *segStore) sync() error {
 	if s.f == nil {
 		return errors.New("tail segment not open")
 	}
-	return s.syncFile(s.f)
+	return s.syncFile(s.f, false)
 }
 
 // syncDir fsyncs the directory (through the store's fsync), so that a
@@ -507,22 +586,35 @@ func (s *segStore) syncDir() error {
 		return err
 	}
 	defer d.Close()
-	if err := s.syncFile(d); err != nil {
+	if err := s.syncFile(d, true); err != nil {
 		return fmt.Errorf("sync dir %s: %w", s.dir, err)
 	}
 	return nil
 }
 
-// close closes the tail file, fsyncing it first when flush is set.
+// close closes the tail file. With flush set (a clean Close) the tail is
+// sealed first (its zero padding cut, so a stopped log's files are in the
+// unpadded layout, and fsynced); without, the handle is only closed (it
+// failed; a repair follows).
 func (s *segStore) close(flush bool) error {
 	if s.f == nil {
 		return nil
 	}
 	var err error
-	if flush && !s.noSync {
-		err = s.syncFile(s.f)
+	if flush {
+		s.mu.Lock()
+		t := s.segs[len(s.segs)-1]
+		s.mu.Unlock()
+		err = s.seal(t)
 	}
 	err = errors.Join(err, s.f.Close())
 	s.f = nil
 	return err
+}
+
+// tailBytes is the tail segment's bytes up to its last record.
+func (s *segStore) tailBytes() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.segs[len(s.segs)-1].buf)
 }

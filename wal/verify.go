@@ -14,9 +14,12 @@ type SegmentReport struct {
 	// Name is the file name; FirstIndex the index of its first record.
 	Name       string
 	FirstIndex uint64
-	// Records is how many records verify; Bytes the file size.
+	// Records is how many records verify; Bytes the file size, of which
+	// Padding is zero bytes after the last record (a preallocated tail,
+	// doc.go "Preallocation"; 0 for a sealed segment).
 	Records int
 	Bytes   int64
+	Padding int64
 	// Problem is "" for a clean segment, else where and why it stops
 	// verifying (the records after that point cannot be read).
 	Problem string
@@ -40,7 +43,9 @@ func Verify(dir string) (reports []SegmentReport, ok bool, err error) {
 		}
 		good, n, reason := scanSegment(data, -1)
 		r := SegmentReport{Name: s.name, FirstIndex: s.index, Records: n, Bytes: int64(len(data))}
-		if reason != "" {
+		if reason == "" {
+			r.Padding = int64(len(data)) - good
+		} else {
 			r.Problem = fmt.Sprintf("at byte %d after %d records: %s", good, n, reason)
 			ok = false
 		}
@@ -74,6 +79,9 @@ func ReadRecordAt(dir string, index uint64) ([]byte, error) {
 	}
 	pos, at := 0, segs[i].index
 	for pos < len(data) {
+		if data[pos] == 0 && allZero(data[pos:]) {
+			break // zero padding: the segment's records end here
+		}
 		size, k := binary.Uvarint(data[pos:])
 		if k <= 0 || size > uint64(len(data)-pos-k) {
 			return nil, fmt.Errorf("%w: segment %s is torn before record %d", ErrCorruptRecord, segs[i].name, index)
@@ -101,10 +109,14 @@ var ErrStopScan = errors.New("wal: stop scan")
 // for writing, no lock is taken). payload aliases a buffer that is only
 // valid during the call.
 //
-// In the newest segment, a record cut short at the end of the file is where
-// the writer is (or a torn tail that the next Open repairs): the scan ends
+// In the newest segment, a record cut short at the end of the file (or
+// starting with a zero length prefix), or one that does not verify and is
+// followed by zeros only (a write into the
+// zero padding of a preallocated segment, seen half done), is where the
+// writer is (or a torn tail that the next Open repairs): the scan ends
 // there without an error, so the last records shown may still be waiting
-// for their fsync. Anywhere else, a record that does not verify ends the
+// for their fsync. Zero padding after the last record ends a segment's
+// records in any segment. Anywhere else, a record that does not verify ends the
 // scan with ErrCorruptRecord wrapped with the segment and index; a gap
 // between segments ends it with an error naming the indexes. A segment
 // removed while it is read (truncation by the broker) is an error too: run
@@ -125,15 +137,24 @@ func Scan(dir string, from uint64, fn func(index uint64, payload []byte) error) 
 		last := i+1 == len(segs)
 		at := s.index
 		for pos := 0; pos < len(data); at++ {
+			if data[pos] == 0 && allZero(data[pos:]) {
+				break // zero padding
+			}
 			size, k := binary.Uvarint(data[pos:])
-			torn := k <= 0 || size > uint64(len(data)-pos-k)
+			// A zero length prefix before non-zero bytes is a torn write
+			// whose first page did not reach the disk.
+			torn := k <= 0 || size == 0 || size > uint64(len(data)-pos-k)
 			if torn && last {
 				return nil
 			}
 			if torn {
 				return fmt.Errorf("%w: segment %s is torn at record %d", ErrCorruptRecord, s.name, at)
 			}
-			p, err := DecodeRecord(data[pos+k : pos+k+int(size)])
+			end := pos + k + int(size)
+			p, err := DecodeRecord(data[pos+k : end])
+			if err != nil && last && end < len(data) && allZero(data[end:]) {
+				return nil // the writer's record, half written into the padding
+			}
 			if err != nil {
 				return fmt.Errorf("segment %s, record %d: %w", s.name, at, err)
 			}

@@ -66,6 +66,12 @@ type Options struct {
 	// NoSync skips fsync. Only for tests that measure something else; the
 	// broker never sets it.
 	NoSync bool
+	// NoPreallocate writes segments by appending to empty files, as
+	// builds before preallocation did, instead of over zeros written
+	// ahead (doc.go, "Preallocation"; default false: preallocate). For a
+	// file system where overwriting in place allocates anyway
+	// (copy-on-write: btrfs, ZFS), the zeros are written for nothing.
+	NoPreallocate bool
 	// Logger receives repair reports and slow-fsync warnings
 	// (default slog.Default()).
 	Logger *slog.Logger
@@ -136,6 +142,10 @@ type Log struct {
 	// writer-goroutine state
 	broken error // set after a failed write until a reopen succeeds
 
+	// prep writes the next segment file ahead of its roll (nil with
+	// NoPreallocate); it runs from Open to Close, across reopens.
+	prep *preparer
+
 	first atomic.Uint64
 	// durable is the last index written and fsynced; only the writer
 	// goroutine (and an open) stores it.
@@ -200,9 +210,20 @@ func Open(dir string, opts Options) (*Log, *RepairReport, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, nil, fmt.Errorf("wal: create dir: %w", err)
 	}
+	// A prepared segment a crash left holds no records; the preparer
+	// writes a fresh one.
+	if err := os.Remove(filepath.Join(dir, preparedName)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, nil, fmt.Errorf("wal: remove prepared segment: %w", err)
+	}
+	if !l.opts.NoPreallocate {
+		l.prep = newPreparer(dir, padSize(l.opts.SegmentSize), l.opts.NoSync, l.failLog.Warn)
+	}
 	rep, err := l.openLocked(-1)
 	if err != nil {
 		return nil, rep, err
+	}
+	if l.prep != nil {
+		l.prep.start()
 	}
 	go l.writer()
 	return l, rep, nil
@@ -221,7 +242,7 @@ func (l *Log) openLocked(keep int64) (*RepairReport, error) {
 	if err != nil {
 		return rep, fmt.Errorf("wal: repair: %w", err)
 	}
-	st, err := openSegStore(l.dir, l.opts.SegmentSize, l.opts.NoSync)
+	st, err := openSegStore(l.dir, l.opts.SegmentSize, l.opts.NoSync, l.prep, l.failLog.Warn)
 	if err != nil {
 		return rep, fmt.Errorf("wal: open: %w", err)
 	}
@@ -237,12 +258,14 @@ func (l *Log) openLocked(keep int64) (*RepairReport, error) {
 		st.close(false)
 		return rep, fmt.Errorf("wal: list segments after open: %v", err)
 	}
-	size, err := segmentFileBytes(l.dir, segs)
+	// The tail counts up to its last record: its zero padding is not
+	// data (sealed segments have none).
+	size, err := segmentFileBytes(l.dir, segs[:len(segs)-1])
 	if err != nil {
 		st.close(false)
 		return rep, err
 	}
-	l.size.Store(size)
+	l.size.Store(size + int64(st.tailBytes()))
 	// What checkSealed verified describes the files before this open: a
 	// rollback cuts a segment that was sealed (and may have been verified
 	// holding the failed batch's records) back to the tail, which later
@@ -273,7 +296,9 @@ func segmentFileBytes(dir string, segs []segFile) (int64, error) {
 	return n, nil
 }
 
-// Size is the bytes of all segment files, as MaxBytes counts them.
+// Size is the bytes of all segment files up to their last record, as
+// MaxBytes counts them (the zero padding of the tail and the prepared next
+// segment, up to 2 × (SegmentSize + 64 KiB) more on disk, is not counted).
 func (l *Log) Size() int64 { return l.size.Load() }
 
 // MaxBytes is Options.MaxBytes (0 = no cap).
@@ -840,6 +865,9 @@ func (l *Log) Close() error {
 		if l.st != nil {
 			err = l.st.close(true)
 			l.st = nil
+		}
+		if l.prep != nil {
+			l.prep.stop()
 		}
 	})
 	return err

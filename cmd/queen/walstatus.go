@@ -72,7 +72,11 @@ func walVerify(w io.Writer, dir string) error {
 		if r.Problem != "" {
 			status = "PROBLEM: " + r.Problem
 		}
-		fmt.Fprintf(w, "%s first=%d records=%d bytes=%d %s\n", r.Name, r.FirstIndex, r.Records, r.Bytes, status)
+		padding := ""
+		if r.Padding > 0 { // the zeros of a preallocated tail (wal/doc.go, "Preallocation")
+			padding = fmt.Sprintf(" padding=%d", r.Padding)
+		}
+		fmt.Fprintf(w, "%s first=%d records=%d bytes=%d%s %s\n", r.Name, r.FirstIndex, r.Records, r.Bytes, padding, status)
 	}
 	if !ok {
 		return fmt.Errorf("wal verify: problems found in %s", dir)
@@ -123,7 +127,7 @@ func walStatus(w io.Writer, dir, pgURL string) error {
 		if r.Records > 0 {
 			last = r.FirstIndex + uint64(r.Records) - 1
 		}
-		bytes += r.Bytes
+		bytes += r.Bytes - r.Padding // records, as queen_wal_bytes counts them
 	}
 	switch {
 	case last == 0:

@@ -141,6 +141,10 @@ type Config struct {
 	// WALSegmentBytes, WALMaxBytes: QUEEN_WAL_SEGMENT_BYTES, QUEEN_WAL_MAX_BYTES.
 	WALSegmentBytes int
 	WALMaxBytes     int
+	// WALPreallocate writes each WAL segment with zeros ahead of its
+	// records, so a group commit is an fdatasync with no metadata change
+	// (QUEEN_WAL_PREALLOCATE, default true; wal.Options.NoPreallocate).
+	WALPreallocate bool
 	// WALRetentionSeconds keeps projected WAL segments this long; 0 =
 	// truncate once projected (QUEEN_WAL_RETENTION_SECONDS).
 	WALRetentionSeconds int
@@ -302,6 +306,9 @@ var Vars = []Var{
 	intVar("QUEEN_WAL_MAX_BYTES", SectionWAL, 0, unitBytes, 0, math.MaxInt,
 		"Cap on the WAL's segment files; 0 = no cap. At least 4 segments. Beyond it pushes answer `failed` (nothing stored) instead of filling the disk PostgreSQL may share; above 3/4 of it projected segments are truncated before their retention.",
 		func(c *Config) *int { return &c.WALMaxBytes }),
+	boolVar("QUEEN_WAL_PREALLOCATE", SectionWAL, true,
+		"`true` writes each WAL segment file full of zeros (and fsyncs it) ahead of its records, off the push path, so every group commit overwrites allocated blocks and needs only an `fdatasync` (on ext4 about a quarter less CPU and latency per commit than an appending `fsync`). `false` appends to empty files, as earlier builds did: for copy-on-write file systems (btrfs, ZFS), where the zeros buy nothing.",
+		func(c *Config) *bool { return &c.WALPreallocate }),
 	intVar("QUEEN_WAL_RETENTION_SECONDS", SectionWAL, 900, unitSec, 0, math.MaxInt32,
 		"Keep projected WAL segments this long, so a PostgreSQL restored from a backup can be re-projected; 0 = truncate once projected.",
 		func(c *Config) *int { return &c.WALRetentionSeconds }),

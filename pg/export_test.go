@@ -207,3 +207,56 @@ func LeaseIDSQL(seed, key string) string                   { return leaseIDSQL(s
 func ReleaseSeed(ctx context.Context, s *Store, queue, group string, seed uuid.UUID) (int64, error) {
 	return s.releaseSeed(ctx, queue, group, seed)
 }
+
+// ServeLeasedWithQueuedAcks queues the whole-lease ack calls of queue as
+// if behind an ack transaction in flight, serves the leased pops in one
+// combined transaction (serveLeased, which takes the queued acks), and
+// returns each pop's result (nil: it would run by itself) and for each
+// ack call whether that transaction applied it (false also for a call
+// that is no whole-lease ack of this broker) and whether it was left to
+// run by itself.
+func ServeLeasedWithQueuedAcks(s *Store, queue string, pops []PopRequest, calls [][]AckRequest) ([]*PopResult, []bool, []bool) {
+	byCall := make([]*ackWaiter, len(calls))
+	c := &s.ackCombine
+	c.mu.Lock()
+	if c.lines == nil {
+		c.lines = make(map[string]*ackLine)
+	}
+	line := c.lines[queue]
+	if line == nil {
+		line = &ackLine{inFlight: true}
+		c.lines[queue] = line
+	}
+	for i, reqs := range calls {
+		if e := s.fastAckEntry(reqs); e != nil {
+			byCall[i] = &ackWaiter{reqs: reqs, e: e, done: make(chan struct{})}
+			line.queued = append(line.queued, byCall[i])
+		}
+	}
+	c.mu.Unlock()
+	ws := make([]*popWaiter, len(pops))
+	for i, req := range pops {
+		if req.Batch < 1 {
+			req.Batch = 1
+		}
+		req.Partitions = 1
+		ws[i] = &popWaiter{req: req, done: make(chan struct{}), taken: true}
+	}
+	s.serveLeased(ws)
+	c.mu.Lock()
+	delete(c.lines, queue)
+	c.mu.Unlock()
+	res := make([]*PopResult, len(ws))
+	for i, w := range ws {
+		<-w.done
+		res[i] = w.res
+	}
+	applied, alone := make([]bool, len(calls)), make([]bool, len(calls))
+	for i, w := range byCall {
+		if w != nil {
+			<-w.done
+			applied[i], alone[i] = w.applied, w.alone
+		}
+	}
+	return res, applied, alone
+}

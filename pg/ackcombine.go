@@ -149,63 +149,19 @@ func (s *Store) serveAcks(ws []*ackWaiter) {
 		close(ws[0].done)
 		return
 	}
-	sortAcks(ws)
-	ctx, cancel := combinedContext(ackDeadlines(nil, ws))
-	defer cancel()
-	counts, err := s.fastAcksTx(ctx, ws)
-	s.finishAcks(ws, counts, err)
-}
-
-// sortAcks sorts ws in (partition, group) order: the order the general
-// path locks cursors in, so that two transactions never wait on each
-// other in a cycle.
-func sortAcks(ws []*ackWaiter) {
 	slices.SortFunc(ws, func(x, y *ackWaiter) int {
 		if c := bytes.Compare(x.e.key.partition[:], y.e.key.partition[:]); c != 0 {
 			return c
 		}
 		return strings.Compare(x.e.group, y.e.group)
 	})
-}
-
-// ackDeadlines appends the deadlines of ws to to.
-func ackDeadlines(to []time.Time, ws []*ackWaiter) []time.Time {
-	for _, w := range ws {
-		to = append(to, w.deadline)
+	deadlines := make([]time.Time, len(ws))
+	for i, w := range ws {
+		deadlines[i] = w.deadline
 	}
-	return to
-}
-
-// takeQueuedAcks takes up to ackCombineMax of the whole-lease acks queued
-// for queue (marked taken, as serveQueuedAcks takes them), sorted as
-// sortAcks sorts; nil when none is queued. The caller serves them in a
-// transaction of its own and completes them with finishAcks.
-func (s *Store) takeQueuedAcks(queue string) []*ackWaiter {
-	c := &s.ackCombine
-	c.mu.Lock()
-	line := c.lines[queue]
-	if line == nil || len(line.queued) == 0 {
-		c.mu.Unlock()
-		return nil
-	}
-	n := min(len(line.queued), ackCombineMax)
-	ws := append([]*ackWaiter(nil), line.queued[:n]...)
-	line.queued = append(line.queued[:0], line.queued[n:]...)
-	for _, w := range ws {
-		w.taken = true
-	}
-	c.mu.Unlock()
-	sortAcks(ws)
-	return ws
-}
-
-// finishAcks completes the ack calls ws served by one transaction: counts
-// (fastAcksSQL's, one per call) say which leases it completed; err not nil
-// says the transaction failed and every call runs by itself.
-func (s *Store) finishAcks(ws []*ackWaiter, counts []int, err error) {
-	if len(ws) == 0 {
-		return
-	}
+	ctx, cancel := combinedContext(deadlines)
+	defer cancel()
+	counts, err := s.fastAcksTx(ctx, ws)
 	for i, w := range ws {
 		switch {
 		case err != nil:
@@ -285,28 +241,6 @@ func queueFastAcks(b *pgx.Batch, ws []*ackWaiter) {
 const fastAcksSetup = "SELECT set_config('lock_timeout', '" + ackCombineLockTimeout + "', true), " +
 	"set_config('plan_cache_mode', 'force_generic_plan', true)"
 
-// readFastAcks reads, from br, the answer of fastAcksSetup and then of
-// fastAcksSQL for n leases: each lease's count (1 applied, 0 not).
-func readFastAcks(br pgx.BatchResults, n int) ([]int, error) {
-	if _, err := br.Exec(); err != nil {
-		return nil, err
-	}
-	rows, err := br.Query()
-	if err != nil {
-		return nil, err
-	}
-	counts := make([]int, n)
-	var ord int64
-	_, err = pgx.ForEachRow(rows, []any{&ord}, func() error {
-		if ord < 1 || ord > int64(n) {
-			return fmt.Errorf("fast acks: ordinal %d of %d", ord, n)
-		}
-		counts[ord-1] = 1
-		return nil
-	})
-	return counts, err
-}
-
 // fastAcksTx sends BEGIN, the lock timeout, fastAcksSQL for every waiter
 // and COMMIT in one round trip and returns each waiter's count (1 applied,
 // 0 not).
@@ -324,9 +258,22 @@ func (s *Store) fastAcksTx(ctx context.Context, ws []*ackWaiter) ([]int, error) 
 	queueFastAcks(&b, ws)
 	b.Queue("COMMIT")
 	br := pc.Conn().SendBatch(ctx, &b)
-	var counts []int
+	counts := make([]int, len(ws))
 	if _, err = br.Exec(); err == nil {
-		counts, err = readFastAcks(br, len(ws))
+		_, err = br.Exec()
+	}
+	if err == nil {
+		var rows pgx.Rows
+		if rows, err = br.Query(); err == nil {
+			var ord int64
+			_, err = pgx.ForEachRow(rows, []any{&ord}, func() error {
+				if ord < 1 || ord > int64(len(ws)) {
+					return fmt.Errorf("fast acks: ordinal %d of %d", ord, len(ws))
+				}
+				counts[ord-1] = 1
+				return nil
+			})
+		}
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr

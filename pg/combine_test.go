@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/queenmq/queen-go/pg"
 )
 
@@ -319,84 +317,5 @@ func TestCombinedAcksOneStatement(t *testing.T) {
 		if c != want[i] {
 			t.Errorf("lease %d: cursor %+v, want %+v", i, c, want[i])
 		}
-	}
-}
-
-// TestLeasedPopsCarryQueuedAcks: whole-lease acks queued for their
-// queue's next ack transaction are applied by a combined leased pop
-// transaction of that queue, before its claims: each ack completes its
-// lease (cursor past it, lease released, consumed counted), an ack the
-// statement cannot apply (a lease already partly acked) is left to its
-// call, and the pops of the same transaction claim partitions the acks
-// released, each from its cursor on, in offset order, under a lease of
-// its own; nothing is delivered twice and nothing after an unacked
-// message leaks.
-func TestLeasedPopsCarryQueuedAcks(t *testing.T) {
-	t.Parallel()
-	st, ctx := setupStatus(t)
-	for p := range 3 {
-		store(t, ctx, st, "q", string(rune('a'+p)), 10)
-	}
-	// Three leases of 5 (one per partition); the third is partly acked.
-	var leases []*pg.PopResult
-	for range 3 {
-		res, err := st.Pop(ctx, pg.PopRequest{Queue: "q", Group: "g", Batch: 5})
-		if err != nil || len(res.Messages) != 5 {
-			t.Fatalf("pop: %v", err)
-		}
-		leases = append(leases, res)
-	}
-	if res, err := st.Ack(ctx, acksOf(leases[2], "")[:1]); err != nil || !res[0].Success {
-		t.Fatalf("partial ack: %v %+v", err, res)
-	}
-	calls := [][]pg.AckRequest{acksOf(leases[0], ""), acksOf(leases[1], ""), acksOf(leases[2], "")}
-	pops := []pg.PopRequest{{Queue: "q", Group: "g", Batch: 5}, {Queue: "q", Group: "g", Batch: 5}}
-	res, applied, alone := pg.ServeLeasedWithQueuedAcks(st, "q", pops, calls)
-	if want := []bool{true, true, false}; !slices.Equal(applied, want) || slices.Contains(alone, true) {
-		t.Fatalf("acks applied %v (want %v), alone %v", applied, want, alone)
-	}
-	// The pops could only have what the acks released: offsets 5..9 of
-	// the first two leases' partitions, one partition each.
-	seen := map[uuid.UUID]bool{}
-	for i, r := range res {
-		if r == nil || len(r.Messages) != 5 {
-			t.Fatalf("pop %d: %+v", i, r)
-		}
-		pid := r.Messages[0].PartitionID
-		if pid != leases[0].Messages[0].PartitionID && pid != leases[1].Messages[0].PartitionID {
-			t.Fatalf("pop %d claimed partition %s, which no ack released", i, r.Messages[0].Partition)
-		}
-		if seen[pid] {
-			t.Fatalf("two pops claimed partition %s", r.Messages[0].Partition)
-		}
-		seen[pid] = true
-		for j, m := range r.Messages {
-			if m.Offset != int64(5+j) || m.LeaseID != r.LeaseID {
-				t.Fatalf("pop %d message %d: offset %d lease %s (pop lease %s)", i, j, m.Offset, m.LeaseID, r.LeaseID)
-			}
-		}
-		if r.LeaseID == leases[0].LeaseID || r.LeaseID == leases[1].LeaseID {
-			t.Fatalf("pop %d reuses an acked lease", i)
-		}
-	}
-	type cursor struct {
-		offset, consumed int64
-		leased           bool
-	}
-	want := []cursor{{5, 5, true}, {5, 5, true}, {1, 1, true}}
-	for i, l := range leases {
-		var c cursor
-		if err := st.Pool().QueryRow(ctx, `SELECT cursor_offset, total_consumed, lease_id IS NOT NULL FROM queen.consumer_cursors
-			WHERE partition_id = $1 AND consumer_group = 'g'`, l.Messages[0].PartitionID).Scan(&c.offset, &c.consumed, &c.leased); err != nil {
-			t.Fatal(err)
-		}
-		if c != want[i] {
-			t.Errorf("partition %s: cursor %+v, want %+v", l.Messages[0].Partition, c, want[i])
-		}
-	}
-	// The partly acked lease's call takes the general path: the rest of
-	// it completes.
-	if out, err := st.Ack(ctx, acksOf(leases[2], "")[1:]); err != nil || !out[len(out)-1].Success || !out[len(out)-1].LeaseReleased {
-		t.Fatalf("rest of the partly acked lease: %v %+v", err, out)
 	}
 }

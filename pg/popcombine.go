@@ -308,26 +308,13 @@ func popDeadlines(ws []*popWaiter) []time.Time {
 // themselves. Two pops of one group claim different partitions: the
 // second claim sees the first one's lease. Should the transaction fail,
 // its leases are given back and every pop runs by itself.
-//
-// Whole-lease acks of the queue queued for its next ack transaction
-// (pg/ackcombine.go) ride along: their fastAcksSQL, with its lock timeout
-// and plan setting (fastAcksSetup, which then hold for the claims too:
-// the claims lock with SKIP LOCKED and run their generic plan after the
-// first few calls anyway), goes before the claims, so a partition an ack
-// releases can be claimed by a pop of the same transaction, and each ack
-// call is answered after the COMMIT, as it is in an ack transaction; a
-// failed transaction leaves each ack call to run by itself, as a failed
-// ack transaction does. The acks' locks are taken first, in the order an
-// ack transaction takes them, and the claims never wait for a lock.
 func (s *Store) serveLeased(ws []*popWaiter) {
-	acks := s.takeQueuedAcks(ws[0].req.Queue)
-	ctx, cancel := combinedContext(ackDeadlines(popDeadlines(ws), acks))
+	ctx, cancel := combinedContext(popDeadlines(ws))
 	defer cancel()
 	leases := make([]uuid.UUID, len(ws)) // seeds (pg/leasekey.go)
 	for i := range ws {
 		id, err := newLeaseSeed(false)
 		if err != nil {
-			s.finishAcks(acks, nil, err)
 			for _, w := range ws {
 				w.finish(nil, nil)
 			}
@@ -335,8 +322,7 @@ func (s *Store) serveLeased(ws []*popWaiter) {
 		}
 		leases[i] = id
 	}
-	claims, conn, counts, err := s.claimLeased(ctx, ws, leases, acks)
-	s.finishAcks(acks, counts, err)
+	claims, conn, err := s.claimLeased(ctx, ws, leases)
 	if err != nil {
 		s.log.Debug("pop: combined leased pop failed; its pops run one by one", "err", err)
 		for _, w := range ws {
@@ -376,34 +362,24 @@ func (s *Store) serveLeased(ws []*popWaiter) {
 	}
 }
 
-// claimLeased sends BEGIN, the whole-lease acks (fastAcksSetup and
-// fastAcksSQL, when acks is not empty), the claims of ws under leases and
-// COMMIT in one round trip and returns the claims and the acks' counts
-// (see readFastAcks), read after the commit. conn, when not nil, is to be
-// released by the caller (closed by the pool if the transaction did not
-// end).
-func (s *Store) claimLeased(ctx context.Context, ws []*popWaiter, leases []uuid.UUID, acks []*ackWaiter) ([]*claimResult, *pgxpool.Conn, []int, error) {
+// claimLeased sends BEGIN, the claims of ws under leases and COMMIT in
+// one round trip and returns the claims, read after the commit. conn,
+// when not nil, is to be released by the caller (closed by the pool if
+// the transaction did not end).
+func (s *Store) claimLeased(ctx context.Context, ws []*popWaiter, leases []uuid.UUID) ([]*claimResult, *pgxpool.Conn, error) {
 	pc, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	var b pgx.Batch
 	b.Queue("BEGIN")
-	if len(acks) > 0 {
-		b.Queue(fastAcksSetup)
-		queueFastAcks(&b, acks)
-	}
 	for i, w := range ws {
 		queueClaim(&b, w.req, leases[i])
 	}
 	b.Queue("COMMIT")
 	br := pc.Conn().SendBatch(ctx, &b)
 	claims := make([]*claimResult, len(ws))
-	var counts []int
-	if _, err = br.Exec(); err == nil && len(acks) > 0 {
-		counts, err = readFastAcks(br, len(acks))
-	}
-	if err == nil {
+	if _, err = br.Exec(); err == nil {
 		for i := range ws {
 			var rows pgx.Rows
 			if rows, err = br.Query(); err != nil {
@@ -420,5 +396,5 @@ func (s *Store) claimLeased(ctx context.Context, ws []*popWaiter, leases []uuid.
 	if st := pc.Conn().PgConn().TxStatus(); err == nil && st != 'I' {
 		err = fmt.Errorf("commit did not end the transaction (status %q)", st)
 	}
-	return claims, pc, counts, err
+	return claims, pc, err
 }

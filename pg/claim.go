@@ -60,7 +60,7 @@ var claimSQL = `WITH q AS (
 ), locked AS (
 	SELECT c.partition_id, cand.name, cand.next_offset, cand.last_consumed_at AS consumed_at,
 		c.cursor_offset, c.lease_id, c.lease_expires_at, coalesce(c.lease_expires_at > now(), false) AS live,
-		coalesce(c.lease_end, -1) AS lease_end, c.retry_count, c.acked
+		coalesce(c.lease_end, -1) AS lease_end, c.retry_count, c.acked, c.lease_key
 	FROM cand JOIN queen.consumer_cursors c ON c.partition_id = cand.id AND c.consumer_group = $2
 	WHERE (SELECT ok FROM fast) AND c.cursor_offset < cand.next_offset
 		AND (c.lease_id IS NULL OR c.lease_expires_at <= now())
@@ -78,7 +78,7 @@ var claimSQL = `WITH q AS (
 SELECT q.id, q.name, q.lease_time, q.retry_limit, q.delayed_processing, q.window_buffer, (SELECT ok FROM fast),
 	(SELECT count(*) FROM cand),
 	b.partition_id, b.name, b.next_offset, b.cursor_offset, b.lease_id, b.lease_expires_at, b.live, b.lease_end,
-	b.retry_count, b.acked, b.take, false, false, s.base_offset, s.last_offset, s.body
+	b.retry_count, b.acked, b.lease_key, b.take, false, false, s.base_offset, s.last_offset, s.body
 FROM q
 LEFT JOIN share b ON b.take > 0
 LEFT JOIN LATERAL (
@@ -99,7 +99,9 @@ ORDER BY b.ord, s.base_offset`
 // stored (retention removed nothing at the cursor); then every offset
 // cursor..cursor+take-1 is stored and delivered, and the statement writes
 // the cursor as popPartition would: with $6 (autoAck) the cursor moves
-// past them and counts them consumed; otherwise the lease $7 covers them
+// past them and counts them consumed; otherwise the lease $7 (a seed,
+// bound in SQL to the row's lease_key as bindLeaseID binds it, so the
+// caller knows the id written: pg/leasekey.go) covers them
 // for the queue's lease time ($8 when it is 0). The row then says updated,
 // and all the pop's transaction still needs is COMMIT (sent with the claim
 // by a leased pop, popOneTrip; after decoding by an autoAck pop, whose
@@ -126,7 +128,7 @@ var claimOneSQL = `WITH q AS (
 ), locked AS (
 	SELECT cd.ord, c.partition_id, cd.name, cd.next_offset, c.cursor_offset, c.lease_id, c.lease_expires_at,
 		coalesce(c.lease_expires_at > now(), false) AS live, coalesce(c.lease_end, -1) AS lease_end, c.retry_count,
-		c.acked, least(cd.next_offset - c.cursor_offset, $5::bigint) AS take,
+		c.acked, c.lease_key, least(cd.next_offset - c.cursor_offset, $5::bigint) AS take,
 		EXISTS (SELECT 1 FROM queen.tombstones t WHERE t.partition_id = c.partition_id
 			AND t.msg_offset >= c.cursor_offset) AS deleted
 	FROM (SELECT *, row_number() OVER (ORDER BY cand.last_consumed_at NULLS FIRST, cand.id) AS ord
@@ -140,7 +142,7 @@ var claimOneSQL = `WITH q AS (
 	UPDATE queen.consumer_cursors c SET acked = '{}',
 		cursor_offset = CASE WHEN $6 THEN l.cursor_offset + l.take ELSE l.cursor_offset END,
 		retry_count = CASE WHEN $6 THEN 0 ELSE c.retry_count END,
-		lease_id = CASE WHEN $6 THEN NULL ELSE $7::uuid END,
+		lease_id = CASE WHEN $6 THEN NULL ELSE ` + leaseIDSQL("$7::uuid", "c.lease_key") + ` END,
 		lease_expires_at = CASE WHEN $6 THEN NULL
 			ELSE now() + make_interval(secs => (SELECT CASE WHEN q.lease_time > 0 THEN q.lease_time
 				ELSE $8::int END FROM q)) END,
@@ -155,7 +157,7 @@ var claimOneSQL = `WITH q AS (
 SELECT q.id, q.name, q.lease_time, q.retry_limit, q.delayed_processing, q.window_buffer, (SELECT ok FROM fast),
 	(SELECT count(*) FROM cand),
 	b.partition_id, b.name, b.next_offset, b.cursor_offset, b.lease_id, b.lease_expires_at, b.live, b.lease_end,
-	b.retry_count, b.acked, b.take, b.partition_id IN (SELECT partition_id FROM upd), b.deleted,
+	b.retry_count, b.acked, b.lease_key, b.take, b.partition_id IN (SELECT partition_id FROM upd), b.deleted,
 	s.base_offset, s.last_offset, s.body
 FROM q
 LEFT JOIN locked b ON true
@@ -372,15 +374,16 @@ func scanClaim(rows pgx.Rows) (*claimResult, error) {
 		qid, pid, lease                          pgtype.UUID
 		name                                     pgtype.Text
 		next, cursor, leaseEnd, take, base, last pgtype.Int8
+		leaseKey                                 pgtype.Int8
 		retries                                  pgtype.Int8
 		live, updated, deleted                   pgtype.Bool
 		c                                        cursorRow
 		body                                     []byte
 	)
 	all := []any{&qid, &q.name, &q.leaseTime, &q.retryLimit, &q.delayed, &q.windowBuffer, &res.fast, &res.candidates,
-		&pid, &name, &next, &cursor, &lease, &c.leaseExpires, &live, &leaseEnd, &retries, &c.acked, &take,
+		&pid, &name, &next, &cursor, &lease, &c.leaseExpires, &live, &leaseEnd, &retries, &c.acked, &leaseKey, &take,
 		&updated, &deleted, &base, &last, &body}
-	const pidCol, firstCursorCol, lastCursorCol, baseCol = 8, 9, 20, 21
+	const pidCol, firstCursorCol, lastCursorCol, baseCol = 8, 9, 21, 22
 	seg := make([]any, len(all))
 	seg[pidCol] = all[pidCol]
 	copy(seg[baseCol:], all[baseCol:])
@@ -412,10 +415,11 @@ func scanClaim(rows pgx.Rows) (*claimResult, error) {
 					return nil, err
 				}
 			}
-			if !cursor.Valid || !next.Valid || !live.Valid || !leaseEnd.Valid || !retries.Valid || !name.Valid || !take.Valid {
+			if !cursor.Valid || !next.Valid || !live.Valid || !leaseEnd.Valid || !retries.Valid || !name.Valid || !take.Valid || !leaseKey.Valid {
 				return nil, fmt.Errorf("claim: partition %s: NULL cursor column", uuid.UUID(pid.Bytes))
 			}
 			c.offset, c.nextOffset, c.live, c.leaseEnd, c.retries = cursor.Int64, next.Int64, live.Bool, leaseEnd.Int64, int(retries.Int64)
+			c.leaseKey = leaseKey.Int64
 			c.leaseID = optUUID(lease)
 			cur = &claimedCursor{id: pid.Bytes, name: name.String, cursorRow: c, take: int(take.Int64),
 				updated: updated.Valid && updated.Bool, deleted: deleted.Valid && deleted.Bool}

@@ -73,6 +73,29 @@ type PopResult struct {
 	NextCheck time.Time
 
 	leaseSeconds int // the queue's lease time (for the lease memo)
+	// leaseSeed is the lease id before the pop leased a cursor (a seed,
+	// pg/leasekey.go); leaseBound says LeaseID is the seed bound to the
+	// first cursor the pop leased.
+	leaseSeed  uuid.UUID
+	leaseBound bool
+}
+
+// leaseFor is the lease id the pop writes on a cursor row with lease key
+// key: its seed bound to the first cursor it leases (pg/leasekey.go), the
+// same id for every later one; uuid.Nil for an autoAck pop.
+func (r *PopResult) leaseFor(key int64) uuid.UUID {
+	if r.LeaseID == uuid.Nil {
+		return uuid.Nil
+	}
+	if !r.leaseBound {
+		r.LeaseID, r.leaseBound = bindLeaseID(r.leaseSeed, key), true
+	}
+	return r.LeaseID
+}
+
+// resetLease makes r hold its seed again (a pop run again from the start).
+func (r *PopResult) resetLease() {
+	r.LeaseID, r.leaseBound = r.leaseSeed, false
 }
 
 func (r *PopResult) checkAt(t time.Time) {
@@ -139,11 +162,11 @@ func (s *Store) Pop(ctx context.Context, req PopRequest) (*PopResult, error) {
 func (s *Store) popAlone(ctx context.Context, req PopRequest) (*PopResult, error) {
 	res := &PopResult{}
 	if !req.AutoAck {
-		id, err := uuid.NewV7()
+		seed, err := newLeaseSeed(req.Partitions > 1)
 		if err != nil {
 			return nil, err
 		}
-		res.LeaseID = id
+		res.LeaseID, res.leaseSeed = seed, seed
 	}
 	// A foreign-key violation means the queue was deleted while the pop
 	// ran (its group or cursor insert met the deleted row): run again, and
@@ -151,6 +174,7 @@ func (s *Store) popAlone(ctx context.Context, req PopRequest) (*PopResult, error
 	// queue does.
 	err := withRetry(true, func() error {
 		res.Messages, res.Claimed, res.NextCheck = nil, nil, time.Time{}
+		res.resetLease()
 		return s.popTx(ctx, req, res)
 	})
 	if err != nil {
@@ -183,12 +207,13 @@ func (s *Store) popTx(ctx context.Context, req PopRequest, res *PopResult) error
 			return err
 		}
 		res.Messages, res.Claimed = nil, nil
+		res.resetLease()
 	}
 	var w pgx.Batch // cursor writes, sent with COMMIT
 	var q *queueRow
 	general, waitFirst := true, false
 	if req.Partition == "" {
-		c, err := claim(ctx, tx, req, res.LeaseID, false)
+		c, err := claim(ctx, tx, req, res.leaseSeed, false)
 		if err != nil {
 			return err
 		}
@@ -207,7 +232,7 @@ func (s *Store) popTx(ctx context.Context, req PopRequest, res *PopResult) error
 			for _, cc := range c.cursors {
 				if cc.updated {
 					n := len(res.Messages)
-					if res.Messages, err = s.deliverClaimed(res.Messages, q, cc.name, req, res.LeaseID, cc); err != nil {
+					if res.Messages, err = s.deliverClaimed(res.Messages, q, cc.name, req, res.leaseFor(cc.leaseKey), cc); err != nil {
 						return err
 					}
 					if len(res.Messages) > n {
@@ -275,7 +300,7 @@ func (s *Store) popTx(ctx context.Context, req PopRequest, res *PopResult) error
 // come here: their cursor write cannot be given back, so they commit
 // only once the messages are decoded.
 func (s *Store) popOneTrip(ctx context.Context, tx *pgx.Conn, req PopRequest, res *PopResult) (bool, error) {
-	c, err := claim(ctx, tx, req, res.LeaseID, true)
+	c, err := claim(ctx, tx, req, res.leaseSeed, true)
 	if err != nil {
 		return false, err
 	}
@@ -450,6 +475,8 @@ type cursorRow struct {
 	acked        []int64
 	nextOffset   int64
 	lastMsgAt    *time.Time
+	// leaseKey is the row's lease_key (pg/leasekey.go).
+	leaseKey int64
 }
 
 // lockCursor returns the group's cursor row for a partition, locked,
@@ -464,13 +491,13 @@ func lockCursor(ctx context.Context, tx dbtx, queueID, partID uuid.UUID, group s
 		lock += " SKIP LOCKED"
 	}
 	q := `SELECT c.cursor_offset, c.lease_id, c.lease_expires_at, coalesce(c.lease_expires_at > now(), false), coalesce(c.lease_end, -1),
-		c.retry_count, c.acked, p.next_offset, p.last_message_at
+		c.retry_count, c.acked, p.next_offset, p.last_message_at, c.lease_key
 		FROM queen.consumer_cursors c JOIN queen.partitions p ON p.id = c.partition_id
 		WHERE c.partition_id = $1 AND c.consumer_group = $2 ` + lock
 	for attempt := 0; attempt < 2; attempt++ {
 		var c cursorRow
 		var lease pgtype.UUID
-		err := tx.QueryRow(ctx, q, partID, group).Scan(&c.offset, &lease, &c.leaseExpires, &c.live, &c.leaseEnd, &c.retries, &c.acked, &c.nextOffset, &c.lastMsgAt)
+		err := tx.QueryRow(ctx, q, partID, group).Scan(&c.offset, &lease, &c.leaseExpires, &c.live, &c.leaseEnd, &c.retries, &c.acked, &c.nextOffset, &c.lastMsgAt, &c.leaseKey)
 		if err == nil {
 			c.leaseID = optUUID(lease)
 			return &c, nil
@@ -557,12 +584,12 @@ func fetch(ctx context.Context, tx dbtx, partID uuid.UUID, from, to int64) ([]St
 // cursor's write is queued on w, sent with the pop's COMMIT.
 func (s *Store) popPartition(ctx context.Context, tx dbtx, q *queueRow, partID uuid.UUID, partName string,
 	req PopRequest, res *PopResult, budget int, skipLocked, create bool, pre *claimedCursor, w *pgx.Batch) ([]PoppedMessage, error) {
-	leaseID := res.LeaseID
 	if pre != nil && pre.updated {
-		// The claim statement wrote the cursor: decode its offsets
-		// straight into the answer.
-		return s.deliverClaimed(nil, q, partName, req, leaseID, pre)
+		// The claim statement wrote the cursor (under the pop's seed bound
+		// to it): decode its offsets straight into the answer.
+		return s.deliverClaimed(nil, q, partName, req, res.leaseFor(pre.leaseKey), pre)
 	}
+	leaseID := res.LeaseID
 	var c *cursorRow
 	var err error
 	if pre != nil {
@@ -677,6 +704,7 @@ func (s *Store) popPartition(ctx context.Context, tx dbtx, q *queueRow, partID u
 			last_consumed_at = now(), total_consumed = total_consumed + $4
 			WHERE partition_id = $1 AND consumer_group = $2`, partID, req.Group, last+1, len(msgs))
 	} else {
+		leaseID = res.leaseFor(c.leaseKey)
 		w.Queue(`UPDATE queen.consumer_cursors SET cursor_offset = greatest(cursor_offset, $3), retry_count = $4,
 			lease_id = $5, lease_expires_at = now() + make_interval(secs => $6), lease_end = $7, acked = '{}'
 			WHERE partition_id = $1 AND consumer_group = $2`, partID, req.Group, first, retries,
@@ -1055,27 +1083,50 @@ func applyAcks(ctx context.Context, tx dbtx, reqs []AckRequest, begin bool, w *p
 // ReleaseLease frees every cursor held under leaseID as if the pop that
 // took it had delivered nothing: no delivery attempt is counted (the next
 // pop does not see a lapsed lease) and the messages are offered again at
-// once. For a pop whose answer never reached its client. It returns how
-// many cursors it freed.
+// once. For a pop whose answer never reached its client. The rows are
+// found through the lease key the id carries (pg/leasekey.go). It returns
+// how many cursors it freed.
 func (s *Store) ReleaseLease(ctx context.Context, leaseID uuid.UUID) (int64, error) {
-	tag, err := s.pool.Exec(ctx, `UPDATE queen.consumer_cursors
+	where, args := leaseRowsSQL(leaseID, 2)
+	tag, err := s.pool.Exec(ctx, `UPDATE queen.consumer_cursors c
 		SET lease_id = NULL, lease_expires_at = NULL, lease_end = NULL, acked = '{}'
-		WHERE lease_id = $1`, pgtype.UUID{Bytes: leaseID, Valid: true})
+		WHERE `+where, append([]any{pgtype.UUID{Bytes: leaseID, Valid: true}}, args...)...)
 	if err != nil {
 		return 0, fmt.Errorf("pg: release lease: %w", err)
 	}
 	return tag.RowsAffected(), nil
 }
 
-// ExtendLease pushes the expiry of every live cursor row under leaseID to
-// at least now + seconds. It returns the new expiry, or an error text:
-// "Lease not found" or "Lease already expired".
+// releaseSeed is ReleaseLease for a pop of queue and group that may have
+// leased a cursor under seed (newLeaseSeed) without learning which one (a
+// combined transaction whose outcome is unknown): every cursor of that
+// queue and group whose lease id is seed bound to any key is freed. One
+// probe per partition of the queue.
+func (s *Store) releaseSeed(ctx context.Context, queue, group string, seed uuid.UUID) (int64, error) {
+	lo, hi := bindLeaseID(seed, 0), bindLeaseID(seed, 1<<62-1)
+	tag, err := s.pool.Exec(ctx, `UPDATE queen.consumer_cursors c
+		SET lease_id = NULL, lease_expires_at = NULL, lease_end = NULL, acked = '{}'
+		FROM queen.queues q JOIN queen.partitions p ON p.queue_id = q.id
+		WHERE q.name = $1 AND c.partition_id = p.id AND c.consumer_group = $2 AND c.lease_id BETWEEN $3 AND $4`,
+		queue, group, pgtype.UUID{Bytes: lo, Valid: true}, pgtype.UUID{Bytes: hi, Valid: true})
+	if err != nil {
+		return 0, fmt.Errorf("pg: release lease: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// ExtendLease pushes the expiry of every live cursor row under leaseID
+// (found through its lease key, pg/leasekey.go) to at least now +
+// seconds. It returns the new expiry, or an error text: "Lease not found"
+// or "Lease already expired".
 func (s *Store) ExtendLease(ctx context.Context, leaseID uuid.UUID, seconds int) (time.Time, string, error) {
+	id := pgtype.UUID{Bytes: leaseID, Valid: true}
+	where, extra := leaseRowsSQL(leaseID, 3)
 	var exp *time.Time
-	err := s.pool.QueryRow(ctx, `UPDATE queen.consumer_cursors
+	err := s.pool.QueryRow(ctx, `UPDATE queen.consumer_cursors c
 		SET lease_expires_at = greatest(lease_expires_at, now() + make_interval(secs => $2))
-		WHERE lease_id = $1 AND lease_expires_at > now() RETURNING lease_expires_at`,
-		pgtype.UUID{Bytes: leaseID, Valid: true}, float64(seconds)).Scan(&exp)
+		WHERE `+where+` AND c.lease_expires_at > now() RETURNING c.lease_expires_at`,
+		append([]any{id, float64(seconds)}, extra...)...).Scan(&exp)
 	if err == nil && exp != nil {
 		// More rows may have been updated (a multi-partition lease); one
 		// expiry is reported.
@@ -1084,9 +1135,10 @@ func (s *Store) ExtendLease(ctx context.Context, leaseID uuid.UUID, seconds int)
 	if !errors.Is(err, pgx.ErrNoRows) && err != nil {
 		return time.Time{}, "", err
 	}
+	where, extra = leaseRowsSQL(leaseID, 2)
 	var n int
-	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM queen.consumer_cursors WHERE lease_id = $1`,
-		pgtype.UUID{Bytes: leaseID, Valid: true}).Scan(&n); err != nil {
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM queen.consumer_cursors c WHERE `+where,
+		append([]any{id}, extra...)...).Scan(&n); err != nil {
 		return time.Time{}, "", err
 	}
 	if n > 0 {

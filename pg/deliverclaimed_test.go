@@ -51,14 +51,18 @@ func TestDeliverClaimed(t *testing.T) {
 	s := &Store{}
 	cc := func(segs []claimedSegment) *claimedCursor {
 		return &claimedCursor{id: pid, name: "p7", take: 100, updated: true, segs: segs,
-			cursorRow: cursorRow{offset: 537, nextOffset: 700, leaseEnd: -1}}
+			cursorRow: cursorRow{offset: 537, nextOffset: 700, leaseEnd: -1, leaseKey: 42}}
 	}
-	lease := uuid.New()
+	seed, err := newLeaseSeed(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := bindLeaseID(seed, 42) // the id the claim wrote on the cursor
 	for _, autoAck := range []bool{true, false} {
 		req := PopRequest{Queue: "q1", Group: QueueModeGroup, Batch: 100, Partitions: 1, AutoAck: autoAck}
-		res := &PopResult{LeaseID: lease}
+		res := &PopResult{LeaseID: seed, leaseSeed: seed}
 		if autoAck {
-			res.LeaseID = uuid.Nil
+			res.LeaseID, res.leaseSeed = uuid.Nil, uuid.Nil
 		}
 		var w pgx.Batch
 		got, err := s.popPartition(context.Background(), nil, q, pid, "p7", req, res, 100, true, false, cc(segs), &w)

@@ -198,3 +198,12 @@ func TryWholeLeaseAcks(ctx context.Context, s *Store, leases []WholeLease, combi
 	cursors, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	return applied, cursors, err
 }
+
+// Lease ids (leasekey.go).
+func NewLeaseSeed(multi bool) (uuid.UUID, error)           { return newLeaseSeed(multi) }
+func BindLeaseID(seed uuid.UUID, key int64) uuid.UUID      { return bindLeaseID(seed, key) }
+func LeaseTarget(id uuid.UUID) (key int64, multi, ok bool) { return leaseTarget(id) }
+func LeaseIDSQL(seed, key string) string                   { return leaseIDSQL(seed, key) }
+func ReleaseSeed(ctx context.Context, s *Store, queue, group string, seed uuid.UUID) (int64, error) {
+	return s.releaseSeed(ctx, queue, group, seed)
+}

@@ -311,9 +311,9 @@ func popDeadlines(ws []*popWaiter) []time.Time {
 func (s *Store) serveLeased(ws []*popWaiter) {
 	ctx, cancel := combinedContext(popDeadlines(ws))
 	defer cancel()
-	leases := make([]uuid.UUID, len(ws))
+	leases := make([]uuid.UUID, len(ws)) // seeds (pg/leasekey.go)
 	for i := range ws {
-		id, err := uuid.NewV7()
+		id, err := newLeaseSeed(false)
 		if err != nil {
 			for _, w := range ws {
 				w.finish(nil, nil)
@@ -338,8 +338,8 @@ func (s *Store) serveLeased(ws []*popWaiter) {
 		// ended the transaction).
 		rctx, rcancel := context.WithTimeout(context.Background(), popCombineTimeout)
 		defer rcancel()
-		for _, id := range leases {
-			if _, rerr := s.ReleaseLease(rctx, id); rerr != nil {
+		for i, id := range leases {
+			if _, rerr := s.releaseSeed(rctx, ws[i].req.Queue, ws[i].req.Group, id); rerr != nil {
 				s.log.Warn("pop: could not give back the lease of a failed pop; it lapses by itself", "err", rerr)
 			}
 		}
@@ -347,7 +347,7 @@ func (s *Store) serveLeased(ws []*popWaiter) {
 	}
 	defer conn.Release()
 	for i, w := range ws {
-		res := &PopResult{LeaseID: leases[i]}
+		res := &PopResult{LeaseID: leases[i], leaseSeed: leases[i]}
 		done, err := s.deliverCommitted(ctx, conn.Conn(), w.req, res, claims[i])
 		switch {
 		case err != nil:

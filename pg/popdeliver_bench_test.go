@@ -41,7 +41,8 @@ func BenchmarkPopPartitionClaimed(b *testing.B) {
 			b.ReportAllocs()
 			defer benchcpu.Report(b)()
 			for b.Loop() {
-				res := &PopResult{LeaseID: uuid.New()}
+				seed := uuid.New()
+				res := &PopResult{LeaseID: seed, leaseSeed: seed}
 				var w pgx.Batch
 				msgs, err := s.popPartition(ctx, nil, q, pid, "p0", req, res, 100, true, false, cc, &w)
 				if err != nil || len(msgs) != 100 {

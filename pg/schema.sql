@@ -525,7 +525,32 @@ CREATE TABLE IF NOT EXISTS queen.consumer_cursors (
     created_at       timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (partition_id, consumer_group)
 );
-CREATE INDEX IF NOT EXISTS consumer_cursors_lease ON queen.consumer_cursors (lease_id) WHERE lease_id IS NOT NULL;
+-- Every pop and ack rewrites its cursor row's lease columns. With no
+-- index on a column those updates change, each one can be HOT (the new
+-- version on the same page, no index entry): the lease is found by its
+-- id through lease_key, a number fixed when the row is made and carried
+-- inside every lease id minted for the row (pg/leasekey.go), not through
+-- an index on lease_id (which made every cursor update a new entry in
+-- both indexes and left the table and its indexes growing with dead
+-- versions between vacuums; docs/consume.md, "Cursor updates are HOT").
+-- fillfactor 50 leaves room on each page for the new versions, as for
+-- queen.partitions. The column is added to an existing table once (which
+-- fills it for the rows there); the old index is dropped.
+CREATE SEQUENCE IF NOT EXISTS queen.consumer_cursors_lease_key_seq;
+DO $$ BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'queen.consumer_cursors'::regclass
+                   AND attname = 'lease_key' AND NOT attisdropped) THEN
+        ALTER TABLE queen.consumer_cursors ADD COLUMN lease_key bigint NOT NULL
+            DEFAULT nextval('queen.consumer_cursors_lease_key_seq');
+        ALTER SEQUENCE queen.consumer_cursors_lease_key_seq OWNED BY queen.consumer_cursors.lease_key;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_class WHERE oid = 'queen.consumer_cursors'::regclass
+                   AND 'fillfactor=50' = ANY(coalesce(reloptions, '{}'))) THEN
+        ALTER TABLE queen.consumer_cursors SET (fillfactor = 50);
+    END IF;
+END $$;
+CREATE UNIQUE INDEX IF NOT EXISTS consumer_cursors_lease_key ON queen.consumer_cursors (lease_key);
+DROP INDEX IF EXISTS queen.consumer_cursors_lease;
 
 -- Subscriptions of named consumer groups: where a group starts in a
 -- partition it has no cursor for yet (mode all | new | timestamp).

@@ -309,7 +309,7 @@ func (b *Broker) Push(ctx context.Context, body []byte, producerSub *string) ([]
 		for j < len(res) && res[j].Status == res[i].Status {
 			j++
 		}
-		b.Metrics.PushItems.WithLabelValues(string(res[i].Status)).Add(float64(j - i))
+		b.Metrics.PushItemsFor(string(res[i].Status)).Add(float64(j - i))
 		i = j
 	}
 	if err == nil && len(res) > 0 {

@@ -320,6 +320,10 @@ func (b *Broker) Push(ctx context.Context, body []byte, producerSub *string) ([]
 	return res, err
 }
 
+// Drain implements fastapi.Pusher: the HTTP server is shutting down
+// (ingest.Registry.Drain).
+func (b *Broker) Drain() { b.pipeline.Registry.Drain() }
+
 // Configure implements fastapi.Configurer (the schema first: PostgreSQL
 // may have been away at start).
 func (b *Broker) Configure(ctx context.Context, queue, namespace, task string, o pg.QueueOptions) (*pg.ConfigureResult, error) {

@@ -133,6 +133,13 @@ type Pusher interface {
 	// Nothing it returns may alias body: the handler reuses the body's
 	// buffer for a later request once Push has returned.
 	Push(ctx context.Context, body []byte, producerSub *string) ([]ingest.Result, error)
+	// Drain answers every push waiting for a verdict buffered, and every
+	// later one as soon as its record is durable (ingest.Registry.Drain).
+	// The server calls it when it starts to shut down: the handler's
+	// context passed to Push does not end then (it is the request's
+	// context without its cancellation), so that a push waits on its own
+	// channel alone.
+	Drain()
 }
 
 // HealthChecker answers GET /health.
@@ -334,8 +341,13 @@ func (s *Server) Serve(ln net.Listener) error {
 	return s.srv.Serve(headListener{Listener: ln, window: s.cfg.MaxHeaderBytes})
 }
 
-// Shutdown stops accepting, waits for in-flight requests (until ctx ends).
-func (s *Server) Shutdown(ctx context.Context) error { return s.srv.ShutdownWithContext(ctx) }
+// Shutdown stops accepting, answers waiting pushes buffered once their
+// records are durable (Pusher.Drain), and waits for in-flight requests
+// (until ctx ends).
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.deps.Pusher.Drain()
+	return s.srv.ShutdownWithContext(ctx)
+}
 
 // The CORS headers every answer carries, in canonical form (set without
 // fasthttp's per-call normalisation).
@@ -382,6 +394,11 @@ func (s *Server) readBodyOrAnswer(ctx *fasthttp.RequestCtx) ([]byte, bool) {
 // it is large enough (the push handler's pooled buffers).
 func (s *Server) readBodyOrAnswerInto(ctx *fasthttp.RequestCtx, buf []byte) ([]byte, bool) {
 	body, err := s.readBody(ctx, buf)
+	if err == nil {
+		// Before the error tests: isTimeout's errors.As target escapes, an
+		// allocation per request even for a nil error.
+		return body, true
+	}
 	if errors.Is(err, errTooLarge) {
 		writeErr(ctx, fasthttp.StatusRequestEntityTooLarge, "request body exceeds QUEEN_MAX_BODY_BYTES")
 		return nil, false
@@ -391,11 +408,8 @@ func (s *Server) readBodyOrAnswerInto(ctx *fasthttp.RequestCtx, buf []byte) ([]b
 		writeErr(ctx, fasthttp.StatusRequestTimeout, "request body not received within QUEEN_READ_TIMEOUT_MS")
 		return nil, false
 	}
-	if err != nil {
-		writeErr(ctx, fasthttp.StatusBadRequest, "could not read request body")
-		return nil, false
-	}
-	return body, true
+	writeErr(ctx, fasthttp.StatusBadRequest, "could not read request body")
+	return nil, false
 }
 
 // errTooLarge is returned by readBody for a body over the limit.
@@ -465,7 +479,10 @@ func (s *Server) push(ctx *fasthttp.RequestCtx) {
 		pushBodies.Put(bp)
 		return
 	}
-	res, err := s.deps.Pusher.Push(ctx, body, producerSub(ctx))
+	// The wait ends at shutdown by Drain (Shutdown), not by ctx.Done():
+	// a select on the server's done channel, which every waiting push
+	// shares, is what a context that can end would cost.
+	res, err := s.deps.Pusher.Push(context.WithoutCancel(ctx), body, producerSub(ctx))
 	// Push keeps nothing that aliases body once it returns (Pusher).
 	if cap(body) <= keepPushBody && ctx.RequestBodyStream() != nil {
 		*bp = body[:0]

@@ -84,7 +84,11 @@ type Pipeline struct {
 }
 
 // Push validates body and runs it through the WAL and the projector.
-// producerSub is the validated JWT sub, or nil without auth.
+// producerSub is the validated JWT sub, or nil without auth. When ctx
+// ends before the verdict came, the push is answered buffered once its
+// record's write has been reported (failed if the write failed); a caller
+// whose waits end by other means passes a ctx that cannot end
+// (context.WithoutCancel) and calls Registry.Drain instead.
 //
 // Returns one Result per item in body order; a *ValidationError for a
 // client mistake (nothing written); ErrMaintenanceWrite when the WAL append
@@ -171,12 +175,20 @@ func (p *Pipeline) Push(ctx context.Context, body []byte, producerSub *string) (
 		w.release()
 		return setAll(res, StatusFailed), nil
 	}
+	// A context that cannot end (the HTTP server's, which drains the
+	// Registry at shutdown instead) is waited on with a plain receive: a
+	// select would also queue and dequeue the push on ctx's done channel,
+	// one channel shared by every push of the server.
 	var verdicts []Verdict
-	select {
-	case verdicts = <-w.ch:
-	case <-ctx.Done():
-		if w.cancel() {
-			verdicts = <-w.ch
+	if done := ctx.Done(); done == nil {
+		verdicts = <-w.ch
+	} else {
+		select {
+		case verdicts = <-w.ch:
+		case <-done:
+			if w.cancel() {
+				verdicts = <-w.ch
+			}
 		}
 	}
 	failed := w.failed

@@ -83,3 +83,41 @@ func startStandInProjector(l *wal.Log, reg *Registry, verdicts func(index uint64
 	}()
 	return func() { close(quit); <-done }
 }
+
+// BenchmarkPipelinePushWait: one-item pushes from 64 goroutines (64
+// connections on 2 cores), through a real WAL (fsync off) and the stand-in
+// projector, waiting under the two kinds of context a push can have: one
+// that ends, shared by every push (the HTTP server's request context,
+// whose done channel is the server's: the wait is a select that queues
+// each push on it), and one that cannot end (what the server passes since
+// it drains the Registry at shutdown: the wait is a plain receive).
+func BenchmarkPipelinePushWait(b *testing.B) {
+	body := benchBody(1, 256, false)
+	shared, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, c := range []struct {
+		name string
+		ctx  context.Context
+	}{{"ctx=shared-done", shared}, {"ctx=without-cancel", context.WithoutCancel(shared)}} {
+		b.Run(c.name, func(b *testing.B) {
+			l := openTestWAL(b)
+			reg := NewRegistry()
+			verdicts := make([]Verdict, 1)
+			stop := startStandInProjector(l, reg, func(uint64) ([]Verdict, bool) { return verdicts, true })
+			p := &Pipeline{WAL: l, Registry: reg, Gate: openGate{}, Maintenance: func() bool { return false }}
+			b.ReportAllocs()
+			b.SetParallelism(32)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					res, err := p.Push(c.ctx, body, nil)
+					if err != nil || len(res) != 1 || res[0].Status != StatusQueued {
+						b.Errorf("push: %v %v", err, res)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			stop()
+		})
+	}
+}

@@ -121,6 +121,52 @@ func TestPipelinePushCancelled(t *testing.T) {
 	}
 }
 
+// TestPipelinePushDrained: a push waiting under a context that cannot end
+// (the HTTP server's) is answered buffered by Registry.Drain, and so is
+// every push after it, once its record is durable, while no verdict ever
+// comes.
+func TestPipelinePushDrained(t *testing.T) {
+	l := openTestWAL(t)
+	reg := NewRegistry()
+	p := &Pipeline{WAL: l, Registry: reg, Gate: openGate{}, Maintenance: func() bool { return false },
+		VerdictTimeout: time.Minute}
+	body := []byte(`{"items":[{"queue":"q","payload":1}]}`)
+	type answer struct {
+		res []Result
+		err error
+	}
+	first := make(chan answer, 1)
+	go func() {
+		res, err := p.Push(context.WithoutCancel(context.Background()), body, nil)
+		first <- answer{res, err}
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for !reg.Waiting(1) { // durable and waiting for a verdict that never comes
+		if time.Now().After(deadline) {
+			t.Fatal("the push never waited for its verdict")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	reg.Drain()
+	select {
+	case a := <-first:
+		if a.err != nil || len(a.res) != 1 || a.res[0].Status != StatusBuffered {
+			t.Fatalf("waiting push: %+v, %v; want buffered", a.res, a.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Drain did not answer the waiting push")
+	}
+	for i := 2; i <= 5; i++ {
+		res, err := p.Push(context.Background(), body, nil)
+		if err != nil || len(res) != 1 || res[0].Status != StatusBuffered {
+			t.Fatalf("push %d after Drain: %+v, %v; want buffered", i, res, err)
+		}
+		if d := l.DurableIndex(); d < uint64(i) {
+			t.Fatalf("push %d answered with the WAL durable to %d", i, d)
+		}
+	}
+}
+
 // TestPipelinePushWALFull: a push the WAL refuses (its byte cap, reported
 // by the WAL writer after the push handed its record over) is answered
 // failed, promptly, and nothing is registered for it; the pushes before it

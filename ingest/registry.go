@@ -36,6 +36,9 @@ type Registry struct {
 	wakeAt  time.Time
 	kick    chan struct{}
 	pool    sync.Pool
+	// draining is set by Drain: every durable record's push is answered
+	// buffered without waiting for its verdict.
+	draining atomic.Bool
 }
 
 // reaperLinger is how long the reaper stays without waiters before it
@@ -119,7 +122,7 @@ func (w *waiter) unref() {
 // reference.
 func (w *waiter) written(_ uint64, err error) {
 	r := w.r
-	open := err == nil && (w.pipe == nil || w.pipe.accepting())
+	open := err == nil && !r.draining.Load() && (w.pipe == nil || w.pipe.accepting())
 	send, kick := false, false
 	r.mu.Lock()
 	switch {
@@ -283,6 +286,19 @@ func (r *Registry) FailAll() {
 	for _, x := range w {
 		x.ch <- nil
 	}
+}
+
+// Drain is for a server shutting down, whose pushes wait without a
+// context that ends (Pipeline.Push): every push waiting for a verdict is
+// answered buffered now (FailAll: a push whose record is not durable yet
+// once its write is reported, failed if it failed), and every later push
+// as soon as its record is durable, without waiting for a verdict. It is
+// what a push waiting under a context that ends at shutdown got, and it
+// is not undone: the Registry's broker is stopping. Safe to call more
+// than once.
+func (r *Registry) Drain() {
+	r.draining.Store(true)
+	r.FailAll()
 }
 
 // reap answers nil to every waiter past its deadline, sleeping until the

@@ -232,6 +232,8 @@ func TestRegistryNoAnswerBeforeDurable(t *testing.T) {
 	}{
 		{"FailAll then durable", func(r *Registry, _ *waiter) { r.FailAll() }, nil, false},
 		{"FailAll then write failed", func(r *Registry, _ *waiter) { r.FailAll() }, errors.New("disk full"), true},
+		{"Drain then durable", func(r *Registry, _ *waiter) { r.Drain() }, nil, false},
+		{"Drain then write failed", func(r *Registry, _ *waiter) { r.Drain() }, errors.New("disk full"), true},
 		{"cancel then durable", func(_ *Registry, w *waiter) {
 			if !w.cancel() {
 				panic("cancel before durability must wait for written")
@@ -313,6 +315,54 @@ func TestRegistryNoAnswerBeforeDurable(t *testing.T) {
 			t.Fatalf("got %v, failed %v", v, failed)
 		}
 	})
+}
+
+// TestRegistryDrain: Drain answers the pushes waiting for a verdict
+// buffered (nil) at once, and a record that becomes durable afterwards is
+// answered buffered as soon as it is written, without a verdict and
+// without being registered for one; a second Drain changes nothing.
+func TestRegistryDrain(t *testing.T) {
+	t.Parallel()
+	r := NewRegistry()
+	waiting := writingWaiter(r, 1)
+	waiting.written(1, nil) // durable: waits for its verdict
+	if !r.Waiting(1) {
+		t.Fatal("a durable record's push does not wait for its verdict")
+	}
+	later := writingWaiter(r, 2)
+	r.Drain()
+	for _, w := range []*waiter{waiting} {
+		select {
+		case v := <-w.ch:
+			if v != nil || w.failed {
+				t.Fatalf("waiting push got %v, failed %v; want nil (buffered)", v, w.failed)
+			}
+			w.done()
+		case <-time.After(5 * time.Second):
+			t.Fatal("Drain did not answer the waiting push")
+		}
+	}
+	noValue(t, later, "record still being written at Drain")
+	later.written(2, nil)
+	select {
+	case v := <-later.ch:
+		if v != nil || later.failed {
+			t.Fatalf("push written after Drain got %v, failed %v", v, later.failed)
+		}
+		later.done()
+	case <-time.After(5 * time.Second):
+		t.Fatal("a push written after Drain was not answered")
+	}
+	r.Drain()
+	after := writingWaiter(r, 3)
+	after.written(3, nil)
+	if r.Waiting(3) {
+		t.Fatal("a record durable after Drain waits for a verdict")
+	}
+	if v := <-after.ch; v != nil {
+		t.Fatalf("got %v", v)
+	}
+	after.done()
 }
 
 type closedGate struct{}

@@ -309,7 +309,7 @@ func (b *Broker) Push(ctx context.Context, body []byte, producerSub *string) ([]
 		for j < len(res) && res[j].Status == res[i].Status {
 			j++
 		}
-		b.Metrics.PushItems.WithLabelValues(string(res[i].Status)).Add(float64(j - i))
+		b.Metrics.PushItemsFor(string(res[i].Status)).Add(float64(j - i))
 		i = j
 	}
 	if err == nil && len(res) > 0 {
@@ -319,6 +319,10 @@ func (b *Broker) Push(ctx context.Context, body []byte, producerSub *string) ([]
 	}
 	return res, err
 }
+
+// Drain implements fastapi.Pusher: the HTTP server is shutting down
+// (ingest.Registry.Drain).
+func (b *Broker) Drain() { b.pipeline.Registry.Drain() }
 
 // Configure implements fastapi.Configurer (the schema first: PostgreSQL
 // may have been away at start).

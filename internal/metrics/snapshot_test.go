@@ -45,3 +45,30 @@ func TestSnapshot(t *testing.T) {
 		}
 	}
 }
+
+// TestPushItemsFor: the cached counters are PushItems' own children (what
+// is added through them is what WithLabelValues and the snapshot read), a
+// status never added to stays absent, and a status outside the cache
+// still counts.
+func TestPushItemsFor(t *testing.T) {
+	zero := func() float64 { return 0 }
+	m := New(zero, zero, zero, zero)
+	m.PushItemsFor("queued").Add(3)
+	m.PushItemsFor("queued").Inc()
+	m.PushItems.WithLabelValues("queued").Add(1)
+	m.PushItemsFor("duplicate").Add(2)
+	m.PushItemsFor("other").Add(7)
+	if m.PushItemsFor("queued") != m.PushItems.WithLabelValues("queued") {
+		t.Error("PushItemsFor(queued) is not PushItems' child")
+	}
+	s := m.Snapshot()
+	want := map[string]float64{"queued": 5, "duplicate": 2, "other": 7}
+	if len(s.PushItems) != len(want) {
+		t.Errorf("statuses %v, want %v (buffered and failed never seen: absent)", s.PushItems, want)
+	}
+	for k, v := range want {
+		if s.PushItems[k] != v {
+			t.Errorf("%s = %v, want %v", k, s.PushItems[k], v)
+		}
+	}
+}

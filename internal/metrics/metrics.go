@@ -38,7 +38,8 @@ type Metrics struct {
 // New registers the metrics plus gauges read from the given functions:
 // walIndex (last fsynced WAL index), checkpoint (last WAL index committed
 // to PostgreSQL), backlog (the difference) and walBytes (bytes of the WAL's
-// segment files, what QUEEN_WAL_MAX_BYTES caps).
+// records in its segment files, what QUEEN_WAL_MAX_BYTES caps; a tail
+// segment's zero padding and the prepared next segment are not counted).
 func New(walIndex, checkpoint, backlog, walBytes func() float64) *Metrics {
 	r := prometheus.NewRegistry()
 	m := &Metrics{
@@ -61,7 +62,7 @@ func New(walIndex, checkpoint, backlog, walBytes func() float64) *Metrics {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "queen_wal_durable_index", Help: "Last fsynced WAL index."}, walIndex),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "queen_projector_checkpoint", Help: "Last WAL index committed to PostgreSQL."}, checkpoint),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "queen_projector_backlog", Help: "WAL records not yet in PostgreSQL."}, backlog),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "queen_wal_bytes", Help: "Bytes of the WAL's segment files."}, walBytes),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "queen_wal_bytes", Help: "Bytes of the WAL's records in its segment files (zero padding and the prepared next segment not counted)."}, walBytes),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -1,0 +1,221 @@
+package pg_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/queenmq/queen-go/crypt"
+	"github.com/queenmq/queen-go/pg"
+)
+
+// TestDedupProbeChunkBoundaries: queen.dedup_batch_probe scans in pieces
+// of 256 hashes (hashes[i:i+255], i = 1, 257, 513, ...). One sidecar row
+// per position of interest (the first and last key of each piece, the
+// first of the next, the last of the probe) holds only that position's
+// hash; a probe of the first n hashes, n = 1, 255, 256, 257, 511, 512,
+// 513, 514, finds exactly the rows of the positions below n, each once;
+// a row holding a hash of every piece, and a probe naming one hash in two
+// pieces, still give that row once.
+func TestDedupProbeChunkBoundaries(t *testing.T) {
+	s := openStore(t)
+	ctx := context.Background()
+	hashes := make([]int64, 514)
+	for i := range hashes {
+		hashes[i] = int64(i)*104729 + 11
+	}
+	positions := []int{0, 1, 254, 255, 256, 257, 510, 511, 512, 513}
+	pid := uuid.New()
+	insert := func(base int64, keys []int64) {
+		t.Helper()
+		if _, err := s.Pool().Exec(ctx, `INSERT INTO queen.dedup_batches (expires_at, partition_ids, base_offsets, key_hashes)
+			VALUES (now() + interval '1 hour', $1, $2, $3)`, []uuid.UUID{pid}, []int64{base}, keys); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range positions {
+		insert(int64(p), []int64{hashes[p]})
+	}
+	probe := func(h []int64) []int64 {
+		t.Helper()
+		r, err := s.Pool().Query(ctx, `SELECT base_offsets[1] FROM queen.dedup_batch_probe($1::bigint[]) ORDER BY 1`, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := pgx.CollectRows(r, pgx.RowTo[int64])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	for _, n := range []int{1, 255, 256, 257, 511, 512, 513, 514} {
+		var want []int64
+		for _, p := range positions {
+			if p < n {
+				want = append(want, int64(p))
+			}
+		}
+		if got := probe(hashes[:n]); !slices.Equal(got, want) {
+			t.Fatalf("probe of the first %d hashes found rows %v, want %v", n, got, want)
+		}
+		// The same keys probed from the end: the last piece is the short one.
+		rev := slices.Clone(hashes[:n])
+		slices.Reverse(rev)
+		if got := probe(rev); !slices.Equal(got, want) {
+			t.Fatalf("probe of the first %d hashes reversed found rows %v, want %v", n, got, want)
+		}
+	}
+
+	// A row with a hash in every piece, and a probe that names a hash
+	// twice, in two pieces: the row comes back once.
+	insert(-1, []int64{hashes[0], hashes[256], hashes[512], hashes[513]})
+	twice := append(slices.Clone(hashes[:300]), hashes[0])
+	if got := probe(twice); !slices.Equal(got, []int64{-1, 0, 1, 254, 255, 256, 257}) {
+		t.Fatalf("probe with a repeated hash found rows %v, want [-1 0 1 254 255 256 257]", got)
+	}
+}
+
+// TestDedupBatchOfExactlyChunkSizes: batches of exactly 256, 257 and 512
+// distinct client keys (one probe piece, a piece and one key, two pieces)
+// whose keys at each piece's edges (positions 0, 254, 255, 256, 257, 510,
+// 511 and the last) were stored before, each by its own batch (its own
+// sidecar row, so that no other hit brings its row back): every one of
+// them is a duplicate of its original, at the original's offset, and the
+// other keys are stored; a key repeated at the end of the batch is a
+// duplicate of the same original.
+func TestDedupBatchOfExactlyChunkSizes(t *testing.T) {
+	for _, n := range []int{256, 257, 512} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			b := setup(t)
+			key := func(i int) string { return fmt.Sprintf("key-%d", i) }
+			orig := map[int]pg.Outcome{}
+			for _, p := range []int{0, 254, 255, 256, 257, 510, 511, n - 1} {
+				if _, ok := orig[p]; !ok && p < n {
+					orig[p] = b.project(t, item("q", key(p), now()))[0]
+				}
+			}
+			batch := make([]pg.ProjectItem, n, n+1)
+			for i := range batch {
+				batch[i] = item("q", key(i), now())
+			}
+			batch = append(batch, item("q", key(255), now()))
+			out := b.project(t, batch...)
+			seen := map[int64]bool{}
+			for j, o := range out {
+				i := j
+				if j == n {
+					i = 255
+				}
+				if first, ok := orig[i]; ok {
+					wantDup(t, key(i), o, true, first.MessageID)
+					if o.Offset != first.Offset {
+						t.Fatalf("%s: duplicate names offset %d, original at %d", key(i), o.Offset, first.Offset)
+					}
+					continue
+				}
+				wantDup(t, key(i), o, false, uuid.Nil)
+				if seen[o.Offset] {
+					t.Fatalf("%s: offset %d stored twice", key(i), o.Offset)
+				}
+				seen[o.Offset] = true
+			}
+		})
+	}
+}
+
+// TestStoreSegmentsChecks calls queen.store_segments as a predicted batch
+// does, over two partitions of queue "plain" and one of queue "secret"
+// (encrypted): with the right flags (a queue named twice included) it
+// moves every partition and writes every segment; a wrong flag for the
+// second queue only, a queue not there, or a partition not at the
+// predicted offset raises QN001 and moves nothing, writes nothing; with
+// no queues (the long way) the flags are not checked.
+func TestStoreSegmentsChecks(t *testing.T) {
+	key, err := crypt.ParseKey(strings.Repeat("0123456789abcdef", 4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := setupBrokers(t, key)
+	ctx := context.Background()
+	o := pg.DefaultQueueOptions()
+	o.EncryptionEnabled = true
+	if _, err := x.a.Configure(ctx, "secret", "", "", "", o); err != nil {
+		t.Fatal(err)
+	}
+	x.projectA(t, at("plain", "P1", ""), at("plain", "P2", ""), at("secret", "P1", ""))
+	var ids []uuid.UUID
+	for _, qp := range [][2]string{{"plain", "P1"}, {"plain", "P2"}, {"secret", "P1"}} {
+		var id uuid.UUID
+		if err := x.a.Pool().QueryRow(ctx, `SELECT p.id FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+			WHERE q.name = $1 AND p.name = $2`, qp[0], qp[1]).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	body := pg.EncodeSegment(nil, []pg.Message{at("plain", "P1", "").Message})
+	bodies := [][]byte{body, body, body}
+	nexts := func() []int64 {
+		t.Helper()
+		var n []int64
+		for _, id := range ids {
+			var v int64
+			if err := x.a.Pool().QueryRow(ctx, `SELECT next_offset FROM queen.partitions WHERE id = $1`, id).Scan(&v); err != nil {
+				t.Fatal(err)
+			}
+			n = append(n, v)
+		}
+		return n
+	}
+	call := func(bases []int64, queues []string, enc []bool) error {
+		_, err := x.a.Pool().Exec(ctx, `SELECT queen.store_segments($1::uuid[], $2::bigint[], $3::integer[], $4::text[], $5::boolean[], $6::bytea[])`,
+			ids, bases, []int32{1, 1, 1}, queues, enc, bodies)
+		return err
+	}
+	wantRefused := func(what string, err error, before []int64, segs int) {
+		t.Helper()
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "QN001" {
+			t.Fatalf("%s: %v, want SQLSTATE QN001", what, err)
+		}
+		if got := nexts(); !slices.Equal(got, before) {
+			t.Fatalf("%s: next offsets %v after the refusal, want %v", what, got, before)
+		}
+		if n := segmentsOf(t, x.a, ids); n != segs {
+			t.Fatalf("%s: %d segments after the refusal, want %d", what, n, segs)
+		}
+	}
+
+	at1 := nexts()
+	if !slices.Equal(at1, []int64{1, 1, 1}) {
+		t.Fatalf("next offsets %v, want [1 1 1]", at1)
+	}
+	wantRefused("secret predicted plaintext", call(at1, []string{"plain", "secret"}, []bool{false, false}), at1, 3)
+	wantRefused("plain predicted encrypted", call(at1, []string{"secret", "plain"}, []bool{true, true}), at1, 3)
+	wantRefused("a queue not there", call(at1, []string{"plain", "secret", "gone"}, []bool{false, true, false}), at1, 3)
+	wantRefused("one partition moved", call([]int64{1, 0, 1}, []string{"plain", "secret"}, []bool{false, true}), at1, 3)
+	if err := call(at1, []string{"plain", "secret", "plain"}, []bool{false, true, false}); err != nil {
+		t.Fatal(err)
+	}
+	if got := nexts(); !slices.Equal(got, []int64{2, 2, 2}) {
+		t.Fatalf("next offsets %v, want [2 2 2]", got)
+	}
+	if err := call([]int64{2, 2, 2}, nil, nil); err != nil {
+		t.Fatalf("no flags to check: %v", err)
+	}
+	if n := segmentsOf(t, x.a, ids); n != 9 {
+		t.Fatalf("%d segments, want 9", n)
+	}
+	// The projector carries on from there (the long way once: its guesses
+	// are behind), every message at the next offset.
+	out := x.projectA(t, at("plain", "P1", ""), at("secret", "P1", ""))
+	if out[0].Offset != 3 || out[1].Offset != 3 {
+		t.Fatalf("offsets %d, %d after the direct writes, want 3, 3", out[0].Offset, out[1].Offset)
+	}
+}

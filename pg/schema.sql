@@ -373,7 +373,15 @@ ALTER TABLE queen.dedup ADD COLUMN IF NOT EXISTS spilled boolean NOT NULL DEFAUL
 -- of 50): 800 keys in one scan 0.80 ms, in scans of 256 0.55 ms; 1,600
 -- keys 2.3 ms against 1.1 ms; at 400 keys or fewer the same. A projector
 -- batch of 10,000 client keys (catching up) would take about 90 ms in one
--- scan. A row is returned once however many of its keys match.
+-- scan. A row is returned once however many of its keys match: a probe
+-- of 256 keys or fewer is one scan (an index scan returns a row once); a
+-- longer one collects the ctids each piece hits, then reads the rows they
+-- name (ctid = ANY: each row once), linear in the hits. The version
+-- before checked each hit against the rows returned so far, quadratic in
+-- the hits: 10,000 keys hitting 10,000 rows, one each, took 474-505 ms,
+-- one scan 182-189 ms, this 20-25 ms; 1,000 keys 7.6-8.3, 2.1-2.4 and
+-- 2.3-2.7 ms. A probe that hits nothing costs the same (means of 400
+-- alternating, 100 to 1,600 keys, within 5 %).
 CREATE OR REPLACE FUNCTION queen.dedup_batch_probe(hashes bigint[])
 RETURNS TABLE (partition_ids uuid[], base_offsets bigint[], key_hashes bigint[])
 LANGUAGE plpgsql STABLE
@@ -381,25 +389,27 @@ SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 DECLARE
+    n integer := coalesce(cardinality(hashes), 0);
     i integer := 1;
-    seen tid[] := '{}';
-    r record;
+    hits tid[] := '{}';
 BEGIN
-    LOOP
-        FOR r IN SELECT d.ctid AS t, d.partition_ids AS p, d.base_offsets AS b, d.key_hashes AS k
-                 FROM queen.dedup_batches d WHERE d.key_hashes && hashes[i:i + 255] LOOP
-            -- Hits are rare (a duplicate, a collision): a linear check.
-            IF NOT r.t = ANY(seen) THEN
-                seen := seen || r.t;
-                partition_ids := r.p;
-                base_offsets := r.b;
-                key_hashes := r.k;
-                RETURN NEXT;
-            END IF;
-        END LOOP;
+    IF n <= 256 THEN
+        RETURN QUERY
+            SELECT d.partition_ids, d.base_offsets, d.key_hashes FROM queen.dedup_batches d WHERE d.key_hashes && hashes;
+        RETURN;
+    END IF;
+    -- The ctids each piece hits, then those rows: a row's ctid listed
+    -- twice still matches it once (a STABLE function's statements share
+    -- one snapshot: the ctids stay valid).
+    WHILE i <= n LOOP
+        hits := hits || ARRAY(SELECT d.ctid FROM queen.dedup_batches d WHERE d.key_hashes && hashes[i:i + 255]);
         i := i + 256;
-        EXIT WHEN i > coalesce(cardinality(hashes), 0);
     END LOOP;
+    IF cardinality(hits) > 0 THEN
+        RETURN QUERY
+            SELECT d.partition_ids, d.base_offsets, d.key_hashes FROM queen.dedup_batches d
+            WHERE d.ctid = ANY(hits);
+    END IF;
 END
 $$;
 

@@ -219,3 +219,42 @@ func TestStoreSegmentsChecks(t *testing.T) {
 		t.Fatalf("offsets %d, %d after the direct writes, want 3, 3", out[0].Offset, out[1].Offset)
 	}
 }
+
+// TestDedupProbeManyHits: a probe of 3,000 keys, each hitting its own
+// sidecar row, plus one row hit by keys of every piece, returns each of
+// the 3,001 rows once (the probe collects the rows its pieces hit, then
+// reads each once).
+func TestDedupProbeManyHits(t *testing.T) {
+	s := openStore(t)
+	ctx := context.Background()
+	const n = 3000
+	hashes := make([]int64, n)
+	for i := range hashes {
+		hashes[i] = int64(i)*15485863 + 5
+	}
+	if _, err := s.Pool().Exec(ctx, `INSERT INTO queen.dedup_batches (expires_at, partition_ids, base_offsets, key_hashes)
+		SELECT now() + interval '1 hour', ARRAY[$1::uuid], ARRAY[o - 1], ARRAY[h] FROM unnest($2::bigint[]) WITH ORDINALITY AS u(h, o)`,
+		uuid.New(), hashes); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Pool().Exec(ctx, `INSERT INTO queen.dedup_batches (expires_at, partition_ids, base_offsets, key_hashes)
+		VALUES (now() + interval '1 hour', ARRAY[$1::uuid], '{-1}', $2)`, uuid.New(), []int64{hashes[0], hashes[1000], hashes[2999]}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Pool().Query(ctx, `SELECT base_offsets[1] FROM queen.dedup_batch_probe($1::bigint[]) ORDER BY 1`, hashes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(r, pgx.RowTo[int64])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != n+1 {
+		t.Fatalf("%d rows, want %d", len(got), n+1)
+	}
+	for i, b := range got {
+		if b != int64(i-1) {
+			t.Fatalf("row %d has base %d, want %d (each row once)", i, b, i-1)
+		}
+	}
+}

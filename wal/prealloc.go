@@ -1,10 +1,13 @@
 package wal
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/queenmq/queen-go/internal/startstop"
 )
 
 // Preallocated segments (doc.go, "Preallocation"). A segment file is
@@ -109,7 +112,8 @@ func padFile(f *os.File, size, want int64, noSync bool) error {
 // before writing the next, so the writer never opens a file the preparer
 // is still writing. A failed preparation is retried when a roll found
 // nothing ready (retry). It owns preparedName while it runs; Open removes
-// a leftover one before starting it, and stop removes an unused one.
+// a leftover one before starting it, and Stop removes an unused one. Its
+// lifecycle is internal/startstop's (Start once, Stop idempotent).
 type preparer struct {
 	dir    string
 	size   int64
@@ -119,23 +123,21 @@ type preparer struct {
 	ready chan struct{} // preparedName is written and fsynced (at most one)
 	taken chan struct{} // the writer renamed preparedName away
 	retry chan struct{} // a roll found nothing ready (coalesced)
-	stopc chan struct{}
-	done  chan struct{}
+	loop  startstop.Loop
 }
 
 // newPreparer returns a preparer for segment files of size bytes in dir;
-// start runs it.
+// Start runs it.
 func newPreparer(dir string, size int64, noSync bool, warn func(string, ...any)) *preparer {
 	return &preparer{dir: dir, size: size, noSync: noSync, warn: warn,
-		ready: make(chan struct{}, 1), taken: make(chan struct{}, 1), retry: make(chan struct{}, 1),
-		stopc: make(chan struct{}), done: make(chan struct{})}
+		ready: make(chan struct{}, 1), taken: make(chan struct{}, 1), retry: make(chan struct{}, 1)}
 }
 
-// start runs the service until stop; it prepares a first file at once.
-func (p *preparer) start() { go p.run() }
+// Start runs the service until Stop or the end of ctx; it prepares a first
+// file at once. startstop.ErrStarted: it was started before.
+func (p *preparer) Start(ctx context.Context) error { return p.loop.Start(ctx, p.run) }
 
-func (p *preparer) run() {
-	defer close(p.done)
+func (p *preparer) run(ctx context.Context) {
 	for {
 		wait := p.taken
 		if err := p.prepare(); err != nil {
@@ -145,7 +147,7 @@ func (p *preparer) run() {
 			p.ready <- struct{}{} // empty: the last one was taken
 		}
 		select {
-		case <-p.stopc:
+		case <-ctx.Done():
 			return
 		case <-wait:
 		}
@@ -199,11 +201,10 @@ func (p *preparer) take(path string) (*os.File, int64) {
 	return f, p.size
 }
 
-// stop ends the service and removes a prepared file nobody took. It is
-// called once, after the writer has stopped.
-func (p *preparer) stop() {
-	close(p.stopc)
-	<-p.done
+// Stop ends the service and removes a prepared file nobody took; call it
+// after the writer has stopped. Idempotent.
+func (p *preparer) Stop() {
+	p.loop.Stop()
 	select {
 	case <-p.ready:
 		_ = os.Remove(filepath.Join(p.dir, preparedName))

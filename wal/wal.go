@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -223,7 +224,7 @@ func Open(dir string, opts Options) (*Log, *RepairReport, error) {
 		return nil, rep, err
 	}
 	if l.prep != nil {
-		l.prep.start()
+		_ = l.prep.Start(context.Background()) // a fresh preparer: never ErrStarted
 	}
 	go l.writer()
 	return l, rep, nil
@@ -867,7 +868,7 @@ func (l *Log) Close() error {
 			l.st = nil
 		}
 		if l.prep != nil {
-			l.prep.stop()
+			l.prep.Stop()
 		}
 	})
 	return err

@@ -127,3 +127,47 @@ func waitIdle(t *testing.T, ctx context.Context, st *pg.Store) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestPopLeasedCommitOutlivesDeadline: a leased pop whose one round trip
+// (BEGIN, claim, COMMIT) is still on the way when its context ends
+// answers with its messages under the lease it committed, instead of
+// failing with the lease committed unseen (the messages then held until
+// it lapsed, and a delivery attempt counted for a pop nobody received).
+func TestPopLeasedCommitOutlivesDeadline(t *testing.T) {
+	t.Parallel()
+	st, ctx := setupStatus(t)
+	store(t, ctx, st, "slowl", "p", 6)
+	res, err := st.Pop(ctx, pg.PopRequest{Queue: "slowl", Partition: "p", Group: pg.QueueModeGroup, Batch: 1, AutoAck: true})
+	if err != nil || len(res.Messages) != 1 {
+		t.Fatalf("first pop: %v %+v", err, res)
+	}
+	slowCommits(t, ctx, st, time.Second)
+	pctx, cancel := context.WithTimeout(ctx, 400*time.Millisecond)
+	defer cancel()
+	res, err = st.Pop(pctx, pg.PopRequest{Queue: "slowl", Group: pg.QueueModeGroup, Batch: 3})
+	waitIdle(t, ctx, st)
+	var leased bool
+	if qerr := st.Pool().QueryRow(ctx, `SELECT lease_id IS NOT NULL FROM queen.consumer_cursors`).Scan(&leased); qerr != nil {
+		t.Fatal(qerr)
+	}
+	if err != nil {
+		t.Fatalf("pop failed (%v); lease committed: %v", err, leased)
+	}
+	if len(res.Messages) != 3 || res.Messages[0].Offset != 1 || !leased {
+		t.Fatalf("pop: %d messages from %v, lease on the cursor %v; want 3 from offset 1 under a lease", len(res.Messages), res.Messages, leased)
+	}
+	ack := make([]pg.AckRequest, len(res.Messages))
+	for i, m := range res.Messages {
+		ack[i] = pg.AckRequest{TransactionID: m.TransactionID, PartitionID: m.PartitionID, Status: pg.AckCompleted,
+			LeaseID: &res.LeaseID, Group: pg.QueueModeGroup}
+	}
+	out, err := st.Ack(ctx, ack)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range out {
+		if !r.Success {
+			t.Fatalf("ack %d under the delivered lease: %+v", i, r)
+		}
+	}
+}

@@ -17,8 +17,8 @@ const (
 	// DefaultDBTimeout bounds the PostgreSQL work of the consume and produce
 	// routes a client waits on: a pop without wait, each attempt of a
 	// waiting pop, acks, lease extension and release, configure,
-	// transactions and the maintenance flags. A pop's or ack's COMMIT
-	// already sent is waited for past it (pg's commitTimeout, 30 s), so
+	// transactions and the maintenance flags. A pop's COMMIT already
+	// sent is waited for past it (pg's commitTimeout, 30 s), so
 	// that a commit that happened is answered as one (docs/consume.md,
 	// "When a commit is slow or its outcome unknown").
 	DefaultDBTimeout = 5 * time.Second

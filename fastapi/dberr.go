@@ -17,7 +17,10 @@ const (
 	// DefaultDBTimeout bounds the PostgreSQL work of the consume and produce
 	// routes a client waits on: a pop without wait, each attempt of a
 	// waiting pop, acks, lease extension and release, configure,
-	// transactions and the maintenance flags.
+	// transactions and the maintenance flags. A pop's COMMIT already
+	// sent is waited for past it (pg's commitTimeout, 30 s), so
+	// that a commit that happened is answered as one (docs/consume.md,
+	// "When a commit is slow or its outcome unknown").
 	DefaultDBTimeout = 5 * time.Second
 	// DefaultAdminDBTimeout bounds the PostgreSQL work of the resource,
 	// admin, message and trace routes, which may scan or delete a lot (a
@@ -25,7 +28,8 @@ const (
 	DefaultAdminDBTimeout = 30 * time.Second
 	// popMinAttempt is the least time one attempt of a waiting pop gets,
 	// even when less of its timeout is left: a waiting pop therefore
-	// answers at most this long after its timeout.
+	// answers at most this long after its timeout (longer only while a
+	// commit it sent is on the way, see DefaultDBTimeout).
 	popMinAttempt = time.Second
 	// conflictRetryAfter is the Retry-After (seconds) of a 503 for a
 	// serialization failure or deadlock.

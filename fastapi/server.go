@@ -195,7 +195,8 @@ type Config struct {
 	// DBTimeout bounds the PostgreSQL work of a pop without wait, each
 	// attempt of a waiting pop, acks, lease extension, configure,
 	// transactions and the maintenance flags (QUEEN_DB_TIMEOUT_MS; default
-	// DefaultDBTimeout, 5 s). Past it they answer 503.
+	// DefaultDBTimeout, 5 s). Past it they answer 503; a pop's COMMIT
+	// already sent is waited for beyond it (30 s at most).
 	DBTimeout time.Duration
 	// AdminDBTimeout bounds the PostgreSQL work of the resource, admin,
 	// message and trace routes (QUEEN_ADMIN_DB_TIMEOUT_MS; default

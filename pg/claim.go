@@ -314,13 +314,19 @@ type claimResult struct {
 // claim begins the pop's transaction on conn and runs claimSQL (or, for
 // one partition, claimOneSQL with the pop's lease, uuid.Nil for autoAck),
 // in one round trip. With commit (one partition only) the same round trip
-// also commits: see popOneTrip.
+// also commits: see popOneTrip; that round trip then runs without ctx's
+// deadline, commitTimeout at most, as commitPop's does (a lease committed
+// unseen would hold the messages until it lapsed and count a delivery
+// attempt for a pop nobody received).
 func claim(ctx context.Context, conn *pgx.Conn, req PopRequest, lease uuid.UUID, commit bool) (*claimResult, error) {
 	var b pgx.Batch
 	b.Queue("BEGIN")
 	queueClaim(&b, req, lease)
 	if commit {
 		b.Queue("COMMIT")
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+		defer cancel()
 	}
 	br := conn.SendBatch(ctx, &b)
 	defer br.Close()

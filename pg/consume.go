@@ -355,10 +355,25 @@ func appendPopped(to, msgs []PoppedMessage) []PoppedMessage {
 	return append(to, msgs...)
 }
 
-// commitPop sends the pop's cursor writes w with COMMIT, in one round
-// trip, and checks that the transaction ended.
+// commitTimeout bounds the round trip of a pop's or ack's COMMIT
+// (commitPop), which does not end with the caller's context.
+const commitTimeout = 30 * time.Second
+
+// commitPop sends the pop's (or ack's) cursor writes w with COMMIT, in
+// one round trip, and checks that the transaction ended. The round trip
+// runs under ctx's values but not its deadline or cancellation, bounded
+// by commitTimeout instead: once COMMIT is sent, cutting the wait short
+// does not stop PostgreSQL from committing, it only keeps the outcome from
+// the broker, and an autoAck pop whose cursor moves committed unseen has
+// consumed its messages without delivering them (a waiting pop's attempt
+// gets as little as a second, which a loaded machine's commit can take:
+// docs/consume.md, "When a commit is slow or its outcome unknown"). An
+// error here is the server's answer (nothing committed), or a lost
+// connection (08xxx, EOF, commitTimeout): the outcome is then unknown.
 func commitPop(ctx context.Context, tx *pgx.Conn, w *pgx.Batch) error {
 	w.Queue("COMMIT")
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	defer cancel()
 	if err := tx.SendBatch(ctx, w).Close(); err != nil {
 		return err
 	}

@@ -238,7 +238,7 @@ var Vars = []Var{
 		"Longest time to read one request, head and body, from its first byte: a request not received in time (a slow client, a body shorter than its Content-Length) is answered 408. It must let the largest body arrive over the slowest link served (64 MiB in 30 s is 2.2 MB/s).",
 		func(c *Config) *time.Duration { return &c.ReadTimeout }),
 	durVar("QUEEN_DB_TIMEOUT_MS", SectionHTTP, int(fastapi.DefaultDBTimeout/time.Millisecond), time.Millisecond, 1,
-		"Deadline of the PostgreSQL work of a pop without wait (and of each attempt of a waiting pop, which gets at least 1 s), acks, lease extension, configure, transactions and the maintenance flags; past it the answer is 503.",
+		"Deadline of the PostgreSQL work of a pop without wait (and of each attempt of a waiting pop, which gets at least 1 s), acks, lease extension, configure, transactions and the maintenance flags; past it the answer is 503. A pop's `COMMIT` already sent is waited for past it, 30 s at most, so that a commit that happened is answered as one.",
 		func(c *Config) *time.Duration { return &c.DBTimeout }),
 	durVar("QUEEN_ADMIN_DB_TIMEOUT_MS", SectionHTTP, int(fastapi.DefaultAdminDBTimeout/time.Millisecond), time.Millisecond, 1,
 		"The same deadline for the resource, admin, message and trace routes.",

@@ -1,0 +1,563 @@
+-- Queen broker schema. Applied on every start under an advisory lock; every
+-- statement is idempotent.
+CREATE SCHEMA IF NOT EXISTS queen;
+
+-- One row per queue with every /configure option (a full replace).
+CREATE TABLE IF NOT EXISTS queen.queues (
+    id                          uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    name                        text NOT NULL UNIQUE,
+    namespace                   text NOT NULL DEFAULT '',
+    task                        text NOT NULL DEFAULT '',
+    lease_time                  integer NOT NULL DEFAULT 300,
+    retry_limit                 integer NOT NULL DEFAULT 3,
+    delayed_processing          integer NOT NULL DEFAULT 0,
+    window_buffer               integer NOT NULL DEFAULT 0,
+    retention_enabled           boolean NOT NULL DEFAULT false,
+    retention_seconds           integer NOT NULL DEFAULT 0,
+    completed_retention_seconds integer NOT NULL DEFAULT 0,
+    max_wait_time_seconds       integer NOT NULL DEFAULT 0,
+    encryption_enabled          boolean NOT NULL DEFAULT false,
+    priority                    integer NOT NULL DEFAULT 0,
+    max_size                    integer NOT NULL DEFAULT 0,
+    retry_delay                 integer NOT NULL DEFAULT 1000,
+    ttl                         integer NOT NULL DEFAULT 3600,
+    dead_letter_queue           boolean NOT NULL DEFAULT false,
+    dlq_after_max_retries       boolean NOT NULL DEFAULT false,
+    dedup_window_seconds        integer NOT NULL DEFAULT 3600,
+    created_at                  timestamptz NOT NULL DEFAULT now(),
+    updated_at                  timestamptz NOT NULL DEFAULT now()
+);
+
+-- A partition is an ordered log; next_offset is allocated under its row lock.
+CREATE TABLE IF NOT EXISTS queen.partitions (
+    id              uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    queue_id        uuid NOT NULL REFERENCES queen.queues(id) ON DELETE CASCADE,
+    name            text NOT NULL,
+    next_offset     bigint NOT NULL DEFAULT 0,
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    last_message_at timestamptz,
+    UNIQUE (queue_id, name)
+);
+
+-- A projection batch moves next_offset and last_message_at of every
+-- partition it touches, neither indexed, so the update can be HOT (no
+-- index entries, the new version on the same page) when the page has
+-- room: fillfactor 50 leaves half of every page for the new versions
+-- (measured at 16 x 100 pushes over 10,000 partitions: 44% of the updates
+-- HOT at the default 100, each of the others one entry in each of the
+-- table's two indexes; see docs/decisions.md). Rows are about 100 bytes,
+-- so the table stays small (1 MB per 10,000 partitions). Existing pages
+-- keep their fill until rewritten; new and pruned ones get the room. Set
+-- only when different, so a start does not touch the catalog.
+DO $$ BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_class WHERE oid = 'queen.partitions'::regclass
+                   AND 'fillfactor=50' = ANY(coalesce(reloptions, '{}'))) THEN
+        ALTER TABLE queen.partitions SET (fillfactor = 50);
+    END IF;
+END $$;
+
+-- The projector's partition statements, one index probe per key: names to
+-- ids through the (queue_id, name) unique index, ids through the primary
+-- key. The planner settings are pinned because the partitions table grows
+-- from empty and a batch names up to thousands of keys: with its statistics
+-- stale or small, the planner hash-joins the keys against a sequential scan
+-- of every partition, or walks a queue's partitions by queue_id alone (seen:
+-- 1,000 new partitions took 2 s in a queue of 56k and 0.13 s in a fresh one;
+-- each of the lookup, lock and offset update read all 61k rows of a 61k
+-- partition table for 1,000 keys). Probes by key are right at every size.
+-- These functions and the dedup probes below are PL/pgSQL, not SQL: a SQL
+-- function with SET clauses is never inlined, and PostgreSQL before 18
+-- parses and plans its body on every call, while PL/pgSQL keeps the plan
+-- for the session (measured: lock_partitions took 0.97 ms per call, its
+-- statement 0.16 ms; the SQL wrappers cost about 1.5 ms of a batch).
+-- PL/pgSQL keeps the statement, not necessarily its plan: a statement
+-- with parameters is planned afresh for every call while its custom plans
+-- look cheaper than the generic one, which for these array lookups they
+-- always do (pg_stat_statements with track_planning: 2,001 plans for
+-- 2,000 calls, 41-57 us of planning per statement per call, more than
+-- executing it). plan_cache_mode = force_generic_plan plans each once per
+-- session; with the planner settings above the generic plan is the same
+-- index probe per key.
+
+-- Each partition's id with what a projection batch predicts from
+-- (pg/project.go, ensurePartitions): its next_offset and its queue's
+-- encryption_enabled, as of the lookup. Read without a lock: a prediction
+-- made from it is checked under the lock by write_segments.
+CREATE OR REPLACE FUNCTION queen.partition_states(queues text[], names text[])
+RETURNS TABLE (queue text, partition text, id uuid, next_offset bigint, encryption_enabled boolean)
+LANGUAGE plpgsql STABLE
+SET enable_hashjoin = off SET enable_mergejoin = off SET enable_seqscan = off SET enable_bitmapscan = off SET plan_cache_mode = force_generic_plan
+AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+        SELECT k.q, k.p, p.id, p.next_offset, p.encryption_enabled
+        FROM unnest(queues, names) AS k(q, p)
+        -- LIMIT keeps the lookup a subquery run per key (not merged into a join
+        -- the planner could reorder to walk queues or partitions).
+        CROSS JOIN LATERAL (SELECT p.id, p.next_offset, q.encryption_enabled FROM queen.queues q JOIN queen.partitions p ON p.queue_id = q.id
+                            WHERE q.name = k.q AND p.name = k.p LIMIT 1) p;
+END
+$$;
+
+-- partition_ids is partition_states without the state, for brokers of the
+-- version before (this version calls partition_states).
+CREATE OR REPLACE FUNCTION queen.partition_ids(queues text[], names text[])
+RETURNS TABLE (queue text, partition text, id uuid)
+LANGUAGE sql STABLE
+AS $$
+    SELECT s.queue, s.partition, s.id FROM queen.partition_states(queues, names) s
+$$;
+
+-- Creates the missing partitions of existing queues ($1[i], $2[i]), in
+-- (queue id, name) order, with default options.
+CREATE OR REPLACE FUNCTION queen.create_partitions(queues text[], names text[])
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET enable_hashjoin = off SET enable_mergejoin = off SET enable_seqscan = off SET enable_bitmapscan = off SET plan_cache_mode = force_generic_plan
+AS $$
+BEGIN
+    INSERT INTO queen.partitions (queue_id, name)
+    SELECT q.id, k.p FROM unnest(queues, names) AS k(q, p)
+    CROSS JOIN LATERAL (SELECT q.id FROM queen.queues q WHERE q.name = k.q LIMIT 1) q
+    ORDER BY q.id, k.p
+    ON CONFLICT (queue_id, name) DO NOTHING;
+END
+$$;
+
+-- Locks the partitions of a projection batch in id order (NO KEY UPDATE:
+-- only next_offset changes) and returns what the batch needs of them.
+CREATE OR REPLACE FUNCTION queen.lock_partitions(ids uuid[])
+RETURNS TABLE (id uuid, next_offset bigint, dedup_window_seconds integer, encryption_enabled boolean)
+LANGUAGE plpgsql VOLATILE
+SET enable_hashjoin = off SET enable_mergejoin = off SET enable_seqscan = off SET enable_bitmapscan = off SET plan_cache_mode = force_generic_plan
+AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+        SELECT p.id, p.next_offset, q.dedup_window_seconds, q.encryption_enabled
+        FROM queen.partitions p
+        -- A subquery per partition (LIMIT 1, as in partition_ids): the
+        -- PL/pgSQL plan sees the array's length and would otherwise join
+        -- a few queues by filtering every partition against them.
+        CROSS JOIN LATERAL (SELECT q.dedup_window_seconds, q.encryption_enabled FROM queen.queues q
+                            WHERE q.id = p.queue_id LIMIT 1) q
+        WHERE p.id = ANY(ids) ORDER BY p.id FOR NO KEY UPDATE OF p;
+END
+$$;
+
+-- Moves the partitions' next offsets ($1[i] to $2[i]) after a batch: what
+-- brokers before write_segments call (kept for a rolling upgrade; this
+-- version no longer does).
+CREATE OR REPLACE FUNCTION queen.advance_partitions(ids uuid[], nexts bigint[])
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET enable_hashjoin = off SET enable_mergejoin = off SET enable_seqscan = off SET enable_bitmapscan = off SET plan_cache_mode = force_generic_plan
+AS $$
+BEGIN
+    UPDATE queen.partitions p SET next_offset = v.next, last_message_at = now()
+    FROM unnest(ids, nexts) AS v(id, next) WHERE p.id = v.id;
+END
+$$;
+
+-- Writes the segments of a projection batch (pg/project.go): locks the
+-- partitions ids in id order by updating them (NO KEY UPDATE, as
+-- lock_partitions: no deadlock between brokers; a no-op where the batch
+-- holds them already), checks that partition ids[i] is at next_offset bases[i] and that its
+-- queue's encryption_enabled is encrypt[i] (not checked where encrypt[i]
+-- is NULL, or encrypt is: the caller read it under the same lock), moves
+-- next_offset to bases[i] +
+-- counts[i] and stores bodies[i] as its segment of offsets bases[i] ..
+-- bases[i] + counts[i] - 1. A partition that is gone or not in that state
+-- raises SQLSTATE QN001 before anything is written, which rolls the
+-- transaction back: a batch whose offsets the broker predicted from its
+-- own last commit (one round trip) is then projected again the long way,
+-- locking and reading the partitions first. One statement for what took a
+-- lock, an offset update and a segment insert.
+CREATE OR REPLACE FUNCTION queen.write_segments(ids uuid[], bases bigint[], counts integer[], encrypt boolean[], bodies bytea[])
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET enable_hashjoin = off SET enable_mergejoin = off SET enable_seqscan = off SET enable_bitmapscan = off SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    moved bigint;
+BEGIN
+    -- The update locks the rows itself, in id order: the sorted subquery
+    -- is not flattened and the pinned plan is a nested loop with it
+    -- outside (see EXPLAIN in docs/decisions.md), which updates rows in
+    -- the order of its outer side. A separate FOR NO KEY UPDATE pass (the
+    -- version before) cost as much as the update again: a second visit
+    -- and a WAL record per row. Should a plan ever take another order, two
+    -- brokers meeting on the same partitions deadlock, PostgreSQL aborts
+    -- one batch and Project retries it (a deadlock is retryable): slower,
+    -- never wrong. A row moved by another transaction meanwhile fails
+    -- next_offset = v.base when rechecked after its lock (QN001 below).
+    UPDATE queen.partitions p SET next_offset = v.base + v.n, last_message_at = now()
+    FROM (SELECT * FROM unnest(ids, bases, counts, encrypt) AS u(id, base, n, enc) ORDER BY u.id) AS v
+    WHERE p.id = v.id AND p.next_offset = v.base
+      AND (v.enc IS NULL OR (SELECT q.encryption_enabled FROM queen.queues q WHERE q.id = p.queue_id) = v.enc);
+    GET DIAGNOSTICS moved = ROW_COUNT;
+    IF moved <> cardinality(ids) THEN
+        RAISE EXCEPTION 'queen: % of % partitions gone or not at the predicted offset', cardinality(ids) - moved, cardinality(ids)
+            USING ERRCODE = 'QN001';
+    END IF;
+    INSERT INTO queen.segments (partition_id, base_offset, last_offset, body)
+    SELECT v.id, v.base, v.base + v.n - 1, v.body FROM unnest(ids, bases, counts, bodies) AS v(id, base, n, body);
+END
+$$;
+
+-- Packed messages: one row holds offsets base_offset..last_offset of one
+-- partition, written by one projector batch. body layout: pg/segment.go.
+CREATE TABLE IF NOT EXISTS queen.segments (
+    partition_id uuid NOT NULL,
+    base_offset  bigint NOT NULL,
+    last_offset  bigint NOT NULL,
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    body         bytea NOT NULL,
+    PRIMARY KEY (partition_id, base_offset)
+);
+-- No foreign key to queen.partitions: its per-row check (an SPI query
+-- taking FOR KEY SHARE on the partition row after every segment insert)
+-- was 11% of a projection batch's PostgreSQL CPU at 64 producers x 1 item
+-- (perf of the backend), and it guards nothing write_segments does not:
+-- the only writer of segments locks and moves its partition rows in the
+-- same transaction and raises QN001 for one that is gone, so a segment
+-- never names a partition that does not exist. What the key's ON DELETE
+-- CASCADE did, the statement trigger below does: a deleted partition's
+-- segments go with it (a queue delete cascades to its partitions, which
+-- fires it), whichever broker version deletes it.
+ALTER TABLE queen.segments DROP CONSTRAINT IF EXISTS segments_partition_id_fkey;
+-- Its plan is pinned as the projector's are: the planner knows nothing of
+-- the transition table, and a hash join would read every segment of every
+-- queue to delete one queue's; an index probe per deleted partition is
+-- right at every size.
+CREATE OR REPLACE FUNCTION queen.delete_partition_segments()
+RETURNS trigger
+LANGUAGE plpgsql
+SET enable_hashjoin = off SET enable_mergejoin = off SET enable_seqscan = off SET enable_bitmapscan = off
+AS $$
+BEGIN
+    DELETE FROM queen.segments s USING gone g WHERE s.partition_id = g.id;
+    RETURN NULL;
+END
+$$;
+CREATE OR REPLACE TRIGGER partitions_delete_segments AFTER DELETE ON queen.partitions
+    REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION queen.delete_partition_segments();
+-- A segment body is larger than TOAST's 2 kB threshold, so every insert
+-- compresses it: lz4 rather than the default pglz (measured with 8 x 100
+-- pushes of 256-byte payloads: the segment insert took 5.1 ms of PostgreSQL
+-- time per 800-message batch with pglz). Existing bodies keep their method;
+-- a server built without lz4 keeps pglz.
+DO $$ BEGIN
+    ALTER TABLE queen.segments ALTER COLUMN body SET COMPRESSION lz4;
+EXCEPTION WHEN feature_not_supported THEN NULL;
+END $$;
+
+-- Dedup sidecar (pg/dedup.go): one row per projection batch. key_hashes
+-- holds a 64-bit hash per client transactionId stored by the batch (of
+-- partition and key) and one per 10 ms tick of the batch's broker-minted
+-- ids (rows of older versions: one per partition and tick); partition_ids
+-- and base_offsets name the segment each
+-- of the batch's partitions got. A hash hit names a segment, whose messages
+-- are compared byte for byte with the probed key, so the probe stays
+-- exact. Per message: 8 bytes of array and one GIN entry for a client
+-- transactionId, nothing for a minted id; per partition of a batch 24
+-- bytes. expires_at is when the newest of its messages leaves the longest
+-- dedup window of its queues (as it was when the row was written); the
+-- sweep deletes the row a grace later. GIN fastupdate is off: its pending
+-- list would be scanned whole by every probe (measured: 27 us per probed
+-- key instead of 3). No statistics on the arrays: the probes pin their
+-- plans, and ANALYZE of 800-element arrays took 0.2 s per run. No foreign
+-- key (a row spans partitions and queues): a deleted queue's keys stay in
+-- the rows they share until those expire, and a deleted partition's id
+-- never names a new one.
+CREATE TABLE IF NOT EXISTS queen.dedup_batches (
+    expires_at    timestamptz NOT NULL,
+    partition_ids uuid[] NOT NULL,
+    base_offsets  bigint[] NOT NULL,
+    key_hashes    bigint[] NOT NULL
+);
+CREATE INDEX IF NOT EXISTS dedup_batches_keys ON queen.dedup_batches USING gin (key_hashes) WITH (fastupdate = off);
+CREATE INDEX IF NOT EXISTS dedup_batches_expires_at ON queen.dedup_batches (expires_at);
+ALTER TABLE queen.dedup_batches ALTER COLUMN key_hashes SET STATISTICS 0,
+    ALTER COLUMN partition_ids SET STATISTICS 0, ALTER COLUMN base_offsets SET STATISTICS 0;
+
+-- queen.dedup_runs is the sidecar layout before queen.dedup_batches (one
+-- row per partition and batch, indexed by a GIN on key_hashes and a btree
+-- on (partition_id, minted_lo)). It is not created any more; in a
+-- database upgraded from it, it is probed (dedup_hash_probe,
+-- dedup_minted_probe below) and swept by its accepted_at while it holds
+-- rows, so that its entries keep their windows; it is never written.
+
+-- Exact dedup entries, (partition, transactionId) -> the latest stored
+-- message: written by versions before the hash sidecar (spilled = false;
+-- probed for every client key while any is left, swept by the same window
+-- rule) and by retention, which copies here the keys of deleted segments'
+-- messages still inside their window (spilled = true; probed for sidecar
+-- hits whose segment is gone). No foreign key to partitions: its per-row
+-- check was about 40% of the insert (pgbench, 400-row inserts: 9.2 ms with
+-- it, 6.2 ms without). pg.Store.DeleteQueue deletes a queue's entries
+-- itself; an orphan could only be an expired entry, which the sweep
+-- removes by accepted_at anyway.
+CREATE TABLE IF NOT EXISTS queen.dedup (
+    partition_id   uuid NOT NULL,
+    transaction_id bytea NOT NULL,
+    msg_offset     bigint NOT NULL,
+    message_id     uuid NOT NULL,
+    accepted_at    timestamptz NOT NULL,
+    PRIMARY KEY (partition_id, transaction_id)
+);
+CREATE INDEX IF NOT EXISTS dedup_accepted_at ON queen.dedup (accepted_at);
+ALTER TABLE queen.dedup DROP CONSTRAINT IF EXISTS dedup_partition_id_fkey;
+ALTER TABLE queen.dedup ADD COLUMN IF NOT EXISTS spilled boolean NOT NULL DEFAULT false;
+
+-- The dedup probes. The planner settings are pinned because the sidecar
+-- grows fast from empty: until autovacuum analyzes it, the planner
+-- believes it tiny and scans it whole (seen with the exact table: 335
+-- sequential scans reading 21 M rows in an 8 s bench, the probe at 18 ms
+-- of a 24 ms batch). Index lookups are right at every size.
+--
+-- dedup_batch_probe: the rows of queen.dedup_batches that hold any of
+-- hashes (candidates, to be confirmed against their segments).
+CREATE OR REPLACE FUNCTION queen.dedup_batch_probe(hashes bigint[])
+RETURNS TABLE (partition_ids uuid[], base_offsets bigint[], key_hashes bigint[])
+LANGUAGE plpgsql STABLE
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+        SELECT d.partition_ids, d.base_offsets, d.key_hashes FROM queen.dedup_batches d WHERE d.key_hashes && hashes;
+END
+$$;
+
+-- dedup_hash_probe (queen.dedup_runs of an upgraded database; nothing
+-- without it): the (partition, offset, hash) of every offset whose key
+-- hash is one of hashes.
+CREATE OR REPLACE FUNCTION queen.dedup_hash_probe(hashes bigint[])
+RETURNS TABLE (partition_id uuid, msg_offset bigint, key_hash bigint)
+LANGUAGE plpgsql STABLE
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF to_regclass('queen.dedup_runs') IS NULL THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+        SELECT d.partition_id, d.base_offset + x.i - 1, x.h
+        FROM queen.dedup_runs d CROSS JOIN LATERAL unnest(d.key_hashes) WITH ORDINALITY AS x(h, i)
+        WHERE d.key_hashes && hashes AND x.h = ANY(hashes);
+END
+$$;
+
+-- assert_new_keys: raises SQLSTATE QN002 when a row of queen.dedup_batches
+-- holds any of hashes (dedup_batch_probe: a candidate). A batch whose
+-- offsets the broker predicted is sent in one pipeline with its COMMIT
+-- (pg/project.go, projectPredicted): this runs after write_segments has
+-- locked the batch's partitions and before the batch's own sidecar row goes
+-- in, and a hit (a duplicate, a key repeated after its window, a hash
+-- collision, a minted tick key equal to a client key's hash) rolls the
+-- batch back to be decided the long way. The older layouts (queen.dedup,
+-- queen.dedup_runs) are not probed here: while either holds entries, a
+-- batch with client keys is never predicted (Store.legacyDedup).
+CREATE OR REPLACE FUNCTION queen.assert_new_keys(hashes bigint[])
+RETURNS void
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    PERFORM 1 FROM queen.dedup_batch_probe(hashes) LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'queen: the dedup sidecar names an offset for a key of the batch' USING ERRCODE = 'QN002';
+    END IF;
+END
+$$;
+
+-- dedup_minted_probe (queen.dedup_runs of an upgraded database; nothing
+-- without it): for each (pid, id) (floor: the smallest minted_lo of a run
+-- that can hold id), the offset of the minted id in partition pid, with
+-- the key's ordinal.
+CREATE OR REPLACE FUNCTION queen.dedup_minted_probe(pids uuid[], ids uuid[], floors uuid[])
+RETURNS TABLE (ord bigint, msg_offset bigint)
+LANGUAGE plpgsql STABLE
+SET enable_hashjoin = off SET enable_mergejoin = off SET enable_seqscan = off SET enable_bitmapscan = off
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF to_regclass('queen.dedup_runs') IS NULL THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+        SELECT k.ord, d.base_offset + x.i - 1
+        FROM unnest(pids, ids, floors) WITH ORDINALITY AS k(pid, id, floor, ord)
+        JOIN queen.dedup_runs d ON d.partition_id = k.pid AND d.minted_lo >= k.floor AND d.minted_lo <= k.id
+            AND d.minted_hi >= k.id AND k.id = ANY(d.minted_ids)
+        CROSS JOIN LATERAL (
+            SELECT z.i FROM unnest(d.key_hashes) WITH ORDINALITY AS z(h, i) WHERE z.h = 0
+            ORDER BY z.i OFFSET array_position(d.minted_ids, k.id) - 1 LIMIT 1) x;
+END
+$$;
+
+-- dedup_probe: the exact entries of queen.dedup for a batch's keys.
+CREATE OR REPLACE FUNCTION queen.dedup_probe(pids uuid[], txids bytea[])
+RETURNS TABLE (partition_id uuid, transaction_id bytea, msg_offset bigint, message_id uuid, accepted_at timestamptz)
+LANGUAGE plpgsql STABLE
+SET enable_hashjoin = off SET enable_mergejoin = off SET enable_seqscan = off SET enable_bitmapscan = off
+AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+        SELECT d.partition_id, d.transaction_id, d.msg_offset, d.message_id, d.accepted_at
+        FROM unnest(pids, txids) AS k(pid, txid)
+        JOIN queen.dedup d ON d.partition_id = k.pid AND d.transaction_id = k.txid;
+END
+$$;
+
+-- Projector checkpoints: the last WAL index each broker committed.
+CREATE TABLE IF NOT EXISTS queen.projector_checkpoints (
+    broker_id  uuid PRIMARY KEY,
+    wal_index  bigint NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
+-- CRC-32C of the WAL record at wal_index: tells a WAL directory that is not
+-- the one this checkpoint was written from (see pg.Checkpoint).
+ALTER TABLE queen.projector_checkpoints ADD COLUMN IF NOT EXISTS record_crc32c bigint;
+-- A WAL record with more items than one projection transaction takes (a push
+-- of a million tiny items) is projected in pieces, each its own transaction:
+-- then the first partial_items items of record partial_index (always
+-- wal_index + 1; any other value is stale and means nothing) are committed
+-- too, and partial_crc32c is that record's CRC-32C (see pg.Checkpoint).
+ALTER TABLE queen.projector_checkpoints ADD COLUMN IF NOT EXISTS partial_index bigint,
+    ADD COLUMN IF NOT EXISTS partial_items bigint, ADD COLUMN IF NOT EXISTS partial_crc32c bigint;
+
+-- System flags such as maintenance_mode ({"enabled": bool}).
+CREATE TABLE IF NOT EXISTS queen.system_state (
+    key        text PRIMARY KEY,
+    value      jsonb NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- Consumer cursors: one row per (partition, consumer group). Everything
+-- below cursor_offset is consumed; a lease covers cursor_offset..lease_end.
+CREATE TABLE IF NOT EXISTS queen.consumer_cursors (
+    partition_id     uuid NOT NULL REFERENCES queen.partitions(id) ON DELETE CASCADE,
+    consumer_group   text NOT NULL,
+    cursor_offset    bigint NOT NULL DEFAULT 0,
+    lease_id         uuid,
+    lease_expires_at timestamptz,
+    lease_end        bigint,
+    acked            bigint[] NOT NULL DEFAULT '{}',
+    retry_count      integer NOT NULL DEFAULT 0,
+    last_consumed_at timestamptz,
+    total_consumed   bigint NOT NULL DEFAULT 0,
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (partition_id, consumer_group)
+);
+CREATE INDEX IF NOT EXISTS consumer_cursors_lease ON queen.consumer_cursors (lease_id) WHERE lease_id IS NOT NULL;
+
+-- Subscriptions of named consumer groups: where a group starts in a
+-- partition it has no cursor for yet (mode all | new | timestamp).
+CREATE TABLE IF NOT EXISTS queen.consumer_groups (
+    queue_id          uuid NOT NULL REFERENCES queen.queues(id) ON DELETE CASCADE,
+    consumer_group    text NOT NULL,
+    subscription_mode text NOT NULL,
+    subscription_from timestamptz,
+    created_at        timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (queue_id, consumer_group)
+);
+
+-- Dead letters: messages a group gave up on (retries exhausted or dlq ack).
+CREATE TABLE IF NOT EXISTS queen.dead_letters (
+    id             bigserial PRIMARY KEY,
+    partition_id   uuid NOT NULL REFERENCES queen.partitions(id) ON DELETE CASCADE,
+    consumer_group text NOT NULL,
+    msg_offset     bigint NOT NULL,
+    message_id     uuid NOT NULL,
+    transaction_id bytea NOT NULL,
+    error          text,
+    retry_count    integer NOT NULL DEFAULT 0,
+    failed_at      timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS dead_letters_partition ON queen.dead_letters (partition_id, consumer_group);
+
+-- Message traces (POST /api/v1/traces, pg/traces.go): processing events a
+-- consumer records against a stored message, keyed like Queen's by
+-- (partition, transactionId); message_id/msg_offset name the message the
+-- key resolved to when the trace was recorded. data is the client's JSON
+-- value byte for byte (bytea: jsonb would reorder and respell it). Traces
+-- outlive the message's consumption and its segment's retention; they go
+-- with their partition (queue delete cascades). trace_names: 0..32 names,
+-- sorted and distinct.
+CREATE TABLE IF NOT EXISTS queen.message_traces (
+    id             uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    seq            bigserial NOT NULL,
+    partition_id   uuid NOT NULL REFERENCES queen.partitions(id) ON DELETE CASCADE,
+    transaction_id bytea NOT NULL,
+    message_id     uuid NOT NULL,
+    msg_offset     bigint NOT NULL,
+    consumer_group text NOT NULL,
+    event_type     text NOT NULL,
+    data           bytea NOT NULL,
+    trace_names    text[] NOT NULL DEFAULT '{}',
+    created_at     timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE INDEX IF NOT EXISTS message_traces_message ON queen.message_traces (partition_id, transaction_id, seq);
+CREATE INDEX IF NOT EXISTS message_traces_names ON queen.message_traces USING gin (trace_names);
+
+-- Segments by commit time: GET /api/v1/messages walks the segments of a
+-- time window newest first and stops once it has its page (pg/messages.go),
+-- which without this index would read and sort every segment of the
+-- matching partitions. The retention pass's age conditions and the
+-- timestamp seeks filter on created_at too. One entry per segment (a
+-- projector batch per partition), not per message.
+CREATE INDEX IF NOT EXISTS segments_created_at ON queen.segments (created_at, partition_id, base_offset);
+
+-- Streams (pg/streams.go): the query registry and the per-shard state of
+-- Queen's stream runtime (/streams/v1/*). A query is registered by name
+-- with an opaque config hash; its state is sharded by (query, source
+-- partition) and holds the client's JSON value byte for byte (bytea, as
+-- payloads are) with the numeric "windowEnd" of an object value lifted
+-- into window_end for the ripe-window read. State goes with its query
+-- (reset wipes it, a query delete cascades) and with its source partition
+-- (a queue delete cascades). key is COLLATE "C": rows are ordered and
+-- prefix-matched byte for byte.
+CREATE TABLE IF NOT EXISTS queen.stream_queries (
+    id           uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    name         text NOT NULL UNIQUE,
+    source_queue text NOT NULL,
+    sink_queue   text,
+    config_hash  text NOT NULL,
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    updated_at   timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS queen.stream_state (
+    query_id     uuid NOT NULL REFERENCES queen.stream_queries(id) ON DELETE CASCADE,
+    partition_id uuid NOT NULL REFERENCES queen.partitions(id) ON DELETE CASCADE,
+    key          text COLLATE "C" NOT NULL,
+    value        bytea NOT NULL,
+    window_end   double precision,
+    updated_at   timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (query_id, partition_id, key)
+);
+CREATE INDEX IF NOT EXISTS stream_state_partition ON queen.stream_state (partition_id);
+
+-- Tombstones (pg/tombstone.go): single messages deleted by DELETE
+-- /api/v1/messages/:partitionId/:transactionId. Messages are packed in
+-- segments, so a deleted message stays in its segment's body and is
+-- marked here by (partition, offset); pop, the message reads and the
+-- counts skip marked offsets. A tombstone goes with its partition; one
+-- whose segment retention removed is dead weight (about 60 bytes) until
+-- then. The dedup sidecar keeps the transactionId for its window.
+CREATE TABLE IF NOT EXISTS queen.tombstones (
+    partition_id   uuid NOT NULL REFERENCES queen.partitions(id) ON DELETE CASCADE,
+    msg_offset     bigint NOT NULL,
+    transaction_id bytea NOT NULL,
+    deleted_at     timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (partition_id, msg_offset)
+);
+-- How many messages of a partition at or after offset off are deleted
+-- (0 for a NULL off): the message counts subtract it.
+CREATE OR REPLACE FUNCTION queen.deleted_from(pid uuid, off bigint) RETURNS bigint
+LANGUAGE sql STABLE AS $$
+    SELECT count(*) FROM queen.tombstones WHERE partition_id = pid AND msg_offset >= off
+$$;

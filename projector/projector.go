@@ -162,13 +162,6 @@ type Projector struct {
 	lastErr error
 
 	outage outageLog // owned by the loop
-
-	// txStart is when the transaction in flight was sent (Unix ns; 0:
-	// none), txAvg the running mean of a transaction's duration (ns);
-	// txDone receives (coalesced) when one ended. They are the WAL
-	// writer's pacing (ReadAt, ReadNow).
-	txStart, txAvg atomic.Int64
-	txDone         chan struct{}
 }
 
 // New returns a stopped projector.
@@ -212,27 +205,9 @@ func New(cfg Config, w *wal.Log, store *pg.Store, reg *ingest.Registry) *Project
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	p := &Projector{cfg: cfg, wal: w, store: store, reg: reg, log: cfg.Logger, wake: make(chan struct{}, 1),
-		cur: w.NewCursor(1), outage: outageLog{log: cfg.Logger, now: time.Now}, txDone: make(chan struct{}, 1)}
-	w.SetPacer(p)
-	return p
+	return &Projector{cfg: cfg, wal: w, store: store, reg: reg, log: cfg.Logger, wake: make(chan struct{}, 1),
+		cur: w.NewCursor(1), outage: outageLog{log: cfg.Logger, now: time.Now}}
 }
-
-// ReadAt implements wal.Pacer: while a transaction is in flight, records
-// that become durable are read only when it has ended, expected at its
-// start plus the mean duration of the transactions before it; the zero
-// time when none is in flight (the projector reads what becomes durable
-// at once, or is not reading: paused, backing off, stopped).
-func (p *Projector) ReadAt() time.Time {
-	start := p.txStart.Load()
-	if start == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, start+p.txAvg.Load())
-}
-
-// ReadNow implements wal.Pacer: it receives when a transaction ended.
-func (p *Projector) ReadNow() <-chan struct{} { return p.txDone }
 
 // Start launches the projection and maintenance loops. It returns
 // startstop.ErrStarted if started before.
@@ -638,11 +613,6 @@ func (p *Projector) projectOnce(ctx context.Context, cursor uint64) error {
 	if len(recs) == 0 {
 		return readErr // a corrupt record stalls projection loudly; it is never skipped
 	}
-	// From here until the transaction has ended, records that become
-	// durable are read only by the next batch (ReadAt).
-	taken := time.Now()
-	p.txStart.Store(taken.UnixNano())
-	defer p.txStart.Store(0) // a failure before the transaction's end
 	p.items = items
 	// The checkpoint this batch commits: its last complete record, and the
 	// items of the record after it when the batch ends inside it.
@@ -658,18 +628,8 @@ func (p *Projector) projectOnce(ctx context.Context, cursor uint64) error {
 	defer cancel()
 	started := time.Now()
 	out, err := p.store.Project(tctx, p.cfg.BrokerID, cp, items)
-	took := time.Since(started)
-	p.txStart.Store(0)
-	select {
-	case p.txDone <- struct{}{}:
-	default:
-	}
-	if err == nil {
-		avg := p.txAvg.Load()
-		p.txAvg.Store(avg + (int64(time.Since(taken))-avg)/8)
-	}
 	if p.cfg.ObserveBatch != nil {
-		p.cfg.ObserveBatch(len(items), took, err)
+		p.cfg.ObserveBatch(len(items), time.Since(started), err)
 	}
 	if err != nil {
 		p.open = nil // the reader moved past uncommitted items: start over from the checkpoint

@@ -195,99 +195,6 @@ type Log struct {
 	stop     chan struct{}
 	done     chan struct{}
 	stopOnce sync.Once
-
-	// pacer, when set (SetPacer), lets the writer hold a group commit
-	// while its records could not be read before a later moment (hold).
-	// commitAvg is the writer's running mean of a group commit's write and
-	// fsync, in nanoseconds (writer goroutine only); holdTimer is its
-	// reused timer.
-	pacer     atomic.Pointer[pacerBox]
-	commitAvg int64
-	holdTimer *time.Timer
-}
-
-// Pacer tells the writer when the records it makes durable will next be
-// read, so that a group commit due earlier can wait and take the appends
-// arriving meanwhile: one write and fsync instead of several, none of
-// them read any sooner. The projector implements it: records fsynced
-// while its transaction is in flight are read only when that transaction
-// has ended.
-type Pacer interface {
-	// ReadAt is when records made durable now will next be read (the
-	// expected end of the projector's transaction in flight), or the zero
-	// time for "at once" (no transaction in flight). It is called from
-	// the writer goroutine before every group commit and must be cheap
-	// and must not block.
-	ReadAt() time.Time
-	// ReadNow returns a channel that receives (coalesced) when that
-	// moment came, earlier than ReadAt said or not: a held group commit
-	// is then written at once.
-	ReadNow() <-chan struct{}
-}
-
-type pacerBox struct{ p Pacer }
-
-// SetPacer installs p (nil: none). With a pacer the writer holds a group
-// commit until ReadAt minus the expected duration of its own write and
-// fsync (and holdSlack), at most MaxHold, or until ReadNow receives,
-// whichever comes first, taking the appends that arrive meanwhile; an
-// append still hears nothing before its record is fsynced. Without one
-// (the default) every group commit is written as soon as the one before
-// has been fsynced.
-func (l *Log) SetPacer(p Pacer) {
-	if p == nil {
-		l.pacer.Store(nil)
-		return
-	}
-	l.pacer.Store(&pacerBox{p})
-}
-
-// MaxHold bounds one hold of a group commit (SetPacer), and holdSlack is
-// how much earlier than its expected need a held group commit starts.
-const (
-	MaxHold   = 2 * time.Millisecond
-	holdSlack = 100 * time.Microsecond
-)
-
-// hold is the pacer's wait before a group commit of batch (size payload
-// bytes): it returns batch with the appends that arrived while it held.
-// Called from the writer goroutine.
-func (l *Log) hold(pc Pacer, batch []*appendReq, size int) ([]*appendReq, int) {
-	at := pc.ReadAt()
-	if at.IsZero() {
-		return batch, size
-	}
-	d := time.Until(at.Add(-time.Duration(l.commitAvg) - holdSlack))
-	if d <= 0 {
-		return batch, size
-	}
-	now := pc.ReadNow()
-	select { // a token of a moment that has passed
-	case <-now:
-	default:
-	}
-	if !pc.ReadAt().Equal(at) { // that moment came (or another began) meanwhile
-		return batch, size
-	}
-	if l.holdTimer == nil {
-		l.holdTimer = time.NewTimer(min(d, MaxHold))
-	} else {
-		l.holdTimer.Reset(min(d, MaxHold))
-	}
-	defer l.holdTimer.Stop()
-	for size < l.opts.MaxBatchBytes {
-		select {
-		case r := <-l.reqs:
-			batch = append(batch, r)
-			size += len(r.rec)
-			continue
-		case <-now:
-		case <-l.holdTimer.C:
-		case <-l.stop:
-		}
-		break
-	}
-	return batch, size
 }
 
 // Open repairs and opens the log in dir (created if missing) and starts its
@@ -544,18 +451,11 @@ func (l *Log) writer() {
 				break collect
 			}
 		}
-		if pb := l.pacer.Load(); pb != nil && size < l.opts.MaxBatchBytes {
-			batch, _ = l.hold(pb.p, batch, size)
-		}
 		batch = l.admit(batch)
 		if len(batch) == 0 {
 			continue
 		}
-		started := time.Now()
 		err := l.writeBatch(batch)
-		if err == nil {
-			l.commitAvg += (int64(time.Since(started)) - l.commitAvg) / 8
-		}
 		for _, r := range batch {
 			r.finish(err)
 		}

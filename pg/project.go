@@ -876,9 +876,13 @@ func (s *Store) partitionIDs(ctx context.Context, conn batcher, items []ProjectI
 	s.mu.Lock()
 	for i := range items {
 		k := partKey{items[i].Queue, items[i].Partition}
-		if id, ok := s.partIDs[k]; ok && conn == nil {
-			ids[i] = id
-		} else if !seen[k] {
+		if conn == nil {
+			if id, ok := s.partIDs.get(k); ok {
+				ids[i] = id
+				continue
+			}
+		}
+		if !seen[k] {
 			seen[k] = true
 			missQ = append(missQ, k.queue)
 			missP = append(missP, k.partition)
@@ -891,21 +895,23 @@ func (s *Store) partitionIDs(ctx context.Context, conn batcher, items []ProjectI
 			return nil, err
 		}
 		s.mu.Lock()
-		for k, st := range found {
-			s.partIDs[k] = st.id
-		}
+		defer s.mu.Unlock()
 		if learn && conn == nil {
 			s.guessLookedUp(found)
 		}
-		s.mu.Unlock()
 		for i := range items {
-			if ids[i] == uuid.Nil {
-				st, ok := found[partKey{items[i].Queue, items[i].Partition}]
-				if !ok {
-					return nil, fmt.Errorf("%w: %q/%q not created", ErrPartitionGone, items[i].Queue, items[i].Partition)
-				}
-				ids[i] = st.id
+			if ids[i] != uuid.Nil {
+				continue
 			}
+			// Cached under the items' names, not the scanned ones: the
+			// items of a record share one string per queue name.
+			k := partKey{items[i].Queue, items[i].Partition}
+			st, ok := found[k]
+			if !ok {
+				return nil, fmt.Errorf("%w: %q/%q not created", ErrPartitionGone, items[i].Queue, items[i].Partition)
+			}
+			ids[i] = st.id
+			s.partIDs.put(k, st.id)
 		}
 	}
 	return ids, nil
@@ -1015,6 +1021,6 @@ func (s *Store) forgetPartitions(items []ProjectItem) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i := range items {
-		delete(s.partIDs, partKey{items[i].Queue, items[i].Partition})
+		s.partIDs.forget(partKey{items[i].Queue, items[i].Partition})
 	}
 }

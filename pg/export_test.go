@@ -207,3 +207,18 @@ func LeaseIDSQL(seed, key string) string                   { return leaseIDSQL(s
 func ReleaseSeed(ctx context.Context, s *Store, queue, group string, seed uuid.UUID) (int64, error) {
 	return s.releaseSeed(ctx, queue, group, seed)
 }
+
+// SetPartitionIDLimit bounds s's cache of partition ids to limit names per
+// generation (empties it), for tests.
+func SetPartitionIDLimit(s *Store, limit int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.partIDs = newPartIDCache(limit)
+}
+
+// PartitionIDsCached is the number of partition names s caches.
+func PartitionIDsCached(s *Store) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.partIDs.len()
+}

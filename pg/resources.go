@@ -268,11 +268,7 @@ func (s *Store) DeleteQueue(ctx context.Context, name string) (bool, error) {
 		return false, fmt.Errorf("pg: delete queue %q: %w", name, err)
 	}
 	s.mu.Lock()
-	for k := range s.partIDs {
-		if k.queue == name {
-			delete(s.partIDs, k)
-		}
-	}
+	s.partIDs.forgetQueue(name)
 	s.mu.Unlock()
 	return existed, nil
 }

@@ -233,9 +233,15 @@ AS $$
 DECLARE
     moved bigint;
 BEGIN
-    -- In id order, as write_segments (see there).
+    -- In id order, as write_segments (see there). The arrays are unnested
+    -- in the select list, not in FROM: a set-returning function in FROM is
+    -- a Function Scan, which copies every row it returns into a
+    -- tuplestore before the first is read (for the insert below, every
+    -- body once more), where the select list's ProjectSet hands them on
+    -- one at a time. The arrays are of one length, so the two forms give
+    -- the same rows (PostgreSQL runs select-list functions in lockstep).
     UPDATE queen.partitions p SET next_offset = v.base + v.n, last_message_at = now()
-    FROM (SELECT * FROM unnest(ids, bases, counts) AS u(id, base, n) ORDER BY u.id) AS v
+    FROM (SELECT unnest(ids) AS id, unnest(bases) AS base, unnest(counts) AS n ORDER BY 1) AS v
     WHERE p.id = v.id AND p.next_offset = v.base;
     GET DIAGNOSTICS moved = ROW_COUNT;
     IF moved <> cardinality(ids) THEN
@@ -249,7 +255,8 @@ BEGIN
             USING ERRCODE = 'QN001';
     END IF;
     INSERT INTO queen.segments (partition_id, base_offset, last_offset, body)
-    SELECT v.id, v.base, v.base + v.n - 1, v.body FROM unnest(ids, bases, counts, bodies) AS v(id, base, n, body);
+    SELECT v.id, v.base, v.base + v.n - 1, v.body
+    FROM (SELECT unnest(ids) AS id, unnest(bases) AS base, unnest(counts) AS n, unnest(bodies) AS body) AS v;
 END
 $$;
 

@@ -60,7 +60,7 @@ type Store struct {
 	warnedNoKey sync.Once
 
 	mu       sync.Mutex
-	partIDs  map[partKey]uuid.UUID // (queue, partition) → partition id
+	partIDs  *partIDCache // (queue, partition) → partition id, bounded (pg/partcache.go)
 	schemaOK bool
 	// offsets: partition id → its next offset and queue encryption as of
 	// this Store's last committed projection batch, or as its lookup for
@@ -118,7 +118,7 @@ func Open(cfg Config) (*Store, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Store{pool: pool, key: cfg.EncryptionKey, log: cfg.Logger, partIDs: make(map[partKey]uuid.UUID),
+	return &Store{pool: pool, key: cfg.EncryptionKey, log: cfg.Logger, partIDs: newPartIDCache(maxPartitionIDs),
 		leases: newLeaseMemo(DefaultLeaseMemoBytes)}, nil
 }
 

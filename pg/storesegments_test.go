@@ -22,10 +22,11 @@ import (
 // of the next, the last of the probe) holds only that position's hash; a
 // probe of the first n hashes, n = 1, 15, 16, 17, 31, 32, 33, 34, 255,
 // 256, 257, 514, finds exactly the rows of the positions below n, each
-// once, forward and reversed; a row holding a hash of several pieces, and
+// once, forward and reversed, and a probe holding only one of them, at its
+// own position, finds its row; a row holding a hash of several pieces, and
 // a probe naming one hash in two pieces, still give that row once. The
-// same probes through queen.assert_new_keys raise QN002 exactly when
-// some position is below n.
+// same probes through queen.assert_new_keys raise QN002 exactly when they
+// name a stored hash.
 func TestDedupProbeChunkBoundaries(t *testing.T) {
 	s := openStore(t)
 	ctx := context.Background()
@@ -88,6 +89,23 @@ func TestDedupProbeChunkBoundaries(t *testing.T) {
 		for _, h := range [][]int64{hashes[:n], rev} {
 			if hit := assertHit(h); hit != (len(want) > 0) {
 				t.Fatalf("assert_new_keys of %d hashes (first %d) raised QN002 %v, want %v", n, h[0], hit, len(want) > 0)
+			}
+		}
+	}
+	// One known hash among unknown ones, at each position of interest (and
+	// at the probe's end): the probe finds its row, assert_new_keys raises.
+	for _, p := range positions {
+		for _, n := range []int{p + 1, p + 2} {
+			h := make([]int64, n)
+			for i := range h {
+				h[i] = -int64(i) - 1000
+			}
+			h[p] = hashes[p]
+			if got := probe(h); !slices.Equal(got, []int64{int64(p)}) {
+				t.Fatalf("probe of %d hashes, the one known at %d, found rows %v, want [%d]", n, p, got, p)
+			}
+			if !assertHit(h) {
+				t.Fatalf("assert_new_keys of %d hashes, the one known at %d, raised no QN002", n, p)
 			}
 		}
 	}

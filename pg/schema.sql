@@ -332,9 +332,17 @@ ALTER TABLE queen.dedup_batches ALTER COLUMN key_hashes SET STATISTICS 0,
 -- compress: stored EXTERNAL, a row over TOAST's 2 kB threshold moves them
 -- out of line without a pglz attempt first (base_offsets, which compress
 -- about tenfold, stay EXTENDED). A database from an older version gets the
--- setting on start for the rows written after it; no rewrite.
-ALTER TABLE queen.dedup_batches ALTER COLUMN key_hashes SET STORAGE EXTERNAL,
-    ALTER COLUMN partition_ids SET STORAGE EXTERNAL;
+-- setting on its first start for the rows written after it; no rewrite.
+-- Only then: SET STORAGE takes an ACCESS EXCLUSIVE lock, which every
+-- start would otherwise wait for behind other brokers' batches.
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'queen.dedup_batches'::regclass
+               AND attname IN ('key_hashes', 'partition_ids') AND attstorage <> 'e') THEN
+        ALTER TABLE queen.dedup_batches ALTER COLUMN key_hashes SET STORAGE EXTERNAL,
+            ALTER COLUMN partition_ids SET STORAGE EXTERNAL;
+    END IF;
+END $$;
 
 -- queen.dedup_runs is the sidecar layout before queen.dedup_batches (one
 -- row per partition and batch, indexed by a GIN on key_hashes and a btree

@@ -201,7 +201,7 @@ func TestProjectPredictedEncryptionGuessesDisagree(t *testing.T) {
 }
 
 // TestDedupProbeInChunks: queen.dedup_batch_probe scans the sidecar's
-// index in pieces of 256 hashes; a row whose hashes match in several
+// index in pieces of 16 hashes; a row whose hashes match in several
 // pieces (and pieces past the first) comes back exactly once, a row
 // matching nothing not at all, and an empty probe finds nothing.
 func TestDedupProbeInChunks(t *testing.T) {
@@ -248,7 +248,7 @@ func TestDedupProbeInChunks(t *testing.T) {
 
 // TestDedupManyKeysOneBatch: a batch of 1,000 client keys, then one that
 // sends four of them again among 996 new ones (the probe's hits in
-// different pieces of 256, all in one sidecar row): exactly those four
+// different pieces of 16, all in one sidecar row): exactly those four
 // are duplicates of their originals, the rest stored.
 func TestDedupManyKeysOneBatch(t *testing.T) {
 	b := setup(t)

@@ -335,6 +335,21 @@ CREATE INDEX IF NOT EXISTS dedup_batches_keys ON queen.dedup_batches USING gin (
 CREATE INDEX IF NOT EXISTS dedup_batches_expires_at ON queen.dedup_batches (expires_at);
 ALTER TABLE queen.dedup_batches ALTER COLUMN key_hashes SET STATISTICS 0,
     ALTER COLUMN partition_ids SET STATISTICS 0, ALTER COLUMN base_offsets SET STATISTICS 0;
+-- key_hashes (random 64-bit hashes) and partition_ids (random UUIDs) never
+-- compress: stored EXTERNAL, a row over TOAST's 2 kB threshold moves them
+-- out of line without a pglz attempt first (base_offsets, which compress
+-- about tenfold, stay EXTENDED). A database from an older version gets the
+-- setting on its first start for the rows written after it; no rewrite.
+-- Only then: SET STORAGE takes an ACCESS EXCLUSIVE lock, which every
+-- start would otherwise wait for behind other brokers' batches.
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'queen.dedup_batches'::regclass
+               AND attname IN ('key_hashes', 'partition_ids') AND attstorage <> 'e') THEN
+        ALTER TABLE queen.dedup_batches ALTER COLUMN key_hashes SET STORAGE EXTERNAL,
+            ALTER COLUMN partition_ids SET STORAGE EXTERNAL;
+    END IF;
+END $$;
 
 -- queen.dedup_runs is the sidecar layout before queen.dedup_batches (one
 -- row per partition and batch, indexed by a GIN on key_hashes and a btree
@@ -373,22 +388,26 @@ ALTER TABLE queen.dedup ADD COLUMN IF NOT EXISTS spilled boolean NOT NULL DEFAUL
 --
 -- dedup_batch_probe: the rows of queen.dedup_batches that hold any of
 -- hashes (candidates, to be confirmed against their segments), each once.
--- The GIN index is scanned once per 256 hashes: a GIN scan compares each
--- of its search keys with every key before it (PostgreSQL's
--- ginFillScanEntry merges equal ones), so one scan of n keys costs n^2/2
--- comparisons. Measured (probes of random keys that match nothing, mean
--- of 50): 800 keys in one scan 0.80 ms, in scans of 256 0.55 ms; 1,600
--- keys 2.3 ms against 1.1 ms; at 400 keys or fewer the same. A projector
--- batch of 10,000 client keys (catching up) would take about 90 ms in one
--- scan. A row is returned once however many of its keys match: a probe
--- of 256 keys or fewer is one scan (an index scan returns a row once); a
--- longer one collects the ctids each piece hits, then reads the rows they
--- name (ctid = ANY: each row once), linear in the hits. The version
--- before checked each hit against the rows returned so far, quadratic in
+-- The GIN index is scanned once per 16 hashes. A GIN scan of n keys does
+-- work quadratic in n: it compares each search key with every one before
+-- it (ginFillScanEntry merges equal ones) and asks the array opclass's
+-- consistent function, which walks all n entries, about n times
+-- (startScanKey; ginarraytriconsistent). In scans of 256 that was 6.5% of
+-- the projector backend's CPU at 8 x 100 pushes with client keys (perf:
+-- ginarraytriconsistent 3.1%, ginNewScanKey 3.3%), in scans of 16 2.1%;
+-- what is left is the descent of the entry tree per key, which no piece
+-- size changes (docs/decisions.md, "Sidecar probe in pieces of 16"). The
+-- pieces are rescans of one statement (a LATERAL join over the piece
+-- starts), not a statement each. (Before: pieces of 256 against one scan,
+-- 800 keys 0.55 ms against 0.80 ms, 1,600 keys 1.1 against 2.3 ms; a
+-- batch of 10,000 keys in one scan about 90 ms.) A row is returned once
+-- however many of its keys match: a probe of 16 keys or fewer is one scan
+-- (an index scan returns a row once); a longer one collects the ctids
+-- each piece hits, then reads the rows they name (ctid = ANY: a TID scan
+-- sorts the ctids and reads each row once), linear in the hits. An older
+-- version checked each hit against the rows returned so far, quadratic in
 -- the hits: 10,000 keys hitting 10,000 rows, one each, took 474-505 ms,
--- one scan 182-189 ms, this 20-25 ms; 1,000 keys 7.6-8.3, 2.1-2.4 and
--- 2.3-2.7 ms. A probe that hits nothing costs the same (means of 400
--- alternating, 100 to 1,600 keys, within 5 %).
+-- one scan 182-189 ms, collected ctids 20-25 ms.
 CREATE OR REPLACE FUNCTION queen.dedup_batch_probe(hashes bigint[])
 RETURNS TABLE (partition_ids uuid[], base_offsets bigint[], key_hashes bigint[])
 LANGUAGE plpgsql STABLE
@@ -397,26 +416,20 @@ AS $$
 #variable_conflict use_column
 DECLARE
     n integer := coalesce(cardinality(hashes), 0);
-    i integer := 1;
-    hits tid[] := '{}';
 BEGIN
-    IF n <= 256 THEN
+    IF n <= 16 THEN
         RETURN QUERY
             SELECT d.partition_ids, d.base_offsets, d.key_hashes FROM queen.dedup_batches d WHERE d.key_hashes && hashes;
         RETURN;
     END IF;
-    -- The ctids each piece hits, then those rows: a row's ctid listed
-    -- twice still matches it once (a STABLE function's statements share
-    -- one snapshot: the ctids stay valid).
-    WHILE i <= n LOOP
-        hits := hits || ARRAY(SELECT d.ctid FROM queen.dedup_batches d WHERE d.key_hashes && hashes[i:i + 255]);
-        i := i + 256;
-    END LOOP;
-    IF cardinality(hits) > 0 THEN
-        RETURN QUERY
-            SELECT d.partition_ids, d.base_offsets, d.key_hashes FROM queen.dedup_batches d
-            WHERE d.ctid = ANY(hits);
-    END IF;
+    -- The ctids each piece hits, then those rows (a TID scan reads a ctid
+    -- listed twice once; a STABLE function's statements share one
+    -- snapshot: the ctids stay valid).
+    RETURN QUERY
+        SELECT d.partition_ids, d.base_offsets, d.key_hashes FROM queen.dedup_batches d
+        WHERE d.ctid = ANY (ARRAY(
+            SELECT x.ctid FROM generate_series(1, n, 16) AS g(i)
+            CROSS JOIN LATERAL (SELECT d2.ctid FROM queen.dedup_batches d2 WHERE d2.key_hashes && hashes[g.i:g.i + 15]) x));
 END
 $$;
 
@@ -441,7 +454,8 @@ END
 $$;
 
 -- assert_new_keys: raises SQLSTATE QN002 when a row of queen.dedup_batches
--- holds any of hashes (dedup_batch_probe: a candidate). A batch whose
+-- holds any of hashes (a candidate; scanned in pieces of 16 as
+-- dedup_batch_probe does, stopping at the first piece that hits). A batch whose
 -- offsets the broker predicted is sent in one pipeline with its COMMIT
 -- (pg/project.go, projectPredicted): this runs after write_segments has
 -- locked the batch's partitions and before the batch's own sidecar row goes
@@ -453,9 +467,12 @@ $$;
 CREATE OR REPLACE FUNCTION queen.assert_new_keys(hashes bigint[])
 RETURNS void
 LANGUAGE plpgsql STABLE
+SET enable_seqscan = off
 AS $$
 BEGIN
-    PERFORM 1 FROM queen.dedup_batch_probe(hashes) LIMIT 1;
+    PERFORM 1 FROM generate_series(1, coalesce(cardinality(hashes), 0), 16) AS g(i)
+    WHERE EXISTS (SELECT 1 FROM queen.dedup_batches d WHERE d.key_hashes && hashes[g.i:g.i + 15])
+    LIMIT 1;
     IF FOUND THEN
         RAISE EXCEPTION 'queen: the dedup sidecar names an offset for a key of the batch' USING ERRCODE = 'QN002';
     END IF;

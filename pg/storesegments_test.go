@@ -17,13 +17,16 @@ import (
 )
 
 // TestDedupProbeChunkBoundaries: queen.dedup_batch_probe scans in pieces
-// of 256 hashes (hashes[i:i+255], i = 1, 257, 513, ...). One sidecar row
-// per position of interest (the first and last key of each piece, the
-// first of the next, the last of the probe) holds only that position's
-// hash; a probe of the first n hashes, n = 1, 255, 256, 257, 511, 512,
-// 513, 514, finds exactly the rows of the positions below n, each once;
-// a row holding a hash of every piece, and a probe naming one hash in two
-// pieces, still give that row once.
+// of 16 hashes (hashes[i:i+15], i = 1, 17, 33, ...). One sidecar row per
+// position of interest (the first and last key of each piece, the first
+// of the next, the last of the probe) holds only that position's hash; a
+// probe of the first n hashes, n = 1, 15, 16, 17, 31, 32, 33, 34, 255,
+// 256, 257, 514, finds exactly the rows of the positions below n, each
+// once, forward and reversed, and a probe holding only one of them, at its
+// own position, finds its row; a row holding a hash of several pieces, and
+// a probe naming one hash in two pieces, still give that row once. The
+// same probes through queen.assert_new_keys raise QN002 exactly when they
+// name a stored hash.
 func TestDedupProbeChunkBoundaries(t *testing.T) {
 	s := openStore(t)
 	ctx := context.Background()
@@ -31,7 +34,7 @@ func TestDedupProbeChunkBoundaries(t *testing.T) {
 	for i := range hashes {
 		hashes[i] = int64(i)*104729 + 11
 	}
-	positions := []int{0, 1, 254, 255, 256, 257, 510, 511, 512, 513}
+	positions := []int{0, 1, 14, 15, 16, 17, 30, 31, 32, 33, 254, 255, 256, 257, 510, 511, 512, 513}
 	pid := uuid.New()
 	insert := func(base int64, keys []int64) {
 		t.Helper()
@@ -55,7 +58,19 @@ func TestDedupProbeChunkBoundaries(t *testing.T) {
 		}
 		return got
 	}
-	for _, n := range []int{1, 255, 256, 257, 511, 512, 513, 514} {
+	assertHit := func(h []int64) bool {
+		t.Helper()
+		_, err := s.Pool().Exec(ctx, `SELECT queen.assert_new_keys($1::bigint[])`, h)
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "QN002" {
+			return true
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return false
+	}
+	for _, n := range []int{1, 15, 16, 17, 31, 32, 33, 34, 255, 256, 257, 511, 512, 513, 514} {
 		var want []int64
 		for _, p := range positions {
 			if p < n {
@@ -71,32 +86,65 @@ func TestDedupProbeChunkBoundaries(t *testing.T) {
 		if got := probe(rev); !slices.Equal(got, want) {
 			t.Fatalf("probe of the first %d hashes reversed found rows %v, want %v", n, got, want)
 		}
+		for _, h := range [][]int64{hashes[:n], rev} {
+			if hit := assertHit(h); hit != (len(want) > 0) {
+				t.Fatalf("assert_new_keys of %d hashes (first %d) raised QN002 %v, want %v", n, h[0], hit, len(want) > 0)
+			}
+		}
+	}
+	// One known hash among unknown ones, at each position of interest (and
+	// at the probe's end): the probe finds its row, assert_new_keys raises.
+	for _, p := range positions {
+		for _, n := range []int{p + 1, p + 2} {
+			h := make([]int64, n)
+			for i := range h {
+				h[i] = -int64(i) - 1000
+			}
+			h[p] = hashes[p]
+			if got := probe(h); !slices.Equal(got, []int64{int64(p)}) {
+				t.Fatalf("probe of %d hashes, the one known at %d, found rows %v, want [%d]", n, p, got, p)
+			}
+			if !assertHit(h) {
+				t.Fatalf("assert_new_keys of %d hashes, the one known at %d, raised no QN002", n, p)
+			}
+		}
+	}
+	// Keys the sidecar does not hold, at lengths around the pieces: no hit.
+	for _, n := range []int{0, 1, 15, 16, 17, 33, 300} {
+		none := make([]int64, n)
+		for i := range none {
+			none[i] = -int64(i) - 1000
+		}
+		if hit := assertHit(none); hit {
+			t.Fatalf("assert_new_keys of %d unknown hashes raised QN002", n)
+		}
 	}
 
 	// A row with a hash in every piece, and a probe that names a hash
 	// twice, in two pieces: the row comes back once.
-	insert(-1, []int64{hashes[0], hashes[256], hashes[512], hashes[513]})
+	insert(-1, []int64{hashes[0], hashes[16], hashes[17], hashes[256], hashes[512], hashes[513]})
 	twice := append(slices.Clone(hashes[:300]), hashes[0])
-	if got := probe(twice); !slices.Equal(got, []int64{-1, 0, 1, 254, 255, 256, 257}) {
-		t.Fatalf("probe with a repeated hash found rows %v, want [-1 0 1 254 255 256 257]", got)
+	if got := probe(twice); !slices.Equal(got, []int64{-1, 0, 1, 14, 15, 16, 17, 30, 31, 32, 33, 254, 255, 256, 257}) {
+		t.Fatalf("probe with a repeated hash found rows %v, want [-1 0 1 14 15 16 17 30 31 32 33 254 255 256 257]", got)
 	}
 }
 
-// TestDedupBatchOfExactlyChunkSizes: batches of exactly 256, 257 and 512
-// distinct client keys (one probe piece, a piece and one key, two pieces)
-// whose keys at each piece's edges (positions 0, 254, 255, 256, 257, 510,
-// 511 and the last) were stored before, each by its own batch (its own
+// TestDedupBatchOfExactlyChunkSizes: batches of exactly 16, 17, 32, 256,
+// 257 and 512 distinct client keys (the probe's pieces are 16 keys: one
+// piece, a piece and one key, two pieces, and so on) whose keys at the
+// pieces' edges (positions 0, 14, 15, 16, 17, 30, 31, 32, 254, 255, 256,
+// 257, 510, 511 and the last) were stored before, each by its own batch (its own
 // sidecar row, so that no other hit brings its row back): every one of
 // them is a duplicate of its original, at the original's offset, and the
 // other keys are stored; a key repeated at the end of the batch is a
 // duplicate of the same original.
 func TestDedupBatchOfExactlyChunkSizes(t *testing.T) {
-	for _, n := range []int{256, 257, 512} {
+	for _, n := range []int{16, 17, 32, 256, 257, 512} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			b := setup(t)
 			key := func(i int) string { return fmt.Sprintf("key-%d", i) }
 			orig := map[int]pg.Outcome{}
-			for _, p := range []int{0, 254, 255, 256, 257, 510, 511, n - 1} {
+			for _, p := range []int{0, 14, 15, 16, 17, 30, 31, 32, 254, 255, 256, 257, 510, 511, n - 1} {
 				if _, ok := orig[p]; !ok && p < n {
 					orig[p] = b.project(t, item("q", key(p), now()))[0]
 				}
@@ -105,13 +153,13 @@ func TestDedupBatchOfExactlyChunkSizes(t *testing.T) {
 			for i := range batch {
 				batch[i] = item("q", key(i), now())
 			}
-			batch = append(batch, item("q", key(255), now()))
+			batch = append(batch, item("q", key(15), now()))
 			out := b.project(t, batch...)
 			seen := map[int64]bool{}
 			for j, o := range out {
 				i := j
 				if j == n {
-					i = 255
+					i = 15
 				}
 				if first, ok := orig[i]; ok {
 					wantDup(t, key(i), o, true, first.MessageID)

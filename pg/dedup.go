@@ -240,6 +240,28 @@ func (r *dedupRuns) add(pid uuid.UUID, base int64, msgs []Message, keys []int64)
 	}
 }
 
+// queue appends the sidecar insert to b. The row expires at its newest
+// acceptance time plus the longest dedup window of queues, the queues of
+// its partitions (by name: the batch's items name them), read in the
+// statement itself (0 with dedup off: the keys are kept for the sweep's
+// grace), so it is right on both ways of pg/project.go: the long way,
+// which read the windows under the lock, and the one-round-trip way, which
+// sends the insert before it has read anything; the partitions are locked
+// by then either way, so each exists and so does its queue, under the
+// name the item gave. (Read through the partition ids instead, the window
+// cost one partition and one queue probe per partition of the batch,
+// about 1 ms of a 190-partition batch.)
+func (r *dedupRuns) queue(b *pgx.Batch, queues []string) {
+	if len(r.pid) == 0 {
+		return
+	}
+	b.Queue(`INSERT INTO queen.dedup_batches (expires_at, partition_ids, base_offsets, key_hashes)
+		SELECT $1::timestamptz + make_interval(secs => coalesce((SELECT max(q.dedup_window_seconds)
+			FROM queen.queues q WHERE q.name = ANY($5::text[])), 0)),
+			$2, $3, $4`,
+		time.UnixMicro(r.newest), pgUUIDs(r.pid), r.base, r.hashes, queues)
+}
+
 // probeSet is what a batch asks the sidecar: the key hashes of its client
 // transactionIds and the minted keys of the minted-form ones, and (while
 // older versions' tables hold entries) all of them for those tables.

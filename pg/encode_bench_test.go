@@ -44,7 +44,7 @@ func BenchmarkProjectEncode(b *testing.B) {
 					b.Fatal(err)
 				}
 				var batch pgx.Batch
-				w.queue(&batch, items, out, nil)
+				w.queue(&batch, items, out)
 				// pgx's fresh connection buffer, then the batch's
 				// reservation in the kept one (sendBatch).
 				wbuf, _ := (&wbufReserve{need: w.wireLen() + wbufSlack, kept: kept}).Encode(make([]byte, 0, 1024))

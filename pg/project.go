@@ -125,26 +125,23 @@ func (s *Store) Project(ctx context.Context, brokerID uuid.UUID, cp Checkpoint, 
 	if cp.PartialItems > 0 {
 		partIdx, partItems, partCRC = ptr(int64(cp.Index)+1), ptr(int64(cp.PartialItems)), ptr(int64(cp.PartialCRC))
 	}
-	row := &checkpointRow{broker: pgtype.UUID{Bytes: brokerID, Valid: true}, index: int64(cp.Index),
-		crc: crc, partIdx: partIdx, partItems: partItems, partCRC: partCRC}
+	finish := func(b *pgx.Batch) {
+		b.Queue(`INSERT INTO queen.projector_checkpoints (broker_id, wal_index, record_crc32c, partial_index, partial_items, partial_crc32c, updated_at)
+		VALUES ($1, $2, $3, $4, $5, $6, now())
+		ON CONFLICT (broker_id) DO UPDATE SET wal_index = excluded.wal_index, record_crc32c = excluded.record_crc32c,
+			partial_index = excluded.partial_index, partial_items = excluded.partial_items, partial_crc32c = excluded.partial_crc32c,
+			updated_at = now()`,
+			pgtype.UUID{Bytes: brokerID, Valid: true}, int64(cp.Index), crc, partIdx, partItems, partCRC)
+		b.Queue("COMMIT")
+	}
 	for attempt := 1; ; attempt++ {
-		out, err := s.projectOnce(ctx, items, attempt > 1, row)
+		out, err := s.projectOnce(ctx, items, attempt > 1, finish)
 		if err == nil || !(errors.Is(err, ErrPartitionGone) || retryable(err, true)) || attempt == goneRetries || ctx.Err() != nil {
 			return out, err
 		}
 		s.log.Debug("pg: projection batch rolled back by a concurrent change (queue deleted, deadlock); retrying at once",
 			"attempt", attempt, "err", err)
 	}
-}
-
-// checkpointRow is the row of queen.projector_checkpoints a projection
-// transaction of Project records (see Checkpoint): broker id, WAL index,
-// that record's CRC-32C and the partial record's index, items and CRC-32C
-// (nil: SQL NULL).
-type checkpointRow struct {
-	broker                           pgtype.UUID
-	index                            int64
-	crc, partIdx, partItems, partCRC *int64
 }
 
 // goneRetries bounds Project's immediate retries of a batch that a
@@ -158,7 +155,7 @@ func ptr[T any](v T) *T { return &v }
 // and write on one connection, in one transaction. A retry (see Project)
 // looks every partition up inside the projection transaction instead, its
 // queues locked against deletion until it commits.
-func (s *Store) projectOnce(ctx context.Context, items []ProjectItem, retry bool, cp *checkpointRow) ([]Outcome, error) {
+func (s *Store) projectOnce(ctx context.Context, items []ProjectItem, retry bool, finish func(*pgx.Batch)) ([]Outcome, error) {
 	var ids []uuid.UUID
 	var err error
 	if !retry {
@@ -186,7 +183,7 @@ func (s *Store) projectOnce(ctx context.Context, items []ProjectItem, retry bool
 			return nil, err
 		}
 	}
-	out, learned, err := s.projectTx(ctx, conn.Conn(), !retry, items, ids, cp)
+	out, learned, err := s.projectTx(ctx, conn.Conn(), !retry, items, ids, finish)
 	if err != nil {
 		s.forgetOffsets(ids)
 	}
@@ -233,22 +230,22 @@ type batcher interface {
 // each sent as one pipelined batch; plus one when the sidecar names
 // candidates (duplicates or hash collisions) to confirm against their
 // segments, and one when exact entries of queen.dedup name duplicates
-// whose segment may be gone. begin puts BEGIN in front of the first batch; cp,
-// when set (Project's own transaction), is recorded by the second, which
-// then ends with COMMIT. Transaction and the stream sink use it inside
-// their own transaction, with cp nil.
-func (s *Store) project(ctx context.Context, conn batcher, begin bool, items []ProjectItem, ids []uuid.UUID, cp *checkpointRow) ([]Outcome, error) {
-	out, _, err := s.projectTx(ctx, conn, begin, items, ids, cp)
+// whose segment may be gone. begin puts BEGIN in front of the first batch; finish,
+// when set, appends the caller's statements (checkpoint, COMMIT) to the
+// second. Transaction and the stream sink use it inside their own
+// transaction.
+func (s *Store) project(ctx context.Context, conn batcher, begin bool, items []ProjectItem, ids []uuid.UUID, finish func(*pgx.Batch)) ([]Outcome, error) {
+	out, _, err := s.projectTx(ctx, conn, begin, items, ids, finish)
 	return out, err
 }
 
-// projectTx is project, which with begin and cp set (a whole
+// projectTx is project, which with begin and finish set (a whole
 // transaction: Project's first attempt) first tries projectPredicted's
 // one round trip; it also returns every locked partition's next offset
 // for learnOffsets, to be applied once the COMMIT is confirmed.
-func (s *Store) projectTx(ctx context.Context, conn batcher, begin bool, items []ProjectItem, ids []uuid.UUID, cp *checkpointRow) ([]Outcome, []learnedOffset, error) {
-	if begin && cp != nil {
-		out, learned, err := s.projectPredicted(ctx, conn, items, ids, cp)
+func (s *Store) projectTx(ctx context.Context, conn batcher, begin bool, items []ProjectItem, ids []uuid.UUID, finish func(*pgx.Batch)) ([]Outcome, []learnedOffset, error) {
+	if begin && finish != nil {
+		out, learned, err := s.projectPredicted(ctx, conn, items, ids, finish)
 		switch {
 		case err == nil:
 			s.predicted.Add(1)
@@ -262,7 +259,7 @@ func (s *Store) projectTx(ctx context.Context, conn batcher, begin bool, items [
 			// the sidecar knows a key): the long way, and no predictions
 			// for these partitions for a while.
 			s.holdOffsets(ids)
-			if rerr := rollbackOpen(ctx, conn); rerr != nil {
+			if _, rerr := conn.Exec(ctx, "ROLLBACK"); rerr != nil {
 				return nil, nil, errors.Join(err, rerr)
 			}
 		default:
@@ -392,8 +389,9 @@ func (s *Store) projectTx(ctx context.Context, conn batcher, begin bool, items [
 	// buildWrites asks for no check (a /configure committed since does
 	// not fail the batch).
 	var b pgx.Batch
-	if w.queue(&b, items, out, cp) && cp != nil {
-		b.Queue("COMMIT")
+	w.queue(&b, items, out)
+	if finish != nil {
+		finish(&b)
 	}
 	learned := learnedOffsets(lockIDs, parts)
 	if b.Len() == 0 {
@@ -405,9 +403,8 @@ func (s *Store) projectTx(ctx context.Context, conn batcher, begin bool, items [
 	return out, learned, nil
 }
 
-// projectPredicted writes a batch in ONE round trip (the writes and the
-// caller's checkpoint in one statement, queen.project_batch, sent alone:
-// one implicit transaction, committed at pgx's Sync) when this Store knows
+// projectPredicted writes a batch in ONE round trip (BEGIN, the writes,
+// the caller's checkpoint and COMMIT, pipelined) when this Store knows
 // every partition's next offset and queue encryption from its own last
 // committed batch (learnOffsets) or, for a partition it has not committed
 // to, from the lookup that found or created it (partitionIDs), with no
@@ -428,7 +425,7 @@ func (s *Store) projectTx(ctx context.Context, conn batcher, begin bool, items [
 // written, so the outcome is the long way's offsets, segments and sidecar
 // rows, or nothing. It returns errNoPrediction, having sent nothing, when
 // the batch does not qualify.
-func (s *Store) projectPredicted(ctx context.Context, conn batcher, items []ProjectItem, ids []uuid.UUID, cp *checkpointRow) ([]Outcome, []learnedOffset, error) {
+func (s *Store) projectPredicted(ctx context.Context, conn batcher, items []ProjectItem, ids []uuid.UUID, finish func(*pgx.Batch)) ([]Outcome, []learnedOffset, error) {
 	if len(items) == 0 {
 		return nil, nil, errNoPrediction
 	}
@@ -457,7 +454,9 @@ func (s *Store) projectPredicted(ctx context.Context, conn batcher, items []Proj
 		return nil, nil, err
 	}
 	var b pgx.Batch
-	w.queue(&b, items, out, cp)
+	b.Queue("BEGIN")
+	w.queue(&b, items, out)
+	finish(&b)
 	if err := sendBatch(ctx, conn, &b, w.wireLen()).Close(); err != nil {
 		if isCode(err, codeOffsetsStale) || isCode(err, codeKeysNotNew) {
 			return nil, nil, fmt.Errorf("pg: predicted batch: %w", err)
@@ -805,68 +804,24 @@ type batchWrites struct {
 	newKeys []int64
 }
 
-// queue appends the batch's writes to b as one statement,
-// queen.project_batch (pg/schema.sql): the segments with their partitions'
-// offsets (store_segments), the new-key check (assert_new_keys), the
-// sidecar row, the pg_notify of the queues that items stores messages in
-// (out: their outcomes) and, when cp is set, the checkpoint. It reports
-// whether it queued anything (nothing when there is nothing to write and
-// no checkpoint). It queues no BEGIN or COMMIT: the one-round-trip way
-// sends the statement alone, one implicit transaction up to pgx's Sync
-// (committed there, or rolled back whole on an error), and the long way
-// adds COMMIT to its explicit transaction. One statement instead of up to
-// five: docs/decisions.md, "One statement for the tail of a projection
-// transaction".
-func (w *batchWrites) queue(b *pgx.Batch, items []ProjectItem, out []Outcome, cp *checkpointRow) bool {
+// queue appends the batch's writes to b: the segments with their
+// partitions' offsets (store_segments), the sidecar rows and the pg_notify
+// of the queues that items stores messages in (out: their outcomes).
+func (w *batchWrites) queue(b *pgx.Batch, items []ProjectItem, out []Outcome) {
+	if len(w.segPID) > 0 {
+		// The bodies last: see store_segments (pg/schema.sql).
+		b.Queue(`SELECT queen.store_segments($1::uuid[], $2::bigint[], $3::integer[], $4::text[], $5::boolean[], $6::bytea[])`,
+			pgUUIDs(w.segPID), w.segBase, w.segCount, w.encQueues, w.encValues, w.segBody)
+	}
+	if len(w.newKeys) > 0 {
+		b.Queue(`SELECT queen.assert_new_keys($1::bigint[])`, w.newKeys)
+	}
 	notify := storedQueues(items, out)
-	if len(w.segPID) == 0 && len(w.runs.pid) == 0 && len(notify) == 0 && cp == nil {
-		return false
+	w.runs.queue(b, notify)
+	if len(notify) > 0 {
+		// Wake long-polling pops on every broker (pg/listen.go).
+		b.Queue(`SELECT pg_notify($1, q) FROM unnest($2::text[]) AS q`, NotifyChannel, notify)
 	}
-	if cp == nil {
-		cp = &checkpointRow{}
-	}
-	var newest pgtype.Timestamptz
-	if len(w.runs.pid) > 0 {
-		newest = pgtype.Timestamptz{Time: time.UnixMicro(w.runs.newest), Valid: true}
-	}
-	// pg_notify wakes long-polling pops on every broker (pg/listen.go).
-	// The sidecar row expires at its newest acceptance time plus the
-	// longest dedup window of the queues it stores messages in (by name:
-	// the batch's items name them), read in the statement itself (0 with
-	// dedup off: the keys are kept for the sweep's grace), so it is right
-	// on both ways: the long way, which read the windows under the lock,
-	// and the one-round-trip way, which sends it before it has read
-	// anything; the partitions are locked by then either way, so each
-	// exists and so does its queue, under the name the item gave. (Read
-	// through the partition ids instead, the window cost one partition and
-	// one queue probe per partition of the batch, about 1 ms of a
-	// 190-partition batch.) The bodies last: see store_segments
-	// (pg/schema.sql).
-	b.Queue(`SELECT queen.project_batch($1::uuid[], $2::bigint[], $3::integer[], $4::text[], $5::boolean[], $6::bigint[],
-		$7::timestamptz, $8::uuid[], $9::bigint[], $10::bigint[], $11::text, $12::text[],
-		$13::uuid, $14::bigint, $15::bigint, $16::bigint, $17::bigint, $18::bigint, $19::bytea[])`,
-		pgUUIDs(w.segPID), w.segBase, w.segCount, w.encQueues, w.encValues, w.newKeys,
-		newest, pgUUIDs(w.runs.pid), w.runs.base, w.runs.hashes, NotifyChannel, notify,
-		cp.broker, cp.index, cp.crc, cp.partIdx, cp.partItems, cp.partCRC, w.segBody)
-	return true
-}
-
-// rollbackOpen ends conn's transaction with ROLLBACK when one is open (a
-// failed explicit transaction); after a failed implicit one (the
-// one-round-trip way) there is none to end.
-func rollbackOpen(ctx context.Context, conn batcher) error {
-	var pc *pgconn.PgConn
-	switch c := conn.(type) {
-	case *pgx.Conn:
-		pc = c.PgConn()
-	case pgx.Tx:
-		pc = c.Conn().PgConn()
-	}
-	if pc != nil && pc.TxStatus() == 'I' {
-		return nil
-	}
-	_, err := conn.Exec(ctx, "ROLLBACK")
-	return err
 }
 
 // buildWrites encodes (and, for queues with encryptionEnabled, encrypts)

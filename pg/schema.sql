@@ -512,57 +512,6 @@ ALTER TABLE queen.projector_checkpoints ADD COLUMN IF NOT EXISTS record_crc32c b
 ALTER TABLE queen.projector_checkpoints ADD COLUMN IF NOT EXISTS partial_index bigint,
     ADD COLUMN IF NOT EXISTS partial_items bigint, ADD COLUMN IF NOT EXISTS partial_crc32c bigint;
 
--- project_batch is the tail of a projection transaction in one statement
--- (pg/project.go, batchWrites.queue), what took up to five: the segments
--- with their partitions' offsets (store_segments, when seg_ids is not
--- empty), the check that the sidecar knows none of new_keys
--- (assert_new_keys, when not empty: a predicted batch), the batch's
--- sidecar row (when run_pids is not empty; it expires at run_newest plus
--- the longest dedup window of notify_queues, the queues the batch stores
--- messages in), the pg_notify of notify_queues on notify_channel, and the
--- checkpoint row of broker cp_broker (when not NULL; Transaction and
--- stream pushes record none). An error (QN001 from store_segments, QN002
--- from assert_new_keys) leaves the transaction failed with nothing of the
--- batch written. VOLATILE: each statement takes a fresh snapshot, so the
--- key check, run after store_segments has locked the partitions, sees
--- every commit made before the lock (as the separate statements did).
--- Measured: docs/decisions.md, "One statement for the tail of a
--- projection transaction". seg_bodies comes last for the reason
--- store_segments' bodies does.
-CREATE OR REPLACE FUNCTION queen.project_batch(seg_ids uuid[], seg_bases bigint[], seg_counts integer[],
-    enc_queues text[], enc_values boolean[], new_keys bigint[],
-    run_newest timestamptz, run_pids uuid[], run_bases bigint[], run_hashes bigint[],
-    notify_channel text, notify_queues text[],
-    cp_broker uuid, cp_index bigint, cp_crc bigint, cp_partial_index bigint, cp_partial_items bigint, cp_partial_crc bigint,
-    seg_bodies bytea[])
-RETURNS void
-LANGUAGE plpgsql VOLATILE
-AS $$
-BEGIN
-    IF cardinality(seg_ids) > 0 THEN
-        PERFORM queen.store_segments(seg_ids, seg_bases, seg_counts, enc_queues, enc_values, seg_bodies);
-    END IF;
-    IF cardinality(new_keys) > 0 THEN
-        PERFORM queen.assert_new_keys(new_keys);
-    END IF;
-    IF cardinality(run_pids) > 0 THEN
-        INSERT INTO queen.dedup_batches (expires_at, partition_ids, base_offsets, key_hashes)
-        SELECT run_newest + make_interval(secs => coalesce((SELECT max(q.dedup_window_seconds)
-            FROM queen.queues q WHERE q.name = ANY(notify_queues)), 0)), run_pids, run_bases, run_hashes;
-    END IF;
-    IF cardinality(notify_queues) > 0 THEN
-        PERFORM pg_notify(notify_channel, q) FROM unnest(notify_queues) AS q;
-    END IF;
-    IF cp_broker IS NOT NULL THEN
-        INSERT INTO queen.projector_checkpoints AS c (broker_id, wal_index, record_crc32c, partial_index, partial_items, partial_crc32c, updated_at)
-        VALUES (cp_broker, cp_index, cp_crc, cp_partial_index, cp_partial_items, cp_partial_crc, now())
-        ON CONFLICT (broker_id) DO UPDATE SET wal_index = excluded.wal_index, record_crc32c = excluded.record_crc32c,
-            partial_index = excluded.partial_index, partial_items = excluded.partial_items, partial_crc32c = excluded.partial_crc32c,
-            updated_at = now();
-    END IF;
-END
-$$;
-
 -- System flags such as maintenance_mode ({"enabled": bool}).
 CREATE TABLE IF NOT EXISTS queen.system_state (
     key        text PRIMARY KEY,

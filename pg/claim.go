@@ -314,8 +314,8 @@ type claimResult struct {
 // claim begins the pop's transaction on conn and runs claimSQL (or, for
 // one partition, claimOneSQL with the pop's lease, uuid.Nil for autoAck),
 // in one round trip. With commit (one partition only) the same round trip
-// also commits: see popOneTrip; that round trip then runs without ctx's
-// deadline, commitTimeout at most, as commitPop's does (a lease committed
+// also commits: see popOneTrip; that round trip then runs under
+// commitContext, as commitPop's does (a lease committed
 // unseen would hold the messages until it lapsed and count a delivery
 // attempt for a pop nobody received).
 func claim(ctx context.Context, conn *pgx.Conn, req PopRequest, lease uuid.UUID, commit bool) (*claimResult, error) {
@@ -325,7 +325,7 @@ func claim(ctx context.Context, conn *pgx.Conn, req PopRequest, lease uuid.UUID,
 	if commit {
 		b.Queue("COMMIT")
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+		ctx, cancel = commitContext(ctx)
 		defer cancel()
 	}
 	br := conn.SendBatch(ctx, &b)

@@ -356,8 +356,16 @@ func appendPopped(to, msgs []PoppedMessage) []PoppedMessage {
 }
 
 // commitTimeout bounds the round trip of a pop's or ack's COMMIT
-// (commitPop), which does not end with the caller's context.
+// (commitPop, claim with commit), which does not end with the caller's
+// context.
 const commitTimeout = 30 * time.Second
+
+// commitContext is the context of a round trip that carries a pop's or
+// ack's COMMIT: ctx's values, without its deadline or cancellation,
+// ending after commitTimeout (commitPop says why).
+func commitContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+}
 
 // commitPop sends the pop's (or ack's) cursor writes w with COMMIT, in
 // one round trip, and checks that the transaction ended. The round trip
@@ -372,7 +380,7 @@ const commitTimeout = 30 * time.Second
 // connection (08xxx, EOF, commitTimeout): the outcome is then unknown.
 func commitPop(ctx context.Context, tx *pgx.Conn, w *pgx.Batch) error {
 	w.Queue("COMMIT")
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	ctx, cancel := commitContext(ctx)
 	defer cancel()
 	if err := tx.SendBatch(ctx, w).Close(); err != nil {
 		return err

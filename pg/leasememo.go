@@ -31,7 +31,8 @@ const leaseMemoEntryOverhead = 256
 // statement, not a wrong answer.
 //
 // Entries are keyed by (partition id, lease id): lease ids are minted per
-// pop (UUIDv7), so a key is never reused for other offsets. The memo holds
+// pop (8 random bytes and a cursor's lease key, pg/leasekey.go), so a key
+// is never reused for other offsets. The memo holds
 // at most maxBytes (entry overhead plus transactionId bytes), dropping the
 // oldest entries first, and drops entries older than their lease.
 type leaseMemo struct {

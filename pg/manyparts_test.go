@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/queenmq/queen-go/crypt"
 	"github.com/queenmq/queen-go/pg"
@@ -206,7 +205,6 @@ func TestProjectPredictedEncryptionGuessesDisagree(t *testing.T) {
 // matching nothing not at all, and an empty probe finds nothing.
 func TestDedupProbeInChunks(t *testing.T) {
 	s := openStore(t)
-	ctx := context.Background()
 	hashes := make([]int64, 1000)
 	for i := range hashes {
 		hashes[i] = int64(i)*7919 + 1
@@ -218,23 +216,9 @@ func TestDedupProbeInChunks(t *testing.T) {
 		{-1, -2, -3},  // none
 	}
 	for i, k := range rows {
-		if _, err := s.Pool().Exec(ctx, `INSERT INTO queen.dedup_batches (expires_at, partition_ids, base_offsets, key_hashes)
-			VALUES (now() + interval '1 hour', $1, $2, $3)`, []uuid.UUID{pid}, []int64{int64(i)}, k); err != nil {
-			t.Fatal(err)
-		}
+		insertSidecarRow(t, s, pid, int64(i), k)
 	}
-	probe := func(h []int64) []int64 {
-		t.Helper()
-		r, err := s.Pool().Query(ctx, `SELECT base_offsets[1] FROM queen.dedup_batch_probe($1::bigint[]) ORDER BY 1`, h)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := pgx.CollectRows(r, pgx.RowTo[int64])
-		if err != nil {
-			t.Fatal(err)
-		}
-		return got
-	}
+	probe := func(h []int64) []int64 { return probeBases(t, s, h) }
 	if got := probe(hashes); !slices.Equal(got, []int64{0, 1}) {
 		t.Fatalf("probe of 1,000 hashes found rows %v, want [0 1]", got)
 	}

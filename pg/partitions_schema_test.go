@@ -14,13 +14,9 @@ import (
 // an older version, whose table has the default fill, once the schema is
 // applied; applying it again leaves the setting as it is.
 func TestSchemaPartitionsFillfactor(t *testing.T) {
-	url := testenv.NewDatabase(t)
+	s, url := testenv.OpenSchemaStore(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s := testenv.OpenStore(t, pg.Config{URL: url, Logger: testenv.Logger})
-	if err := s.EnsureSchema(ctx); err != nil {
-		t.Fatal(err)
-	}
 	opts := func(s *pg.Store) string {
 		t.Helper()
 		var o string
@@ -57,13 +53,9 @@ func TestSchemaPartitionsFillfactor(t *testing.T) {
 // again; a sidecar row written before the change (compressed or not) is
 // still found by the probe, and applying the schema again changes nothing.
 func TestSchemaDedupStorageExternal(t *testing.T) {
-	url := testenv.NewDatabase(t)
+	s, url := testenv.OpenSchemaStore(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s := testenv.OpenStore(t, pg.Config{URL: url, Logger: testenv.Logger})
-	if err := s.EnsureSchema(ctx); err != nil {
-		t.Fatal(err)
-	}
 	storage := func(s *pg.Store) string {
 		t.Helper()
 		var o string

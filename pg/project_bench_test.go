@@ -49,26 +49,7 @@ func BenchmarkProject(b *testing.B) {
 				if _, err := s.Project(ctx, broker, pg.Checkpoint{Index: wal}, items); err != nil {
 					b.Fatal(err)
 				}
-				pgss := resetStatements(ctx, s)
-				cpu0 := backendCPU(ctx, s)
-				b.ReportAllocs()
-				b.ResetTimer()
-				for i := 0; i < b.N; i++ {
-					b.StopTimer()
-					fill()
-					wal++
-					b.StartTimer()
-					if _, err := s.Project(ctx, broker, pg.Checkpoint{Index: wal}, items); err != nil {
-						b.Fatal(err)
-					}
-				}
-				b.StopTimer()
-				if cpu0 >= 0 {
-					b.ReportMetric(float64(backendCPU(ctx, s)-cpu0)/float64(b.N)/1000, "pg-cpu-µs/op")
-				}
-				if pgss {
-					reportStatements(ctx, b, s)
-				}
+				measureProject(ctx, b, s, broker, &wal, func() []pg.ProjectItem { fill(); return items })
 			})
 		}
 	}
@@ -127,6 +108,33 @@ func backendCPU(ctx context.Context, s *pg.Store) int64 {
 	return ticks * 10_000_000 // USER_HZ 100
 }
 
+// measureProject times b.N Project calls of broker, each of the batch
+// next returns (built outside the timer) at the next WAL index (*wal), and
+// reports PostgreSQL's CPU per call (pg-cpu-µs/op, the test database's
+// backends from /proc) and, with pg_stat_statements, the statements.
+func measureProject(ctx context.Context, b *testing.B, s *pg.Store, broker uuid.UUID, wal *uint64, next func() []pg.ProjectItem) {
+	pgss := resetStatements(ctx, s)
+	cpu0 := backendCPU(ctx, s)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		batch := next()
+		*wal++
+		b.StartTimer()
+		if _, err := s.Project(ctx, broker, pg.Checkpoint{Index: *wal}, batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	if cpu0 >= 0 {
+		b.ReportMetric(float64(backendCPU(ctx, s)-cpu0)/float64(b.N)/1000, "pg-cpu-µs/op")
+	}
+	if pgss {
+		reportStatements(ctx, b, s)
+	}
+}
+
 // BenchmarkProjectSpread is one Project call over many partitions, as the
 // 16 × 100 bench over 10,000 partitions produces it: 800 items, two to a
 // partition, over 400 of 10,000 partitions (all created and written once
@@ -170,26 +178,7 @@ func BenchmarkProjectSpread(b *testing.B) {
 	for _, minted := range []bool{true, false} {
 		b.Run(fmt.Sprintf("items=%d/parts=%d-of-%d/minted=%v", items, perBatch, total, minted), func(b *testing.B) {
 			batch := make([]pg.ProjectItem, items)
-			pgss := resetStatements(ctx, s)
-			cpu0 := backendCPU(ctx, s)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				b.StopTimer()
-				fill(batch, minted)
-				wal++
-				b.StartTimer()
-				if _, err := s.Project(ctx, broker, pg.Checkpoint{Index: wal}, batch); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.StopTimer()
-			if cpu0 >= 0 {
-				b.ReportMetric(float64(backendCPU(ctx, s)-cpu0)/float64(b.N)/1000, "pg-cpu-µs/op")
-			}
-			if pgss {
-				reportStatements(ctx, b, s)
-			}
+			measureProject(ctx, b, s, broker, &wal, func() []pg.ProjectItem { fill(batch, minted); return batch })
 		})
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/queenmq/queen-go/crypt"
@@ -36,28 +35,10 @@ func TestDedupProbeChunkBoundaries(t *testing.T) {
 	}
 	positions := []int{0, 1, 14, 15, 16, 17, 30, 31, 32, 33, 254, 255, 256, 257, 510, 511, 512, 513}
 	pid := uuid.New()
-	insert := func(base int64, keys []int64) {
-		t.Helper()
-		if _, err := s.Pool().Exec(ctx, `INSERT INTO queen.dedup_batches (expires_at, partition_ids, base_offsets, key_hashes)
-			VALUES (now() + interval '1 hour', $1, $2, $3)`, []uuid.UUID{pid}, []int64{base}, keys); err != nil {
-			t.Fatal(err)
-		}
-	}
 	for _, p := range positions {
-		insert(int64(p), []int64{hashes[p]})
+		insertSidecarRow(t, s, pid, int64(p), []int64{hashes[p]})
 	}
-	probe := func(h []int64) []int64 {
-		t.Helper()
-		r, err := s.Pool().Query(ctx, `SELECT base_offsets[1] FROM queen.dedup_batch_probe($1::bigint[]) ORDER BY 1`, h)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := pgx.CollectRows(r, pgx.RowTo[int64])
-		if err != nil {
-			t.Fatal(err)
-		}
-		return got
-	}
+	probe := func(h []int64) []int64 { return probeBases(t, s, h) }
 	assertHit := func(h []int64) bool {
 		t.Helper()
 		_, err := s.Pool().Exec(ctx, `SELECT queen.assert_new_keys($1::bigint[])`, h)
@@ -122,7 +103,7 @@ func TestDedupProbeChunkBoundaries(t *testing.T) {
 
 	// A row with a hash in every piece, and a probe that names a hash
 	// twice, in two pieces: the row comes back once.
-	insert(-1, []int64{hashes[0], hashes[16], hashes[17], hashes[256], hashes[512], hashes[513]})
+	insertSidecarRow(t, s, pid, -1, []int64{hashes[0], hashes[16], hashes[17], hashes[256], hashes[512], hashes[513]})
 	twice := append(slices.Clone(hashes[:300]), hashes[0])
 	if got := probe(twice); !slices.Equal(got, []int64{-1, 0, 1, 14, 15, 16, 17, 30, 31, 32, 33, 254, 255, 256, 257}) {
 		t.Fatalf("probe with a repeated hash found rows %v, want [-1 0 1 14 15 16 17 30 31 32 33 254 255 256 257]", got)
@@ -285,18 +266,8 @@ func TestDedupProbeManyHits(t *testing.T) {
 		uuid.New(), hashes); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Pool().Exec(ctx, `INSERT INTO queen.dedup_batches (expires_at, partition_ids, base_offsets, key_hashes)
-		VALUES (now() + interval '1 hour', ARRAY[$1::uuid], '{-1}', $2)`, uuid.New(), []int64{hashes[0], hashes[1000], hashes[2999]}); err != nil {
-		t.Fatal(err)
-	}
-	r, err := s.Pool().Query(ctx, `SELECT base_offsets[1] FROM queen.dedup_batch_probe($1::bigint[]) ORDER BY 1`, hashes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := pgx.CollectRows(r, pgx.RowTo[int64])
-	if err != nil {
-		t.Fatal(err)
-	}
+	insertSidecarRow(t, s, uuid.New(), -1, []int64{hashes[0], hashes[1000], hashes[2999]})
+	got := probeBases(t, s, hashes)
 	if len(got) != n+1 {
 		t.Fatalf("%d rows, want %d", len(got), n+1)
 	}

@@ -247,6 +247,7 @@ func (p *itemParser) items(allowTrace bool) (items []ParsedItem, verr error) {
 		return items, nil
 	}
 	n := 0 // items in the array
+	from := s.pos
 	for i := 0; s.err == nil; i++ {
 		n++
 		switch {
@@ -263,7 +264,11 @@ func (p *itemParser) items(allowTrace bool) (items []ParsedItem, verr error) {
 				items = append(items, it)
 				if p.txEnd == nil && p.txids.Len() > 0 {
 					// The first transactionId: the items before it have none.
-					p.txEnd = make([]int, len(items)-1, max(64, 2*len(items)))
+					// Room for about as many items again as the rest of the
+					// body holds at the size of those read so far (a fixed
+					// 64 was 512 bytes for a one-item push); append grows it
+					// where that guess is short.
+					p.txEnd = make([]int, len(items)-1, len(items)+1+(len(s.b)-s.pos)*len(items)/max(s.pos-from, 1))
 				}
 				if p.txEnd != nil {
 					p.txEnd = append(p.txEnd, p.txids.Len())
@@ -390,7 +395,11 @@ func (p *itemParser) item(i int, allowTrace bool) (ParsedItem, error) {
 				return it, bad("items[%d].transactionId is not valid UTF-8", i)
 			}
 			if p.txids.Cap() == 0 {
-				p.txids.Grow(64 * 16)
+				// Room for every transactionId from here on: they lie in
+				// the rest of the body, and unescaping never lengthens
+				// one, so a one-item push takes what it needs (a fixed
+				// 1 KiB was most of what a one-item push allocated).
+				p.txids.Grow(min(64*16, len(s.b)-txid.start))
 			}
 			p.txids.Write(t) // items sets TransactionID from it
 		default:

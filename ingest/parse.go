@@ -304,6 +304,7 @@ func (p *itemParser) item(i int, allowTrace bool) (ParsedItem, error) {
 	s := &p.s
 	var it ParsedItem
 	var queue, partition, payload, txid, trace span
+	start := s.pos
 	s.enter()
 	s.pos++
 	if s.peek() == '}' {
@@ -395,11 +396,14 @@ func (p *itemParser) item(i int, allowTrace bool) (ParsedItem, error) {
 				return it, bad("items[%d].transactionId is not valid UTF-8", i)
 			}
 			if p.txids.Cap() == 0 {
-				// Room for every transactionId from here on: they lie in
-				// the rest of the body, and unescaping never lengthens
-				// one, so a one-item push takes what it needs (a fixed
-				// 1 KiB was most of what a one-item push allocated).
-				p.txids.Grow(min(64*16, len(s.b)-txid.start))
+				// Room for this transactionId and one as long for each
+				// item the rest of the body holds at this item's size (s
+				// is at its end), at most the rest of the body (unescaping
+				// never lengthens one) and 1 KiB; a longer push's grow as
+				// the builder does. A fixed 1 KiB was most of what a
+				// one-item push allocated.
+				more := (len(s.b) - s.pos) / max(s.pos-start, 1)
+				p.txids.Grow(min(64*16, len(s.b)-txid.start, len(t)*(1+more)))
 			}
 			p.txids.Write(t) // items sets TransactionID from it
 		default:

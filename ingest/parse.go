@@ -264,11 +264,14 @@ func (p *itemParser) items(allowTrace bool) (items []ParsedItem, verr error) {
 				items = append(items, it)
 				if p.txEnd == nil && p.txids.Len() > 0 {
 					// The first transactionId: the items before it have none.
-					// Room for about as many items again as the rest of the
-					// body holds at the size of those read so far (a fixed
-					// 64 was 512 bytes for a one-item push); append grows it
-					// where that guess is short.
-					p.txEnd = make([]int, len(items)-1, len(items)+1+(len(s.b)-s.pos)*len(items)/max(s.pos-from, 1))
+					// Room for the items the rest of the body holds at the
+					// size of those read so far, at most what a fixed
+					// max(64, 2*items) gave (which was 512 bytes for a
+					// one-item push; the bound keeps a body of tiny items
+					// and one huge one from sizing it by its bytes); append
+					// grows it where that guess is short.
+					more := (len(s.b) - s.pos) * len(items) / max(s.pos-from, 1)
+					p.txEnd = make([]int, len(items)-1, min(len(items)+1+more, max(64, 2*len(items))))
 				}
 				if p.txEnd != nil {
 					p.txEnd = append(p.txEnd, p.txids.Len())

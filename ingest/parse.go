@@ -168,8 +168,9 @@ type itemParser struct {
 	// txids holds the transactionIds of the items read so far, end to
 	// end; txEnd[i] is where items[i]'s ends (items without one add
 	// nothing; nil until the first one). items slices them from one
-	// string at the end: one allocation per push, not one per
-	// transactionId.
+	// string at the end: a few allocations per push (the builder is sized
+	// at the first transactionId from the rest of the body, see item),
+	// not one per transactionId.
 	txids strings.Builder
 	txEnd []int
 }

@@ -35,6 +35,7 @@ var benchShapes = []struct {
 	txid  bool
 }{
 	{"items=1", 1, false},
+	{"items=1/txid", 1, true},
 	{"items=100", 100, false},
 	{"items=100/txid", 100, true},
 }

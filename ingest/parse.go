@@ -168,8 +168,9 @@ type itemParser struct {
 	// txids holds the transactionIds of the items read so far, end to
 	// end; txEnd[i] is where items[i]'s ends (items without one add
 	// nothing; nil until the first one). items slices them from one
-	// string at the end: one allocation per push, not one per
-	// transactionId.
+	// string at the end: a few allocations per push (the builder is sized
+	// at the first transactionId from the rest of the body, see item),
+	// not one per transactionId.
 	txids strings.Builder
 	txEnd []int
 }
@@ -247,6 +248,7 @@ func (p *itemParser) items(allowTrace bool) (items []ParsedItem, verr error) {
 		return items, nil
 	}
 	n := 0 // items in the array
+	from := s.pos
 	for i := 0; s.err == nil; i++ {
 		n++
 		switch {
@@ -263,7 +265,14 @@ func (p *itemParser) items(allowTrace bool) (items []ParsedItem, verr error) {
 				items = append(items, it)
 				if p.txEnd == nil && p.txids.Len() > 0 {
 					// The first transactionId: the items before it have none.
-					p.txEnd = make([]int, len(items)-1, max(64, 2*len(items)))
+					// Room for the items the rest of the body holds at the
+					// size of those read so far, at most what a fixed
+					// max(64, 2*items) gave (which was 512 bytes for a
+					// one-item push; the bound keeps a body of tiny items
+					// and one huge one from sizing it by its bytes); append
+					// grows it where that guess is short.
+					more := (len(s.b) - s.pos) * len(items) / max(s.pos-from, 1)
+					p.txEnd = make([]int, len(items)-1, min(len(items)+1+more, max(64, 2*len(items))))
 				}
 				if p.txEnd != nil {
 					p.txEnd = append(p.txEnd, p.txids.Len())
@@ -299,6 +308,7 @@ func (p *itemParser) item(i int, allowTrace bool) (ParsedItem, error) {
 	s := &p.s
 	var it ParsedItem
 	var queue, partition, payload, txid, trace span
+	start := s.pos
 	s.enter()
 	s.pos++
 	if s.peek() == '}' {
@@ -390,7 +400,14 @@ func (p *itemParser) item(i int, allowTrace bool) (ParsedItem, error) {
 				return it, bad("items[%d].transactionId is not valid UTF-8", i)
 			}
 			if p.txids.Cap() == 0 {
-				p.txids.Grow(64 * 16)
+				// Room for this transactionId and one as long for each
+				// item the rest of the body holds at this item's size (s
+				// is at its end), at most the rest of the body (unescaping
+				// never lengthens one) and 1 KiB; a longer push's grow as
+				// the builder does. A fixed 1 KiB was most of what a
+				// one-item push allocated.
+				more := (len(s.b) - s.pos) / max(s.pos-start, 1)
+				p.txids.Grow(min(64*16, len(s.b)-txid.start, len(t)*(1+more)))
 			}
 			p.txids.Write(t) // items sets TransactionID from it
 		default:

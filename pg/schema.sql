@@ -408,10 +408,20 @@ ALTER TABLE queen.dedup ADD COLUMN IF NOT EXISTS spilled boolean NOT NULL DEFAUL
 -- version checked each hit against the rows returned so far, quadratic in
 -- the hits: 10,000 keys hitting 10,000 rows, one each, took 474-505 ms,
 -- one scan 182-189 ms, collected ctids 20-25 ms.
+--
+-- plan_cache_mode = force_generic_plan (here and in assert_new_keys): the
+-- generic plan (the piece starts' function scan estimated at 1,000 rows)
+-- looks dearer than a custom one (the array known, 2 pieces), so
+-- PL/pgSQL's plan cache planned the statement afresh on every call, about
+-- as long as a small probe's execution (pg_stat_statements at 64 x 1
+-- pushes with client keys: 0.060 ms planning and 0.058 ms execution a
+-- batch of about 30 keys). The plan is the same either way: a nested loop
+-- of a bitmap scan of the GIN index per piece (docs/decisions.md, "A
+-- client key's fixed cost per batch: the probe's plan").
 CREATE OR REPLACE FUNCTION queen.dedup_batch_probe(hashes bigint[])
 RETURNS TABLE (partition_ids uuid[], base_offsets bigint[], key_hashes bigint[])
 LANGUAGE plpgsql STABLE
-SET enable_seqscan = off
+SET enable_seqscan = off SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -467,7 +477,7 @@ $$;
 CREATE OR REPLACE FUNCTION queen.assert_new_keys(hashes bigint[])
 RETURNS void
 LANGUAGE plpgsql STABLE
-SET enable_seqscan = off
+SET enable_seqscan = off SET plan_cache_mode = force_generic_plan
 AS $$
 BEGIN
     PERFORM 1 FROM generate_series(1, coalesce(cardinality(hashes), 0), 16) AS g(i)

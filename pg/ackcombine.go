@@ -149,12 +149,7 @@ func (s *Store) serveAcks(ws []*ackWaiter) {
 		close(ws[0].done)
 		return
 	}
-	slices.SortFunc(ws, func(x, y *ackWaiter) int {
-		if c := bytes.Compare(x.e.key.partition[:], y.e.key.partition[:]); c != 0 {
-			return c
-		}
-		return strings.Compare(x.e.group, y.e.group)
-	})
+	sortAckWaiters(ws)
 	deadlines := make([]time.Time, len(ws))
 	for i, w := range ws {
 		deadlines[i] = w.deadline
@@ -162,6 +157,46 @@ func (s *Store) serveAcks(ws []*ackWaiter) {
 	ctx, cancel := combinedContext(deadlines)
 	defer cancel()
 	counts, err := s.fastAcksTx(ctx, ws)
+	s.completeAcks(ws, counts, err)
+}
+
+// sortAckWaiters puts ws in (partition, group) order, the order their
+// cursors are locked in (see above).
+func sortAckWaiters(ws []*ackWaiter) {
+	slices.SortFunc(ws, func(x, y *ackWaiter) int {
+		if c := bytes.Compare(x.e.key.partition[:], y.e.key.partition[:]); c != 0 {
+			return c
+		}
+		return strings.Compare(x.e.group, y.e.group)
+	})
+}
+
+// takeQueuedAcks takes up to max whole-lease acks queued on queue's line
+// (marked taken, out of the line) for a combined pop transaction to apply
+// before its claims (serveLeased), in (partition, group) order; nil when
+// none is queued. The caller completes them with completeAcks.
+func (s *Store) takeQueuedAcks(queue string, max int) []*ackWaiter {
+	c := &s.ackCombine
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	line := c.lines[queue]
+	if line == nil || len(line.queued) == 0 {
+		return nil
+	}
+	n := min(len(line.queued), max)
+	ws := append([]*ackWaiter(nil), line.queued[:n]...)
+	line.queued = append(line.queued[:0], line.queued[n:]...)
+	for _, w := range ws {
+		w.taken = true
+	}
+	sortAckWaiters(ws)
+	return ws
+}
+
+// completeAcks completes the ack calls ws after their transaction: with
+// err every call runs by itself; else counts[i] says whether ws[i]'s
+// lease was completed (0: its call takes the general path).
+func (s *Store) completeAcks(ws []*ackWaiter, counts []int, err error) {
 	for i, w := range ws {
 		switch {
 		case err != nil:
@@ -263,17 +298,7 @@ func (s *Store) fastAcksTx(ctx context.Context, ws []*ackWaiter) ([]int, error) 
 		_, err = br.Exec()
 	}
 	if err == nil {
-		var rows pgx.Rows
-		if rows, err = br.Query(); err == nil {
-			var ord int64
-			_, err = pgx.ForEachRow(rows, []any{&ord}, func() error {
-				if ord < 1 || ord > int64(len(ws)) {
-					return fmt.Errorf("fast acks: ordinal %d of %d", ord, len(ws))
-				}
-				counts[ord-1] = 1
-				return nil
-			})
-		}
+		err = readFastAcks(br, counts)
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -282,4 +307,22 @@ func (s *Store) fastAcksTx(ctx context.Context, ws []*ackWaiter) ([]int, error) 
 		err = fmt.Errorf("commit did not end the transaction (status %q)", st)
 	}
 	return counts, err
+}
+
+// readFastAcks reads the result of fastAcksSQL from br into counts (one
+// per lease of the statement, in its order: 1 applied, 0 not).
+func readFastAcks(br pgx.BatchResults, counts []int) error {
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	var ord int64
+	_, err = pgx.ForEachRow(rows, []any{&ord}, func() error {
+		if ord < 1 || ord > int64(len(counts)) {
+			return fmt.Errorf("fast acks: ordinal %d of %d", ord, len(counts))
+		}
+		counts[ord-1] = 1
+		return nil
+	})
+	return err
 }

@@ -131,7 +131,7 @@ func (s *Store) popCombined(ctx context.Context, req PopRequest) (*PopResult, er
 			untilHandoff(ended)
 			s.serveQueued(key)
 		}()
-		res, err := s.popAlone(ctx, req)
+		res, err := s.popLeader(ctx, req, key)
 		close(ended)
 		return res, err
 	}
@@ -156,6 +156,25 @@ func (s *Store) popCombined(ctx context.Context, req PopRequest) (*PopResult, er
 		return s.popAlone(ctx, req)
 	}
 	return w.res, w.err
+}
+
+// popLeader runs the pop that leads its key's line: a leased pop with
+// whole-lease acks of its queue queued takes them into its transaction
+// (serveLeasedWith); otherwise, or when that transaction delivered
+// nothing to it or failed, popAlone.
+func (s *Store) popLeader(ctx context.Context, req PopRequest, key popKey) (*PopResult, error) {
+	if key.leased {
+		if acks := s.takeQueuedAcks(req.Queue, ackCombineMax); len(acks) > 0 {
+			w := &popWaiter{req: req, done: make(chan struct{})}
+			w.deadline, _ = ctx.Deadline()
+			s.serveLeasedWith([]*popWaiter{w}, acks)
+			<-w.done
+			if !w.alone {
+				return w.res, w.err
+			}
+		}
+	}
+	return s.popAlone(ctx, req)
 }
 
 // finish completes w: with res or err, or (both nil) telling it to run
@@ -309,7 +328,23 @@ func popDeadlines(ws []*popWaiter) []time.Time {
 // second claim sees the first one's lease. Should the transaction fail,
 // its leases are given back and every pop runs by itself.
 func (s *Store) serveLeased(ws []*popWaiter) {
-	ctx, cancel := combinedContext(popDeadlines(ws))
+	s.serveLeasedWith(ws, s.takeQueuedAcks(ws[0].req.Queue, ackCombineMax))
+}
+
+// serveLeasedWith is serveLeased (ws len >= 1) whose transaction first
+// applies the whole-lease acks acks (of the same queue, in (partition,
+// group) order, taken from the ack line: takeQueuedAcks), as a combined
+// ack transaction would, and completes them (completeAcks): a pop and an
+// ack cycle's two commits become one when they arrive together. The acks
+// come before the claims, so that a partition one of them releases can be
+// claimed by these pops. Should the transaction fail, every ack and every
+// pop runs by itself.
+func (s *Store) serveLeasedWith(ws []*popWaiter, acks []*ackWaiter) {
+	deadlines := popDeadlines(ws)
+	for _, a := range acks {
+		deadlines = append(deadlines, a.deadline)
+	}
+	ctx, cancel := combinedContext(deadlines)
 	defer cancel()
 	leases := make([]uuid.UUID, len(ws)) // seeds (pg/leasekey.go)
 	for i := range ws {
@@ -318,11 +353,13 @@ func (s *Store) serveLeased(ws []*popWaiter) {
 			for _, w := range ws {
 				w.finish(nil, nil)
 			}
+			s.completeAcks(acks, nil, err)
 			return
 		}
 		leases[i] = id
 	}
-	claims, conn, err := s.claimLeased(ctx, ws, leases)
+	claims, counts, conn, err := s.claimLeased(ctx, ws, leases, acks)
+	s.completeAcks(acks, counts, err)
 	if err != nil {
 		s.log.Debug("pop: combined leased pop failed; its pops run one by one", "err", err)
 		for _, w := range ws {
@@ -366,20 +403,31 @@ func (s *Store) serveLeased(ws []*popWaiter) {
 // one round trip and returns the claims, read after the commit. conn,
 // when not nil, is to be released by the caller (closed by the pool if
 // the transaction did not end).
-func (s *Store) claimLeased(ctx context.Context, ws []*popWaiter, leases []uuid.UUID) ([]*claimResult, *pgxpool.Conn, error) {
+func (s *Store) claimLeased(ctx context.Context, ws []*popWaiter, leases []uuid.UUID, acks []*ackWaiter) ([]*claimResult, []int, *pgxpool.Conn, error) {
 	pc, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	var b pgx.Batch
 	b.Queue("BEGIN")
+	if len(acks) > 0 {
+		b.Queue(fastAcksSetup)
+		queueFastAcks(&b, acks)
+	}
 	for i, w := range ws {
 		queueClaim(&b, w.req, leases[i])
 	}
 	b.Queue("COMMIT")
 	br := pc.Conn().SendBatch(ctx, &b)
 	claims := make([]*claimResult, len(ws))
-	if _, err = br.Exec(); err == nil {
+	counts := make([]int, len(acks))
+	_, err = br.Exec()
+	if err == nil && len(acks) > 0 {
+		if _, err = br.Exec(); err == nil {
+			err = readFastAcks(br, counts)
+		}
+	}
+	if err == nil {
 		for i := range ws {
 			var rows pgx.Rows
 			if rows, err = br.Query(); err != nil {
@@ -396,5 +444,5 @@ func (s *Store) claimLeased(ctx context.Context, ws []*popWaiter, leases []uuid.
 	if st := pc.Conn().PgConn().TxStatus(); err == nil && st != 'I' {
 		err = fmt.Errorf("commit did not end the transaction (status %q)", st)
 	}
-	return claims, pc, err
+	return claims, counts, pc, err
 }

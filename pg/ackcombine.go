@@ -83,6 +83,10 @@ func (s *Store) fastAckCombined(ctx context.Context, reqs []AckRequest, e *lease
 	}
 	if !line.inFlight {
 		line.inFlight = true
+		if busy := s.combine.leasedBusy(e.queueName); busy != nil {
+			c.mu.Unlock()
+			return s.fastAckBehindPop(ctx, reqs, e, line, busy)
+		}
 		c.mu.Unlock()
 		res, ok, err := s.fastAckAlone(ctx, reqs, e)
 		go s.serveQueuedAcks(e.queueName)
@@ -109,6 +113,67 @@ func (s *Store) fastAckCombined(ctx context.Context, reqs []AckRequest, e *lease
 		c.mu.Unlock()
 		<-w.done // in a transaction already: its outcome decides
 	}
+	switch {
+	case w.alone:
+		return s.fastAckAlone(ctx, reqs, e)
+	case w.applied:
+		return fastAckResults(e, len(reqs)), true, nil
+	}
+	return nil, false, nil
+}
+
+// ackBehindPopWait is the longest a whole-lease ack that leads its
+// queue's ack line waits, queued, for a leased pop transaction of the
+// queue to take it (fastAckBehindPop): about one pop transaction on a
+// loaded machine.
+const ackBehindPopWait = 2 * time.Millisecond
+
+// fastAckBehindPop is fastAckCombined for the call that leads line (no
+// ack transaction of the queue in flight) while leased pop transactions
+// of the queue run (busy is closed once none does): it queues on line,
+// where the next leased pop transaction takes it with the others queued
+// meanwhile (serveLeasedWith: one commit for acks and claims), and
+// applies them itself (fastAckAlone, then the queued ones, as the line's
+// leader does) if none has taken it once busy is closed or after
+// ackBehindPopWait.
+func (s *Store) fastAckBehindPop(ctx context.Context, reqs []AckRequest, e *leaseMemoEntry, line *ackLine, busy <-chan struct{}) ([]AckResult, bool, error) {
+	c := &s.ackCombine
+	w := &ackWaiter{reqs: reqs, e: e, done: make(chan struct{})}
+	w.deadline, _ = ctx.Deadline()
+	c.mu.Lock()
+	line.queued = append(line.queued, w)
+	c.mu.Unlock()
+	t := time.NewTimer(ackBehindPopWait)
+	defer t.Stop()
+	var cerr error
+	select {
+	case <-w.done:
+	case <-busy:
+	case <-t.C:
+	case <-ctx.Done():
+		cerr = ctx.Err()
+	}
+	c.mu.Lock()
+	taken := w.taken
+	if !taken {
+		for i, x := range line.queued {
+			if x == w {
+				line.queued = append(line.queued[:i], line.queued[i+1:]...)
+				break
+			}
+		}
+	}
+	c.mu.Unlock()
+	// This call still leads the line: the queued calls are served after
+	// it (serveQueuedAcks, which also ends the lead).
+	defer func() { go s.serveQueuedAcks(e.queueName) }()
+	switch {
+	case !taken && cerr != nil:
+		return nil, false, cerr
+	case !taken:
+		return s.fastAckAlone(ctx, reqs, e)
+	}
+	<-w.done
 	switch {
 	case w.alone:
 		return s.fastAckAlone(ctx, reqs, e)

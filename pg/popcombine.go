@@ -89,6 +89,61 @@ type popCombiner struct {
 	lines map[popKey]*popLine
 	// served counts the pops served by combined transactions (tests).
 	served atomic.Int64
+	// busy is, per queue name, its leased pop transactions in flight
+	// (enterLeased, leaveLeased; see fastAckBehindPop).
+	busy map[string]*queueBusy
+}
+
+// queueBusy counts a queue's leased pop transactions in flight; idle,
+// when not nil, is closed once there are none.
+type queueBusy struct {
+	n    int
+	idle chan struct{}
+}
+
+// enterLeased counts a leased pop transaction of queue as in flight until
+// the matching leaveLeased.
+func (c *popCombiner) enterLeased(queue string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.busy == nil {
+		c.busy = make(map[string]*queueBusy)
+	}
+	b := c.busy[queue]
+	if b == nil {
+		b = &queueBusy{}
+		c.busy[queue] = b
+	}
+	b.n++
+}
+
+// leaveLeased ends what enterLeased(queue) began.
+func (c *popCombiner) leaveLeased(queue string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b := c.busy[queue]
+	if b.n--; b.n == 0 {
+		if b.idle != nil {
+			close(b.idle)
+		}
+		delete(c.busy, queue)
+	}
+}
+
+// leasedBusy is nil when no leased pop transaction of queue is in flight,
+// else a channel closed once none is.
+
+func (c *popCombiner) leasedBusy(queue string) <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b := c.busy[queue]
+	if b == nil {
+		return nil
+	}
+	if b.idle == nil {
+		b.idle = make(chan struct{})
+	}
+	return b.idle
 }
 
 func combinable(req PopRequest) bool {
@@ -252,12 +307,12 @@ func untilHandoff(ended <-chan struct{}) {
 // waiter: with one partition's messages, or alone (run by itself) when
 // the combined pop had none left for it or failed.
 func (s *Store) serveBatch(ws []*popWaiter) {
-	if len(ws) == 1 {
-		ws[0].finish(nil, nil)
-		return
-	}
 	if !ws[0].req.AutoAck {
 		s.serveLeased(ws)
+		return
+	}
+	if len(ws) == 1 {
+		ws[0].finish(nil, nil)
 		return
 	}
 	finish := func(w *popWaiter, res *PopResult) { w.finish(res, nil) }
@@ -346,6 +401,8 @@ func (s *Store) serveLeasedWith(ws []*popWaiter, acks []*ackWaiter) {
 	}
 	ctx, cancel := combinedContext(deadlines)
 	defer cancel()
+	s.combine.enterLeased(ws[0].req.Queue)
+	defer s.combine.leaveLeased(ws[0].req.Queue)
 	leases := make([]uuid.UUID, len(ws)) // seeds (pg/leasekey.go)
 	for i := range ws {
 		id, err := newLeaseSeed(false)

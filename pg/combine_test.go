@@ -391,3 +391,67 @@ func TestPopTakesQueuedAcks(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestAckNotHeldUpByWaitingPop: a whole-lease ack that arrives while a
+// leased pop of its queue is in flight queues for that pop's next
+// transaction, but a pop that waits (here for a cursor row held by
+// another transaction) does not hold it up: it applies itself shortly.
+func TestAckNotHeldUpByWaitingPop(t *testing.T) {
+	t.Parallel()
+	st, ctx := setupStatus(t)
+	store(t, ctx, st, "q", "a", 5)
+	store(t, ctx, st, "q", "b", 5)
+	req := pg.PopRequest{Queue: "q", Group: "g", Batch: 5}
+	x, err := st.Pop(ctx, req)
+	if err != nil || len(x.Messages) != 5 {
+		t.Fatalf("pop: %v", err)
+	}
+	y, err := st.Pop(ctx, req)
+	if err != nil || len(y.Messages) != 5 || y.Messages[0].Partition == x.Messages[0].Partition {
+		t.Fatalf("pop: %v %+v", err, y)
+	}
+	if res, err := st.Ack(ctx, acksOf(y, "")); err != nil || !res[len(res)-1].Success {
+		t.Fatalf("ack: %v %+v", err, res)
+	}
+	store(t, ctx, st, "q", y.Messages[0].Partition, 5)
+	conn, err := st.Pool().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `SELECT 1 FROM queen.consumer_cursors WHERE partition_id = $1 AND consumer_group = 'g' FOR UPDATE`,
+		y.Messages[0].PartitionID); err != nil {
+		t.Fatal(err)
+	}
+	popped := make(chan *pg.PopResult, 1)
+	go func() { // waits for y's partition, the only one with messages
+		res, err := st.Pop(ctx, req)
+		if err != nil {
+			t.Errorf("waiting pop: %v", err)
+		}
+		popped <- res
+	}()
+	time.Sleep(200 * time.Millisecond)
+	start := time.Now()
+	res, err := st.Ack(ctx, acksOf(x, ""))
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("ack answered after %v behind a waiting pop", took)
+	}
+	if err != nil || !res[len(res)-1].Success {
+		t.Errorf("ack: %v %+v", err, res)
+	}
+	select {
+	case r := <-popped:
+		t.Fatalf("the pop did not wait: %+v", r)
+	default:
+	}
+	if _, err := conn.Exec(ctx, "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-popped; r == nil || len(r.Messages) == 0 {
+		t.Errorf("waiting pop delivered %+v", r)
+	}
+}

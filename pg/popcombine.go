@@ -35,7 +35,11 @@ import (
 //     back, see claimOneSQL).
 //   - leased pops of one (queue, batch), any groups: BEGIN, each pop's
 //     claimOneSQL under a lease of its own, and COMMIT in one round trip
-//     (serveLeased), then each pop decodes as popOneTrip does.
+//     (serveLeased), then each pop decodes as popOneTrip does. The
+//     whole-lease acks of the queue queued at that moment go into the
+//     same transaction, before the claims (serveLeasedWith); an ack that
+//     arrives while a leased pop transaction runs queues for the next
+//     one (fastAckBehindPop).
 //
 // A pop the combined transaction delivered nothing to (fewer partitions
 // had something than pops were taken, some were being claimed by other
@@ -132,7 +136,6 @@ func (c *popCombiner) leaveLeased(queue string) {
 
 // leasedBusy is nil when no leased pop transaction of queue is in flight,
 // else a channel closed once none is.
-
 func (c *popCombiner) leasedBusy(queue string) <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -374,9 +377,10 @@ func popDeadlines(ws []*popWaiter) []time.Time {
 	return out
 }
 
-// serveLeased serves leased pops ws (len >= 2) in one transaction and one
-// round trip: BEGIN, each pop's claimOneSQL with a lease of its own, and
-// COMMIT, sent together; then, as popOneTrip does, each pop whose claim
+// serveLeased serves leased pops ws (len >= 1) in one transaction and one
+// round trip, with the whole-lease acks queued on their queue
+// (serveLeasedWith): BEGIN, each pop's claimOneSQL with a lease of its
+// own, and COMMIT, sent together; then, as popOneTrip does, each pop whose claim
 // wrote its cursor decodes its messages (its lease given back if they do
 // not decode), and the others, whose claims changed nothing, run by
 // themselves. Two pops of one group claim different partitions: the

@@ -33,7 +33,11 @@ import (
 // so an ack is durable when answered, as before. A statement that
 // changed nothing (the cursor row no longer as its pop left it) leaves
 // its ack call to the general path, run by that call itself; a failed
-// transaction leaves every call to run by itself.
+// transaction leaves every call to run by itself. Queued acks may instead
+// be taken by a leased pop transaction of the queue (takeQueuedAcks,
+// pg/popcombine.go's serveLeasedWith), with the same statement, before
+// its claims and under its one COMMIT; an ack that would run alone while
+// such a pop transaction is in flight waits for it (fastAckBehindPop).
 
 // ackCombineMax is the most ack calls one combined transaction serves.
 const ackCombineMax = 16

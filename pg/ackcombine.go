@@ -33,7 +33,11 @@ import (
 // so an ack is durable when answered, as before. A statement that
 // changed nothing (the cursor row no longer as its pop left it) leaves
 // its ack call to the general path, run by that call itself; a failed
-// transaction leaves every call to run by itself.
+// transaction leaves every call to run by itself. Queued acks may instead
+// be taken by a leased pop transaction of the queue (takeQueuedAcks,
+// pg/popcombine.go's serveLeasedWith), with the same statement, before
+// its claims and under its one COMMIT; an ack that would run alone while
+// such a pop transaction is in flight waits for it (fastAckBehindPop).
 
 // ackCombineMax is the most ack calls one combined transaction serves.
 const ackCombineMax = 16
@@ -83,6 +87,10 @@ func (s *Store) fastAckCombined(ctx context.Context, reqs []AckRequest, e *lease
 	}
 	if !line.inFlight {
 		line.inFlight = true
+		if busy := s.combine.leasedBusy(e.queueName); busy != nil {
+			c.mu.Unlock()
+			return s.fastAckBehindPop(ctx, reqs, e, line, busy)
+		}
 		c.mu.Unlock()
 		res, ok, err := s.fastAckAlone(ctx, reqs, e)
 		go s.serveQueuedAcks(e.queueName)
@@ -109,6 +117,67 @@ func (s *Store) fastAckCombined(ctx context.Context, reqs []AckRequest, e *lease
 		c.mu.Unlock()
 		<-w.done // in a transaction already: its outcome decides
 	}
+	switch {
+	case w.alone:
+		return s.fastAckAlone(ctx, reqs, e)
+	case w.applied:
+		return fastAckResults(e, len(reqs)), true, nil
+	}
+	return nil, false, nil
+}
+
+// ackBehindPopWait is the longest a whole-lease ack that leads its
+// queue's ack line waits, queued, for a leased pop transaction of the
+// queue to take it (fastAckBehindPop): about one pop transaction on a
+// loaded machine.
+const ackBehindPopWait = 2 * time.Millisecond
+
+// fastAckBehindPop is fastAckCombined for the call that leads line (no
+// ack transaction of the queue in flight) while leased pop transactions
+// of the queue run (busy is closed once none does): it queues on line,
+// where the next leased pop transaction takes it with the others queued
+// meanwhile (serveLeasedWith: one commit for acks and claims), and
+// applies them itself (fastAckAlone, then the queued ones, as the line's
+// leader does) if none has taken it once busy is closed or after
+// ackBehindPopWait.
+func (s *Store) fastAckBehindPop(ctx context.Context, reqs []AckRequest, e *leaseMemoEntry, line *ackLine, busy <-chan struct{}) ([]AckResult, bool, error) {
+	c := &s.ackCombine
+	w := &ackWaiter{reqs: reqs, e: e, done: make(chan struct{})}
+	w.deadline, _ = ctx.Deadline()
+	c.mu.Lock()
+	line.queued = append(line.queued, w)
+	c.mu.Unlock()
+	t := time.NewTimer(ackBehindPopWait)
+	defer t.Stop()
+	var cerr error
+	select {
+	case <-w.done:
+	case <-busy:
+	case <-t.C:
+	case <-ctx.Done():
+		cerr = ctx.Err()
+	}
+	c.mu.Lock()
+	taken := w.taken
+	if !taken {
+		for i, x := range line.queued {
+			if x == w {
+				line.queued = append(line.queued[:i], line.queued[i+1:]...)
+				break
+			}
+		}
+	}
+	c.mu.Unlock()
+	// This call still leads the line: the queued calls are served after
+	// it (serveQueuedAcks, which also ends the lead).
+	defer func() { go s.serveQueuedAcks(e.queueName) }()
+	switch {
+	case !taken && cerr != nil:
+		return nil, false, cerr
+	case !taken:
+		return s.fastAckAlone(ctx, reqs, e)
+	}
+	<-w.done
 	switch {
 	case w.alone:
 		return s.fastAckAlone(ctx, reqs, e)
@@ -149,12 +218,7 @@ func (s *Store) serveAcks(ws []*ackWaiter) {
 		close(ws[0].done)
 		return
 	}
-	slices.SortFunc(ws, func(x, y *ackWaiter) int {
-		if c := bytes.Compare(x.e.key.partition[:], y.e.key.partition[:]); c != 0 {
-			return c
-		}
-		return strings.Compare(x.e.group, y.e.group)
-	})
+	sortAckWaiters(ws)
 	deadlines := make([]time.Time, len(ws))
 	for i, w := range ws {
 		deadlines[i] = w.deadline
@@ -162,6 +226,46 @@ func (s *Store) serveAcks(ws []*ackWaiter) {
 	ctx, cancel := combinedContext(deadlines)
 	defer cancel()
 	counts, err := s.fastAcksTx(ctx, ws)
+	s.completeAcks(ws, counts, err)
+}
+
+// sortAckWaiters puts ws in (partition, group) order, the order their
+// cursors are locked in (see above).
+func sortAckWaiters(ws []*ackWaiter) {
+	slices.SortFunc(ws, func(x, y *ackWaiter) int {
+		if c := bytes.Compare(x.e.key.partition[:], y.e.key.partition[:]); c != 0 {
+			return c
+		}
+		return strings.Compare(x.e.group, y.e.group)
+	})
+}
+
+// takeQueuedAcks takes up to max whole-lease acks queued on queue's line
+// (marked taken, out of the line) for a combined pop transaction to apply
+// before its claims (serveLeased), in (partition, group) order; nil when
+// none is queued. The caller completes them with completeAcks.
+func (s *Store) takeQueuedAcks(queue string, max int) []*ackWaiter {
+	c := &s.ackCombine
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	line := c.lines[queue]
+	if line == nil || len(line.queued) == 0 {
+		return nil
+	}
+	n := min(len(line.queued), max)
+	ws := append([]*ackWaiter(nil), line.queued[:n]...)
+	line.queued = append(line.queued[:0], line.queued[n:]...)
+	for _, w := range ws {
+		w.taken = true
+	}
+	sortAckWaiters(ws)
+	return ws
+}
+
+// completeAcks completes the ack calls ws after their transaction: with
+// err every call runs by itself; else counts[i] says whether ws[i]'s
+// lease was completed (0: its call takes the general path).
+func (s *Store) completeAcks(ws []*ackWaiter, counts []int, err error) {
 	for i, w := range ws {
 		switch {
 		case err != nil:
@@ -263,17 +367,7 @@ func (s *Store) fastAcksTx(ctx context.Context, ws []*ackWaiter) ([]int, error) 
 		_, err = br.Exec()
 	}
 	if err == nil {
-		var rows pgx.Rows
-		if rows, err = br.Query(); err == nil {
-			var ord int64
-			_, err = pgx.ForEachRow(rows, []any{&ord}, func() error {
-				if ord < 1 || ord > int64(len(ws)) {
-					return fmt.Errorf("fast acks: ordinal %d of %d", ord, len(ws))
-				}
-				counts[ord-1] = 1
-				return nil
-			})
-		}
+		err = readFastAcks(br, counts)
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -282,4 +376,22 @@ func (s *Store) fastAcksTx(ctx context.Context, ws []*ackWaiter) ([]int, error) 
 		err = fmt.Errorf("commit did not end the transaction (status %q)", st)
 	}
 	return counts, err
+}
+
+// readFastAcks reads the result of fastAcksSQL from br into counts (one
+// per lease of the statement, in its order: 1 applied, 0 not).
+func readFastAcks(br pgx.BatchResults, counts []int) error {
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	var ord int64
+	_, err = pgx.ForEachRow(rows, []any{&ord}, func() error {
+		if ord < 1 || ord > int64(len(counts)) {
+			return fmt.Errorf("fast acks: ordinal %d of %d", ord, len(counts))
+		}
+		counts[ord-1] = 1
+		return nil
+	})
+	return err
 }

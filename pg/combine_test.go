@@ -319,3 +319,139 @@ func TestCombinedAcksOneStatement(t *testing.T) {
 		}
 	}
 }
+
+// TestPopTakesQueuedAcks: a leased pop that starts while whole-lease acks
+// of its queue are queued (behind an ack transaction in flight) applies
+// them in its own transaction, before its claim: the ack is answered
+// applied, and the pop can claim the partition that ack released.
+func TestPopTakesQueuedAcks(t *testing.T) {
+	t.Parallel()
+	st, ctx := setupStatus(t)
+	store(t, ctx, st, "q", "b", 5)
+	req := pg.PopRequest{Queue: "q", Group: "g", Batch: 5}
+	onB, err := st.Pop(ctx, req)
+	if err != nil || len(onB.Messages) != 5 || onB.Messages[0].Partition != "b" {
+		t.Fatalf("pop of b: %v %+v", err, onB)
+	}
+	store(t, ctx, st, "q", "a", 10)
+	onA, err := st.Pop(ctx, req)
+	if err != nil || len(onA.Messages) != 5 || onA.Messages[0].Partition != "a" {
+		t.Fatalf("pop of a: %v %+v", err, onA)
+	}
+	// The ack of b's lease waits for its cursor row (held here), leading
+	// the queue's ack line; the ack of a's lease queues behind it.
+	conn, err := st.Pool().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `SELECT 1 FROM queen.consumer_cursors WHERE partition_id = $1 AND consumer_group = 'g' FOR UPDATE`,
+		onB.Messages[0].PartitionID); err != nil {
+		t.Fatal(err)
+	}
+	ack := func(l *pg.PopResult) {
+		res, err := st.Ack(ctx, acksOf(l, ""))
+		if err != nil {
+			t.Errorf("ack of %s: %v", l.Messages[0].Partition, err)
+			return
+		}
+		for _, r := range res {
+			if !r.Success {
+				t.Errorf("ack of %s: %+v", l.Messages[0].Partition, r)
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { ack(onB) })
+	time.Sleep(30 * time.Millisecond)
+	ackedA := make(chan struct{})
+	wg.Go(func() { ack(onA); close(ackedA) })
+	time.Sleep(30 * time.Millisecond)
+	before := pg.CombinedAcks(st)
+	res, err := st.Pop(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ackedA:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the queued ack was not answered with the pop")
+	}
+	if got := pg.CombinedAcks(st) - before; got != 1 {
+		t.Errorf("%d acks applied by a combined transaction, want 1", got)
+	}
+	if len(res.Messages) != 5 || res.Messages[0].Partition != "a" || res.Messages[0].Offset != 5 {
+		t.Errorf("pop after the ack of a: %+v, want a's offsets 5..9", res.Messages)
+	}
+	if _, err := conn.Exec(ctx, "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+}
+
+// TestAckNotHeldUpByWaitingPop: a whole-lease ack that arrives while a
+// leased pop of its queue is in flight queues for that pop's next
+// transaction, but a pop that waits (here for a cursor row held by
+// another transaction) does not hold it up: it applies itself shortly.
+func TestAckNotHeldUpByWaitingPop(t *testing.T) {
+	t.Parallel()
+	st, ctx := setupStatus(t)
+	store(t, ctx, st, "q", "a", 5)
+	store(t, ctx, st, "q", "b", 5)
+	req := pg.PopRequest{Queue: "q", Group: "g", Batch: 5}
+	x, err := st.Pop(ctx, req)
+	if err != nil || len(x.Messages) != 5 {
+		t.Fatalf("pop: %v", err)
+	}
+	y, err := st.Pop(ctx, req)
+	if err != nil || len(y.Messages) != 5 || y.Messages[0].Partition == x.Messages[0].Partition {
+		t.Fatalf("pop: %v %+v", err, y)
+	}
+	if res, err := st.Ack(ctx, acksOf(y, "")); err != nil || !res[len(res)-1].Success {
+		t.Fatalf("ack: %v %+v", err, res)
+	}
+	store(t, ctx, st, "q", y.Messages[0].Partition, 5)
+	conn, err := st.Pool().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `SELECT 1 FROM queen.consumer_cursors WHERE partition_id = $1 AND consumer_group = 'g' FOR UPDATE`,
+		y.Messages[0].PartitionID); err != nil {
+		t.Fatal(err)
+	}
+	popped := make(chan *pg.PopResult, 1)
+	go func() { // waits for y's partition, the only one with messages
+		res, err := st.Pop(ctx, req)
+		if err != nil {
+			t.Errorf("waiting pop: %v", err)
+		}
+		popped <- res
+	}()
+	time.Sleep(200 * time.Millisecond)
+	start := time.Now()
+	res, err := st.Ack(ctx, acksOf(x, ""))
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("ack answered after %v behind a waiting pop", took)
+	}
+	if err != nil || !res[len(res)-1].Success {
+		t.Errorf("ack: %v %+v", err, res)
+	}
+	select {
+	case r := <-popped:
+		t.Fatalf("the pop did not wait: %+v", r)
+	default:
+	}
+	if _, err := conn.Exec(ctx, "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-popped; r == nil || len(r.Messages) == 0 {
+		t.Errorf("waiting pop delivered %+v", r)
+	}
+}

@@ -162,6 +162,8 @@ func (s *Store) Pop(ctx context.Context, req PopRequest) (*PopResult, error) {
 func (s *Store) popAlone(ctx context.Context, req PopRequest) (*PopResult, error) {
 	res := &PopResult{}
 	if !req.AutoAck {
+		s.combine.enterLeased(req.Queue)
+		defer s.combine.leaveLeased(req.Queue)
 		seed, err := newLeaseSeed(req.Partitions > 1)
 		if err != nil {
 			return nil, err

@@ -35,7 +35,11 @@ import (
 //     back, see claimOneSQL).
 //   - leased pops of one (queue, batch), any groups: BEGIN, each pop's
 //     claimOneSQL under a lease of its own, and COMMIT in one round trip
-//     (serveLeased), then each pop decodes as popOneTrip does.
+//     (serveLeased), then each pop decodes as popOneTrip does. The
+//     whole-lease acks of the queue queued at that moment go into the
+//     same transaction, before the claims (serveLeasedWith); an ack that
+//     arrives while a leased pop transaction runs queues for the next
+//     one (fastAckBehindPop).
 //
 // A pop the combined transaction delivered nothing to (fewer partitions
 // had something than pops were taken, some were being claimed by other
@@ -89,6 +93,60 @@ type popCombiner struct {
 	lines map[popKey]*popLine
 	// served counts the pops served by combined transactions (tests).
 	served atomic.Int64
+	// busy is, per queue name, its leased pop transactions in flight
+	// (enterLeased, leaveLeased; see fastAckBehindPop).
+	busy map[string]*queueBusy
+}
+
+// queueBusy counts a queue's leased pop transactions in flight; idle,
+// when not nil, is closed once there are none.
+type queueBusy struct {
+	n    int
+	idle chan struct{}
+}
+
+// enterLeased counts a leased pop transaction of queue as in flight until
+// the matching leaveLeased.
+func (c *popCombiner) enterLeased(queue string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.busy == nil {
+		c.busy = make(map[string]*queueBusy)
+	}
+	b := c.busy[queue]
+	if b == nil {
+		b = &queueBusy{}
+		c.busy[queue] = b
+	}
+	b.n++
+}
+
+// leaveLeased ends what enterLeased(queue) began.
+func (c *popCombiner) leaveLeased(queue string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b := c.busy[queue]
+	if b.n--; b.n == 0 {
+		if b.idle != nil {
+			close(b.idle)
+		}
+		delete(c.busy, queue)
+	}
+}
+
+// leasedBusy is nil when no leased pop transaction of queue is in flight,
+// else a channel closed once none is.
+func (c *popCombiner) leasedBusy(queue string) <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b := c.busy[queue]
+	if b == nil {
+		return nil
+	}
+	if b.idle == nil {
+		b.idle = make(chan struct{})
+	}
+	return b.idle
 }
 
 func combinable(req PopRequest) bool {
@@ -131,7 +189,7 @@ func (s *Store) popCombined(ctx context.Context, req PopRequest) (*PopResult, er
 			untilHandoff(ended)
 			s.serveQueued(key)
 		}()
-		res, err := s.popAlone(ctx, req)
+		res, err := s.popLeader(ctx, req, key)
 		close(ended)
 		return res, err
 	}
@@ -156,6 +214,25 @@ func (s *Store) popCombined(ctx context.Context, req PopRequest) (*PopResult, er
 		return s.popAlone(ctx, req)
 	}
 	return w.res, w.err
+}
+
+// popLeader runs the pop that leads its key's line: a leased pop with
+// whole-lease acks of its queue queued takes them into its transaction
+// (serveLeasedWith); otherwise, or when that transaction delivered
+// nothing to it or failed, popAlone.
+func (s *Store) popLeader(ctx context.Context, req PopRequest, key popKey) (*PopResult, error) {
+	if key.leased {
+		if acks := s.takeQueuedAcks(req.Queue, ackCombineMax); len(acks) > 0 {
+			w := &popWaiter{req: req, done: make(chan struct{})}
+			w.deadline, _ = ctx.Deadline()
+			s.serveLeasedWith([]*popWaiter{w}, acks)
+			<-w.done
+			if !w.alone {
+				return w.res, w.err
+			}
+		}
+	}
+	return s.popAlone(ctx, req)
 }
 
 // finish completes w: with res or err, or (both nil) telling it to run
@@ -233,12 +310,12 @@ func untilHandoff(ended <-chan struct{}) {
 // waiter: with one partition's messages, or alone (run by itself) when
 // the combined pop had none left for it or failed.
 func (s *Store) serveBatch(ws []*popWaiter) {
-	if len(ws) == 1 {
-		ws[0].finish(nil, nil)
-		return
-	}
 	if !ws[0].req.AutoAck {
 		s.serveLeased(ws)
+		return
+	}
+	if len(ws) == 1 {
+		ws[0].finish(nil, nil)
 		return
 	}
 	finish := func(w *popWaiter, res *PopResult) { w.finish(res, nil) }
@@ -300,17 +377,36 @@ func popDeadlines(ws []*popWaiter) []time.Time {
 	return out
 }
 
-// serveLeased serves leased pops ws (len >= 2) in one transaction and one
-// round trip: BEGIN, each pop's claimOneSQL with a lease of its own, and
-// COMMIT, sent together; then, as popOneTrip does, each pop whose claim
+// serveLeased serves leased pops ws (len >= 1) in one transaction and one
+// round trip, with the whole-lease acks queued on their queue
+// (serveLeasedWith): BEGIN, each pop's claimOneSQL with a lease of its
+// own, and COMMIT, sent together; then, as popOneTrip does, each pop whose claim
 // wrote its cursor decodes its messages (its lease given back if they do
 // not decode), and the others, whose claims changed nothing, run by
 // themselves. Two pops of one group claim different partitions: the
 // second claim sees the first one's lease. Should the transaction fail,
 // its leases are given back and every pop runs by itself.
 func (s *Store) serveLeased(ws []*popWaiter) {
-	ctx, cancel := combinedContext(popDeadlines(ws))
+	s.serveLeasedWith(ws, s.takeQueuedAcks(ws[0].req.Queue, ackCombineMax))
+}
+
+// serveLeasedWith is serveLeased (ws len >= 1) whose transaction first
+// applies the whole-lease acks acks (of the same queue, in (partition,
+// group) order, taken from the ack line: takeQueuedAcks), as a combined
+// ack transaction would, and completes them (completeAcks): a pop and an
+// ack cycle's two commits become one when they arrive together. The acks
+// come before the claims, so that a partition one of them releases can be
+// claimed by these pops. Should the transaction fail, every ack and every
+// pop runs by itself.
+func (s *Store) serveLeasedWith(ws []*popWaiter, acks []*ackWaiter) {
+	deadlines := popDeadlines(ws)
+	for _, a := range acks {
+		deadlines = append(deadlines, a.deadline)
+	}
+	ctx, cancel := combinedContext(deadlines)
 	defer cancel()
+	s.combine.enterLeased(ws[0].req.Queue)
+	defer s.combine.leaveLeased(ws[0].req.Queue)
 	leases := make([]uuid.UUID, len(ws)) // seeds (pg/leasekey.go)
 	for i := range ws {
 		id, err := newLeaseSeed(false)
@@ -318,11 +414,13 @@ func (s *Store) serveLeased(ws []*popWaiter) {
 			for _, w := range ws {
 				w.finish(nil, nil)
 			}
+			s.completeAcks(acks, nil, err)
 			return
 		}
 		leases[i] = id
 	}
-	claims, conn, err := s.claimLeased(ctx, ws, leases)
+	claims, counts, conn, err := s.claimLeased(ctx, ws, leases, acks)
+	s.completeAcks(acks, counts, err)
 	if err != nil {
 		s.log.Debug("pop: combined leased pop failed; its pops run one by one", "err", err)
 		for _, w := range ws {
@@ -366,20 +464,31 @@ func (s *Store) serveLeased(ws []*popWaiter) {
 // one round trip and returns the claims, read after the commit. conn,
 // when not nil, is to be released by the caller (closed by the pool if
 // the transaction did not end).
-func (s *Store) claimLeased(ctx context.Context, ws []*popWaiter, leases []uuid.UUID) ([]*claimResult, *pgxpool.Conn, error) {
+func (s *Store) claimLeased(ctx context.Context, ws []*popWaiter, leases []uuid.UUID, acks []*ackWaiter) ([]*claimResult, []int, *pgxpool.Conn, error) {
 	pc, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	var b pgx.Batch
 	b.Queue("BEGIN")
+	if len(acks) > 0 {
+		b.Queue(fastAcksSetup)
+		queueFastAcks(&b, acks)
+	}
 	for i, w := range ws {
 		queueClaim(&b, w.req, leases[i])
 	}
 	b.Queue("COMMIT")
 	br := pc.Conn().SendBatch(ctx, &b)
 	claims := make([]*claimResult, len(ws))
-	if _, err = br.Exec(); err == nil {
+	counts := make([]int, len(acks))
+	_, err = br.Exec()
+	if err == nil && len(acks) > 0 {
+		if _, err = br.Exec(); err == nil {
+			err = readFastAcks(br, counts)
+		}
+	}
+	if err == nil {
 		for i := range ws {
 			var rows pgx.Rows
 			if rows, err = br.Query(); err != nil {
@@ -396,5 +505,5 @@ func (s *Store) claimLeased(ctx context.Context, ws []*popWaiter, leases []uuid.
 	if st := pc.Conn().PgConn().TxStatus(); err == nil && st != 'I' {
 		err = fmt.Errorf("commit did not end the transaction (status %q)", st)
 	}
-	return claims, pc, err
+	return claims, counts, pc, err
 }

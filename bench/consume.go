@@ -44,64 +44,6 @@ type poppedMessage struct {
 	LeaseID       string          `json:"leaseId"`
 }
 
-// fanPopResponse is popResponse as the fan-out consumers decode it: a
-// message's partitionId, partition, queue and leaseId (the same for a
-// pop's run of messages of one partition) as the JSON text they came as,
-// in memory reused from pop to pop, made strings by a stringMemo only
-// when they differ from the message before.
-type fanPopResponse struct {
-	Messages []fanMessage `json:"messages"`
-}
-
-type fanMessage struct {
-	TransactionID string          `json:"transactionId"`
-	Data          json.RawMessage `json:"data"`
-	PartitionID   json.RawMessage `json:"partitionId"`
-	Partition     json.RawMessage `json:"partition"`
-	Queue         json.RawMessage `json:"queue"`
-	Offset        int64           `json:"offset"`
-	LeaseID       json.RawMessage `json:"leaseId"`
-}
-
-// reset empties every kept message for the next decode (which fills
-// them in place: a member missing from the next answer must not read as
-// this one's), keeping the raw members' memory.
-func (r *fanPopResponse) reset() {
-	all := r.Messages[:cap(r.Messages)]
-	for i := range all {
-		m := &all[i]
-		*m = fanMessage{Data: m.Data[:0], PartitionID: m.PartitionID[:0], Partition: m.Partition[:0],
-			Queue: m.Queue[:0], LeaseID: m.LeaseID[:0]}
-	}
-	r.Messages = all[:0]
-}
-
-// stringMemo is the last JSON string text decoded and what it decoded
-// to.
-type stringMemo struct {
-	raw []byte
-	s   string
-	set bool
-}
-
-// get is raw decoded as a JSON string (by the library), from the memo
-// when raw is the text decoded last; ok false when raw is not a string.
-func (m *stringMemo) get(raw json.RawMessage) (s string, ok bool) {
-	if m.set && bytes.Equal(raw, m.raw) {
-		return m.s, true
-	}
-	if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, &s) != nil {
-		return "", false
-	}
-	m.raw, m.s, m.set = append(m.raw[:0], raw...), s, true
-	return s, true
-}
-
-// fanStrings are the memos of one consumer's fanMessage members.
-type fanStrings struct {
-	partitionID, partition, queue, lease stringMemo
-}
-
 type ackItem struct {
 	TransactionID string `json:"transactionId"`
 	PartitionID   string `json:"partitionId"`
@@ -245,8 +187,8 @@ type consumer struct {
 	popLat Latency // pops that delivered
 	e2e    Latency // per message: popped − sent
 
-	// Memory of the last ack, reused for the next: the items (filled by
-	// run), the encoded body and the decoded results.
+	// Memory of the last ack, reused for the next: the items, the
+	// encoded body and the decoded results.
 	ackItems []ackItem
 	ackBody  bytes.Buffer
 	ackRes   []ackResult
@@ -277,8 +219,7 @@ func (c *consumer) run(ctx context.Context) {
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
-	var pr fanPopResponse
-	var memo fanStrings
+	var pr popResponse
 	var ds []delivery
 	var scratch []byte
 	for {
@@ -316,7 +257,7 @@ func (c *consumer) run(ctx context.Context) {
 			}
 			continue
 		}
-		pr.reset()
+		pr.Messages = pr.Messages[:0]
 		if err := json.Unmarshal(resp.Body(), &pr); err != nil {
 			c.addError(&c.counts.popErrors, "pop: bad response body: "+err.Error())
 			continue
@@ -327,25 +268,12 @@ func (c *consumer) run(ctx context.Context) {
 		}
 		c.popLat.Record(now.Sub(t0))
 		ds = ds[:0]
-		// The acks of the pop, one per message in order, made as the
-		// messages are examined.
-		items := slices.Grow(c.ackItems[:0], len(pr.Messages))
-		bad := false
 		for i := range pr.Messages {
 			m := &pr.Messages[i]
-			queue, ok1 := memo.queue.get(m.Queue)
-			partition, ok2 := memo.partition.get(m.Partition)
-			pid, ok3 := memo.partitionID.get(m.PartitionID)
-			lease, ok4 := memo.lease.get(m.LeaseID)
-			if !ok1 || !ok2 || !ok3 || !ok4 {
-				bad = true
-				break
+			if m.Queue != c.cfg.Queue {
+				c.addError(&c.counts.popErrors, fmt.Sprintf("pop: message of queue %q", m.Queue))
 			}
-			items = append(items, ackItem{TransactionID: m.TransactionID, PartitionID: pid, LeaseID: lease, Status: "completed"})
-			if queue != c.cfg.Queue {
-				c.addError(&c.counts.popErrors, fmt.Sprintf("pop: message of queue %q", queue))
-			}
-			d, sent, ours := examine(itemIDs{run: c.cfg.RunID, minted: c.cfg.MintedIDs}, c.cfg.PayloadBytes, m.TransactionID, partition, m.Offset, m.Data, &scratch)
+			d, sent, ours := examine(itemIDs{run: c.cfg.RunID, minted: c.cfg.MintedIDs}, c.cfg.PayloadBytes, m.TransactionID, m.Partition, m.Offset, m.Data, &scratch)
 			if !ours {
 				c.counts.foreign++
 				continue
@@ -359,23 +287,21 @@ func (c *consumer) run(ctx context.Context) {
 		// Recorded before the ack: the partition's next batch for this
 		// group cannot be popped before the ack, so arrival order is
 		// delivery order.
-		c.ackItems = items
-		if bad {
-			// As a body that does not decode: nothing of it is recorded
-			// or acked (its lease lapses).
-			c.addError(&c.counts.popErrors, "pop: bad response body: partitionId, partition, queue and leaseId must be strings")
-			continue
-		}
 		c.g.record(ds, now)
 		if !c.cfg.AutoAck {
-			c.ack(req, resp, items)
+			c.ack(req, resp, pr.Messages)
 		}
 	}
 }
 
-// ack sends msgs, the acks of one pop, with one ack/batch.
-func (c *consumer) ack(req *fasthttp.Request, resp *fasthttp.Response, msgs []ackItem) {
-	ab := ackBatch{ConsumerGroup: c.g.name, Acknowledgments: msgs}
+// ack acknowledges msgs as completed with one ack/batch.
+func (c *consumer) ack(req *fasthttp.Request, resp *fasthttp.Response, msgs []poppedMessage) {
+	ab := ackBatch{ConsumerGroup: c.g.name, Acknowledgments: slices.Grow(c.ackItems[:0], len(msgs))[:len(msgs)]}
+	c.ackItems = ab.Acknowledgments
+	for i := range msgs {
+		m := &msgs[i]
+		ab.Acknowledgments[i] = ackItem{TransactionID: m.TransactionID, PartitionID: m.PartitionID, LeaseID: m.LeaseID, Status: "completed"}
+	}
 	c.ackBody.Reset()
 	err := json.NewEncoder(&c.ackBody).Encode(&ab)
 	if err != nil {

@@ -1,9 +1,11 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/url"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -54,11 +56,27 @@ type ackBatch struct {
 	Acknowledgments []ackItem `json:"acknowledgments"`
 }
 
+// ackResult is the part of one ack answer's result the consumers check.
+// TransactionID is the JSON text of the member as it came (its quotes
+// included), decoded into memory the consumer reuses: sameID compares it
+// with the id acked without making a string of each.
 type ackResult struct {
-	Index         int     `json:"index"`
-	TransactionID string  `json:"transactionId"`
-	Success       bool    `json:"success"`
-	Error         *string `json:"error"`
+	Index         int             `json:"index"`
+	TransactionID json.RawMessage `json:"transactionId"`
+	Success       bool            `json:"success"`
+	Error         *string         `json:"error"`
+}
+
+// sameID reports whether raw, the JSON text of a string, is id: byte for
+// byte when id is written without escapes (what the broker does for
+// printable ASCII without '"', '\\' and the HTML characters), else by
+// decoding raw.
+func sameID(raw json.RawMessage, id string) bool {
+	if len(raw) == len(id)+2 && raw[0] == '"' && raw[len(raw)-1] == '"' && string(raw[1:len(raw)-1]) == id {
+		return true
+	}
+	var s string
+	return len(raw) > 0 && raw[0] == '"' && json.Unmarshal(raw, &s) == nil && s == id
 }
 
 // consumeCounts are one consumer's tallies.
@@ -168,6 +186,12 @@ type consumer struct {
 	counts consumeCounts
 	popLat Latency // pops that delivered
 	e2e    Latency // per message: popped − sent
+
+	// Memory of the last ack, reused for the next: the items, the
+	// encoded body and the decoded results.
+	ackItems []ackItem
+	ackBody  bytes.Buffer
+	ackRes   []ackResult
 }
 
 func (c *consumer) addError(counter *int64, msg string) {
@@ -272,12 +296,14 @@ func (c *consumer) run(ctx context.Context) {
 
 // ack acknowledges msgs as completed with one ack/batch.
 func (c *consumer) ack(req *fasthttp.Request, resp *fasthttp.Response, msgs []poppedMessage) {
-	ab := ackBatch{ConsumerGroup: c.g.name, Acknowledgments: make([]ackItem, len(msgs))}
+	ab := ackBatch{ConsumerGroup: c.g.name, Acknowledgments: slices.Grow(c.ackItems[:0], len(msgs))[:len(msgs)]}
+	c.ackItems = ab.Acknowledgments
 	for i := range msgs {
 		m := &msgs[i]
 		ab.Acknowledgments[i] = ackItem{TransactionID: m.TransactionID, PartitionID: m.PartitionID, LeaseID: m.LeaseID, Status: "completed"}
 	}
-	body, err := json.Marshal(&ab)
+	c.ackBody.Reset()
+	err := json.NewEncoder(&c.ackBody).Encode(&ab)
 	if err != nil {
 		c.addError(&c.counts.ackErrors, "ack: encode: "+err.Error())
 		c.counts.ackFailed += int64(len(msgs))
@@ -287,10 +313,21 @@ func (c *consumer) ack(req *fasthttp.Request, resp *fasthttp.Response, msgs []po
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.Header.SetContentType("application/json")
 	req.SetRequestURI(c.ackURI)
-	req.SetBodyRaw(body)
+	req.SetBodyRaw(c.ackBody.Bytes())
 	c.counts.acks++
 	err = c.hc.DoTimeout(req, resp, c.cfg.RequestTimeout)
-	var res []ackResult
+	// Decoding fills the kept elements in place: nothing of the last
+	// answer may stay (a member missing now must not read as the last
+	// one's); each transactionId keeps its memory, emptied.
+	res := c.ackRes[:cap(c.ackRes)]
+	for i := range res {
+		res[i] = ackResult{TransactionID: res[i].TransactionID[:0]}
+	}
+	res = res[:0]
+	defer func() {
+		clear(ab.Acknowledgments) // the next pop's strings replace these
+		c.ackRes = res
+	}()
 	switch {
 	case err != nil:
 		c.addError(&c.counts.ackErrors, "ack: transport: "+err.Error())
@@ -308,10 +345,10 @@ func (c *consumer) ack(req *fasthttp.Request, resp *fasthttp.Response, msgs []po
 		for i := range res {
 			r := &res[i]
 			switch {
-			case r.Index != i || r.TransactionID != msgs[i].TransactionID:
+			case r.Index != i || !sameID(r.TransactionID, msgs[i].TransactionID):
 				c.counts.ackFailed++
 				c.counts.errSamples = addSample(c.counts.errSamples,
-					fmt.Sprintf("ack: result %d is index %d transactionId %q", i, r.Index, r.TransactionID), 1)
+					fmt.Sprintf("ack: result %d is index %d transactionId %s", i, r.Index, r.TransactionID), 1)
 			case !r.Success:
 				c.counts.ackFailed++
 				e := "<no error>"

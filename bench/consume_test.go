@@ -390,3 +390,27 @@ func TestConsumeReportText(t *testing.T) {
 		t.Errorf("json: %v", err)
 	}
 }
+
+// TestSameID: an ack result's transactionId text matches the acked id
+// written plainly or with escapes, and nothing else.
+func TestSameID(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		raw, id string
+		want    bool
+	}{
+		{`"r1-0-5"`, "r1-0-5", true},
+		{`"a\u003cb"`, "a<b", true},
+		{`"a\"b"`, `a"b`, true},
+		{`"r1-0-6"`, "r1-0-5", false},
+		{`""`, "", true},
+		{``, "", false},
+		{`null`, "", false},
+		{`5`, "5", false},
+		{`"r1-0-5`, "r1-0-5", false},
+	} {
+		if got := sameID(json.RawMessage(c.raw), c.id); got != c.want {
+			t.Errorf("sameID(%s, %q) = %v, want %v", c.raw, c.id, got, c.want)
+		}
+	}
+}

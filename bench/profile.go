@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -19,8 +20,10 @@ import (
 // PostgreSQL's statements by total execution time (pg_stat_statements,
 // reset when the phase starts). It writes DIR/NAME.broker.pprof,
 // DIR/NAME.broker.allocs.pprof (the broker's allocations since it started,
-// warm-up included, by bytes and objects: `go tool pprof -sample_index=alloc_space`)
-// and DIR/NAME.pgss.txt. A profiled run is slower than a plain one (the
+// warm-up included, by bytes and objects: `go tool pprof -sample_index=alloc_space`),
+// DIR/NAME.bench.pprof (a CPU profile of this process, queen-bench's own
+// producers and consumers, over the same seconds as the broker's) and
+// DIR/NAME.pgss.txt. A profiled run is slower than a plain one (the
 // sampling and statement tracking cost CPU): its figures are for finding
 // where time goes, not for the report.
 type profiler struct {
@@ -56,7 +59,20 @@ func startProfile(ctx context.Context, st *Stack, dir, name string, d time.Durat
 func (p *profiler) fetchCPU(ctx context.Context, secs int) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(secs)*time.Second+30*time.Second)
 	defer cancel()
-	if err := p.fetch(ctx, fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs), ".broker.pprof"); err != nil {
+	own, err := os.Create(filepath.Join(p.dir, p.name+".bench.pprof"))
+	if err != nil {
+		return err
+	}
+	if err := pprof.StartCPUProfile(own); err != nil {
+		own.Close()
+		return fmt.Errorf("bench: own CPU profile: %w", err)
+	}
+	err = p.fetch(ctx, fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs), ".broker.pprof")
+	pprof.StopCPUProfile() // the broker's answer comes when its seconds are over
+	if cerr := own.Close(); cerr != nil && err == nil {
+		return fmt.Errorf("bench: own CPU profile: %w", cerr)
+	}
+	if err != nil {
 		return fmt.Errorf("bench: broker CPU profile: %w", err)
 	}
 	if err := p.fetch(ctx, "/debug/pprof/allocs", ".broker.allocs.pprof"); err != nil {

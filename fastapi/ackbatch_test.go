@@ -122,3 +122,33 @@ func TestAckParseCacheSameAsAlone(t *testing.T) {
 		}
 	}
 }
+
+// TestPartitionIDPresent: an ack/batch item's partitionId decodes as a
+// plain string; an empty one is told apart (absent or null: "is
+// required"; "": "must be a UUID") by a second decode of the body.
+func TestPartitionIDPresent(t *testing.T) {
+	t.Parallel()
+	body := []byte(`{"acknowledgments":[{"transactionId":"a"},{"transactionId":"b","partitionId":""},{"transactionId":"c","partitionId":null},{"transactionId":"d","partitionId":"x"}]}`)
+	buf := new(ackBatchBuf)
+	a, err := decodeAckBatch(body, buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantPresent := []bool{false, true, false, true}
+	wantMsg := []string{"partitionId is required", "partitionId must be a UUID", "partitionId is required", "partitionId must be a UUID"}
+	for i, it := range *a.Acknowledgments {
+		if got := partitionIDPresent(body, i); got != wantPresent[i] {
+			t.Errorf("item %d: present %v, want %v", i, got, wantPresent[i])
+		}
+		pid := &it.PartitionID
+		if it.PartitionID == "" && !partitionIDPresent(body, i) {
+			pid = nil
+		}
+		if _, msg := toAckRequest(ackBody{TransactionID: &it.TransactionID, PartitionID: pid}, ""); msg != wantMsg[i] {
+			t.Errorf("item %d: %q, want %q", i, msg, wantMsg[i])
+		}
+	}
+	if partitionIDPresent(body, 9) {
+		t.Error("an item past the end is present")
+	}
+}

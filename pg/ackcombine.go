@@ -63,6 +63,28 @@ type ackLine struct {
 	queued   []*ackWaiter
 }
 
+// drop takes w out of l's queue, where it is still waiting (not taken);
+// the caller holds ackCombiner.mu.
+func (l *ackLine) drop(w *ackWaiter) {
+	if i := slices.Index(l.queued, w); i >= 0 {
+		l.queued = slices.Delete(l.queued, i, i+1)
+	}
+}
+
+// ackOutcome is the answer of the ack call w once a transaction that took
+// it has ended (w.done closed): its results when the statement completed
+// its lease, its own fastAckAlone when the transaction failed, else
+// (nil, false, nil): the call takes the general path.
+func (s *Store) ackOutcome(ctx context.Context, w *ackWaiter) ([]AckResult, bool, error) {
+	switch {
+	case w.alone:
+		return s.fastAckAlone(ctx, w.reqs, w.e)
+	case w.applied:
+		return fastAckResults(w.e, len(w.reqs)), true, nil
+	}
+	return nil, false, nil
+}
+
 // ackCombiner holds the queued whole-lease acks per queue name.
 type ackCombiner struct {
 	mu    sync.Mutex
@@ -105,25 +127,14 @@ func (s *Store) fastAckCombined(ctx context.Context, reqs []AckRequest, e *lease
 	case <-ctx.Done():
 		c.mu.Lock()
 		if !w.taken {
-			for i, x := range line.queued {
-				if x == w {
-					line.queued = append(line.queued[:i], line.queued[i+1:]...)
-					break
-				}
-			}
+			line.drop(w)
 			c.mu.Unlock()
 			return nil, false, ctx.Err()
 		}
 		c.mu.Unlock()
 		<-w.done // in a transaction already: its outcome decides
 	}
-	switch {
-	case w.alone:
-		return s.fastAckAlone(ctx, reqs, e)
-	case w.applied:
-		return fastAckResults(e, len(reqs)), true, nil
-	}
-	return nil, false, nil
+	return s.ackOutcome(ctx, w)
 }
 
 // ackBehindPopWait is the longest a whole-lease ack that leads its
@@ -160,12 +171,7 @@ func (s *Store) fastAckBehindPop(ctx context.Context, reqs []AckRequest, e *leas
 	c.mu.Lock()
 	taken := w.taken
 	if !taken {
-		for i, x := range line.queued {
-			if x == w {
-				line.queued = append(line.queued[:i], line.queued[i+1:]...)
-				break
-			}
-		}
+		line.drop(w)
 	}
 	c.mu.Unlock()
 	// This call still leads the line: the queued calls are served after
@@ -178,13 +184,7 @@ func (s *Store) fastAckBehindPop(ctx context.Context, reqs []AckRequest, e *leas
 		return s.fastAckAlone(ctx, reqs, e)
 	}
 	<-w.done
-	switch {
-	case w.alone:
-		return s.fastAckAlone(ctx, reqs, e)
-	case w.applied:
-		return fastAckResults(e, len(reqs)), true, nil
-	}
-	return nil, false, nil
+	return s.ackOutcome(ctx, w)
 }
 
 // serveQueuedAcks serves the queued whole-lease acks of queue, up to

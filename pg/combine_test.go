@@ -14,11 +14,32 @@ import (
 // (every pop and ack then waits) until the returned func is called.
 func lockCursors(t *testing.T, ctx context.Context, st *pg.Store) func() {
 	t.Helper()
+	return holdInTx(t, ctx, st, "LOCK TABLE queen.consumer_cursors IN ACCESS EXCLUSIVE MODE")
+}
+
+// lockCursorRows holds the row locks of partitionID's cursors (of group
+// only, when group is not empty), as a transaction in flight would, until
+// the returned func is called.
+func lockCursorRows(t *testing.T, ctx context.Context, st *pg.Store, partitionID any, group string) func() {
+	t.Helper()
+	return holdInTx(t, ctx, st, `SELECT 1 FROM queen.consumer_cursors WHERE partition_id = $1 AND ($2 = '' OR consumer_group = $2) FOR UPDATE`,
+		partitionID, group)
+}
+
+// holdInTx runs stmt with args in a transaction of its own and holds
+// that transaction (and the locks it took) open until the returned func
+// is called, at the test's end at the latest; the func rolls it back.
+func holdInTx(t *testing.T, ctx context.Context, st *pg.Store, stmt string, args ...any) func() {
+	t.Helper()
 	conn, err := st.Pool().Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := conn.Exec(ctx, "BEGIN; LOCK TABLE queen.consumer_cursors IN ACCESS EXCLUSIVE MODE"); err != nil {
+	if _, err := conn.Exec(ctx, "BEGIN"); err != nil {
+		conn.Release()
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, stmt, args...); err != nil {
 		conn.Release()
 		t.Fatal(err)
 	}
@@ -160,18 +181,7 @@ func TestCombinedAcksNotHeldUpByOneLock(t *testing.T) {
 		}
 		leases = append(leases, res)
 	}
-	conn, err := st.Pool().Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	if _, err := conn.Exec(ctx, "BEGIN"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := conn.Exec(ctx, `SELECT 1 FROM queen.consumer_cursors WHERE partition_id = $1 AND consumer_group = 'g' FOR UPDATE`,
-		leases[4].Messages[0].PartitionID); err != nil {
-		t.Fatal(err)
-	}
+	unlock := lockCursorRows(t, ctx, st, leases[4].Messages[0].PartitionID, "g")
 	var wg sync.WaitGroup
 	check := func(i int) {
 		res, err := st.Ack(ctx, acksOf(leases[i], ""))
@@ -196,9 +206,7 @@ func TestCombinedAcksNotHeldUpByOneLock(t *testing.T) {
 		})
 	}
 	time.Sleep(3 * time.Second)
-	if _, err := conn.Exec(ctx, "ROLLBACK"); err != nil {
-		t.Fatal(err)
-	}
+	unlock()
 	wg.Wait()
 	for i, d := range took {
 		if d > 1500*time.Millisecond {
@@ -227,17 +235,7 @@ func TestCombinedPopsNotHeldUpByOneLock(t *testing.T) {
 	if err := st.Pool().QueryRow(ctx, `SELECT id FROM queen.partitions WHERE name = 'a'`).Scan(&aID); err != nil {
 		t.Fatal(err)
 	}
-	conn, err := st.Pool().Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	if _, err := conn.Exec(ctx, "BEGIN"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := conn.Exec(ctx, `SELECT 1 FROM queen.consumer_cursors WHERE partition_id = $1 FOR UPDATE`, aID); err != nil {
-		t.Fatal(err)
-	}
+	unlock := lockCursorRows(t, ctx, st, aID, "")
 	req := pg.PopRequest{Queue: "q", Group: pg.QueueModeGroup, Batch: 5}
 	var wg sync.WaitGroup
 	wg.Go(func() { // waits for partition a
@@ -259,9 +257,7 @@ func TestCombinedPopsNotHeldUpByOneLock(t *testing.T) {
 		}
 	})
 	time.Sleep(3 * time.Second)
-	if _, err := conn.Exec(ctx, "ROLLBACK"); err != nil {
-		t.Fatal(err)
-	}
+	unlock()
 	wg.Wait()
 }
 
@@ -340,18 +336,7 @@ func TestPopTakesQueuedAcks(t *testing.T) {
 	}
 	// The ack of b's lease waits for its cursor row (held here), leading
 	// the queue's ack line; the ack of a's lease queues behind it.
-	conn, err := st.Pool().Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	if _, err := conn.Exec(ctx, "BEGIN"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := conn.Exec(ctx, `SELECT 1 FROM queen.consumer_cursors WHERE partition_id = $1 AND consumer_group = 'g' FOR UPDATE`,
-		onB.Messages[0].PartitionID); err != nil {
-		t.Fatal(err)
-	}
+	unlock := lockCursorRows(t, ctx, st, onB.Messages[0].PartitionID, "g")
 	ack := func(l *pg.PopResult) {
 		res, err := st.Ack(ctx, acksOf(l, ""))
 		if err != nil {
@@ -386,9 +371,7 @@ func TestPopTakesQueuedAcks(t *testing.T) {
 	if len(res.Messages) != 5 || res.Messages[0].Partition != "a" || res.Messages[0].Offset != 5 {
 		t.Errorf("pop after the ack of a: %+v, want a's offsets 5..9", res.Messages)
 	}
-	if _, err := conn.Exec(ctx, "ROLLBACK"); err != nil {
-		t.Fatal(err)
-	}
+	unlock()
 	wg.Wait()
 }
 
@@ -414,18 +397,7 @@ func TestAckNotHeldUpByWaitingPop(t *testing.T) {
 		t.Fatalf("ack: %v %+v", err, res)
 	}
 	store(t, ctx, st, "q", y.Messages[0].Partition, 5)
-	conn, err := st.Pool().Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	if _, err := conn.Exec(ctx, "BEGIN"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := conn.Exec(ctx, `SELECT 1 FROM queen.consumer_cursors WHERE partition_id = $1 AND consumer_group = 'g' FOR UPDATE`,
-		y.Messages[0].PartitionID); err != nil {
-		t.Fatal(err)
-	}
+	unlock := lockCursorRows(t, ctx, st, y.Messages[0].PartitionID, "g")
 	popped := make(chan *pg.PopResult, 1)
 	go func() { // waits for y's partition, the only one with messages
 		res, err := st.Pop(ctx, req)
@@ -448,9 +420,7 @@ func TestAckNotHeldUpByWaitingPop(t *testing.T) {
 		t.Fatalf("the pop did not wait: %+v", r)
 	default:
 	}
-	if _, err := conn.Exec(ctx, "ROLLBACK"); err != nil {
-		t.Fatal(err)
-	}
+	unlock()
 	if r := <-popped; r == nil || len(r.Messages) == 0 {
 		t.Errorf("waiting pop delivered %+v", r)
 	}

@@ -115,6 +115,7 @@
 //	push-<C>x<N>-p<P>-<client|minted>  C producers × N items per push over P partitions
 //	pop-c<C>-b<B>                      C queue-mode consumers, autoAck, batch B, draining a pre-filled queue
 //	fanout-g<G>-c<C>-b<B>              G named groups × C consumers, batch B, ack/batch, each reading everything
+//	fanout-g<G>-c<C>-b<B>-autoack      the same with autoAck=true pops (no lease, no ack/batch)
 //	push-<C>x<N>-p<P>[k|M]-new         a queue pre-built with P partitions; every item to a new partition
 //	push-<C>x<N>-p<P>[k|M]-existing    the same queue; items round-robin over the pre-built partitions
 //	stream-w<W>-b<B>                   W stream workers, pop batch B, map → tumbling window → sink

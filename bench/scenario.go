@@ -17,8 +17,10 @@ const (
 	// with autoAck; the figures are of the drain.
 	KindPop = "pop"
 	// KindFanout: a queue is pre-filled, then several named consumer groups
-	// each read all of it, acknowledging every pop with ack/batch; the
-	// figures are of the drain, counting each group's deliveries.
+	// each read all of it, acknowledging every pop with ack/batch (or, with
+	// the -autoack suffix, popping with autoAck=true: each pop moves the
+	// group's cursor in its own commit, no lease, no ack); the figures are of
+	// the drain, counting each group's deliveries.
 	KindFanout = "fanout"
 	// KindPartitions: a queue is pre-built with many partitions (SQL, before
 	// the measured phase), then producers push either to fresh partitions
@@ -70,6 +72,7 @@ type Scenario struct {
 	//                                      in flight each) × N items per push over P partitions
 	//   pop-c<C>-b<B>                      C queue-mode consumers, autoAck, batch B
 	//   fanout-g<G>-c<C>-b<B>              G consumer groups × C consumers, batch B, ack/batch
+	//   fanout-g<G>-c<C>-b<B>-autoack      the same, every pop with autoAck=true (no lease, no ack)
 	//   push-<C>x<N>-p<P>[k|M]-<new|existing>  P pre-built partitions (k: ×1000, M: ×1,000,000);
 	//                                      pushes to fresh partitions or to the pre-built ones
 	//   stream-w<W>-b<B>                   W stream workers, pop batch B, map → window → sink
@@ -111,7 +114,7 @@ func (s Scenario) Connections() int {
 var (
 	pushName   = regexp.MustCompile(`^push-([0-9]+)x([0-9]+)-p([0-9]+)(?:-(client|minted))?$`)
 	popName    = regexp.MustCompile(`^pop-c([0-9]+)-b([0-9]+)$`)
-	fanoutName = regexp.MustCompile(`^fanout-g([0-9]+)-c([0-9]+)-b([0-9]+)$`)
+	fanoutName = regexp.MustCompile(`^fanout-g([0-9]+)-c([0-9]+)-b([0-9]+)(-autoack)?$`)
 	partsName  = regexp.MustCompile(`^push-([0-9]+)x([0-9]+)-p([0-9]+)([kM]?)-(new|existing)$`)
 	streamName = regexp.MustCompile(`^stream-w([0-9]+)-b([0-9]+)$`)
 )
@@ -124,7 +127,7 @@ var (
 	// rowScenarios are the rows of the published table.
 	rowScenarios = []string{
 		"push-8x100-p10", "push-50x100-p1001", "push-50x10-p1001", "push-64x1-p10", "push-16x100-p10000",
-		"pop-c10-b100", "fanout-g5-c2-b100",
+		"pop-c10-b100", "fanout-g5-c2-b100", "fanout-g5-c2-b100-autoack",
 	}
 	// sweepScenarios are the points of the plots: 8 connections, items per
 	// push 1…1000 over 10 partitions, and 100 items over 1…10,000 partitions.
@@ -241,7 +244,7 @@ func ParseScenario(name string) (Scenario, error) {
 			return bad(fmt.Sprintf("groups and consumers must be at least 1, batch 1..%d", MaxPopBatch))
 		}
 		return Scenario{Name: name, Kind: KindFanout, Producers: prefillProducers, Batch: prefillBatch, Partitions: DefaultPartitions,
-			TxIDs: TxIDMinted, Groups: n[0], Consumers: n[1], PopBatch: n[2]}, nil
+			TxIDs: TxIDMinted, Groups: n[0], Consumers: n[1], PopBatch: n[2], AutoAck: m[4] != ""}, nil
 	}
 	if m := partsName.FindStringSubmatch(name); m != nil {
 		n, ok := nums(m[1:4])

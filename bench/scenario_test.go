@@ -50,6 +50,7 @@ func TestParseScenarios(t *testing.T) {
 	for _, want := range []string{
 		"push-8x100-p10-minted", "push-8x100-p10-client", "push-50x100-p1001-minted", "push-50x100-p1001-client",
 		"push-50x10-p1001-client", "push-64x1-p10-minted", "push-16x100-p10000-client", "pop-c10-b100", "fanout-g5-c2-b100",
+		"fanout-g5-c2-b100-autoack",
 	} {
 		if !slices.Contains(scenarioNames(rows), want) {
 			t.Errorf("rows lack %s: %q", want, scenarioNames(rows))
@@ -58,6 +59,14 @@ func TestParseScenarios(t *testing.T) {
 	fan, _ := ParseScenario("fanout-g5-c2-b100")
 	if fan.Kind != KindFanout || fan.Groups != 5 || fan.Consumers != 2 || fan.AutoAck || fan.Connections() != 10 {
 		t.Errorf("fan-out scenario %+v", fan)
+	}
+	fanAuto, err := ParseScenario("fanout-g5-c2-b100-autoack")
+	if err != nil || fanAuto.Kind != KindFanout || fanAuto.Groups != 5 || fanAuto.Consumers != 2 || fanAuto.PopBatch != 100 ||
+		!fanAuto.AutoAck || fanAuto.Connections() != 10 {
+		t.Errorf("autoAck fan-out scenario %+v, %v", fanAuto, err)
+	}
+	if _, err := ParseScenario("fanout-g5-c2-b100-ack"); err == nil {
+		t.Error("fanout-g5-c2-b100-ack parsed; only -autoack is a fan-out suffix")
 	}
 
 	// all = rows + sweep, each once; -txid narrows the variants; an

@@ -41,6 +41,7 @@ func listScenarios() int {
 	fmt.Println("\npush-<C>x<N>-p<P>[-client|-minted]  C connections × N items per push over P partitions")
 	fmt.Println("pop-c<C>-b<B>                       C queue-mode consumers with autoAck, batch B, draining a pre-filled queue")
 	fmt.Println("fanout-g<G>-c<C>-b<B>               G consumer groups × C consumers, batch B, ack/batch, each reading all of a pre-filled queue")
+	fmt.Println("fanout-g<G>-c<C>-b<B>-autoack       the same, popping with autoAck=true (no lease, no ack/batch)")
 	fmt.Println("push-<C>x<N>-p<P>[k|M]-new          a queue pre-built with P partitions (k ×1000, M ×1,000,000); every item pushed to a new partition")
 	fmt.Println("push-<C>x<N>-p<P>[k|M]-existing     the same queue; items pushed round-robin over the pre-built partitions")
 	fmt.Println("stream-w<W>-b<B>                    W stream workers (pop batch B → state/get → map → tumbling window → cycle) on 4 × 100 pushed events")

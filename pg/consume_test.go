@@ -189,6 +189,83 @@ func TestPopAutoAckCombined(t *testing.T) {
 	}
 }
 
+// TestPopAutoAckCombinedGroups: concurrent autoAck pops of several
+// consumer groups of one queue are served partly by transactions that
+// claim for several groups at once (serveAutoAckGroups); every pop still
+// gets one partition's contiguous ascending run of at most its batch,
+// every message reaches every group exactly once, and every group's
+// cursors end at the partitions' ends.
+func TestPopAutoAckCombinedGroups(t *testing.T) {
+	t.Parallel()
+	st, ctx := setupStatus(t)
+	const parts, per, batch, groups, consumers = 6, 60, 5, 4, 3
+	for p := range parts {
+		store(t, ctx, st, "q", string(rune('a'+p)), per)
+	}
+	type key struct {
+		group, part string
+		off         int64
+	}
+	var mu sync.Mutex
+	seen := map[key]int{}
+	var wg sync.WaitGroup
+	errs := make(chan error, groups*consumers)
+	for g := range groups {
+		group := string(rune('G' + g))
+		for range consumers {
+			wg.Go(func() {
+				for empty := 0; empty < 3; {
+					res, err := st.Pop(ctx, pg.PopRequest{Queue: "q", Group: group, Batch: batch, AutoAck: true})
+					if err != nil {
+						errs <- err
+						return
+					}
+					if len(res.Messages) == 0 {
+						empty++
+						continue
+					}
+					mu.Lock()
+					if len(res.Messages) > batch || len(res.Claimed) != 1 || res.Claimed[0].Name != res.Messages[0].Partition {
+						t.Errorf("pop of %d messages, claimed %v", len(res.Messages), res.Claimed)
+					}
+					for i, m := range res.Messages {
+						if m.LeaseID != uuid.Nil {
+							t.Errorf("autoAck message under lease %s", m.LeaseID)
+						}
+						if i > 0 && (m.Partition != res.Messages[0].Partition || m.Offset != res.Messages[i-1].Offset+1) {
+							t.Errorf("pop not one contiguous run: %d after %d", m.Offset, res.Messages[i-1].Offset)
+						}
+						seen[key{group, m.Partition, m.Offset}]++
+					}
+					mu.Unlock()
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if len(seen) != groups*parts*per {
+		t.Fatalf("delivered %d distinct (group, message), want %d", len(seen), groups*parts*per)
+	}
+	for k, n := range seen {
+		if n != 1 {
+			t.Fatalf("%v delivered %d times", k, n)
+		}
+	}
+	if n := pg.CombinedGroupPops(st); n == 0 {
+		t.Fatal("no pop was served by a combined transaction of several groups")
+	}
+	var cursors, behind int
+	if err := st.Pool().QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE c.cursor_offset <> p.next_offset OR c.lease_id IS NOT NULL)
+		FROM queen.consumer_cursors c JOIN queen.partitions p ON p.id = c.partition_id`).Scan(&cursors, &behind); err != nil ||
+		cursors != groups*parts || behind != 0 {
+		t.Fatalf("%d cursors (want %d), %d behind or leased at the end (%v)", cursors, groups*parts, behind, err)
+	}
+}
+
 // TestPopAutoAckCombinedOnePartition: with one partition and more
 // concurrent autoAck pops than partitions, the pops a combined
 // transaction finds no partition for run again by themselves and wait

@@ -65,6 +65,10 @@ func PredictedBatches(s *Store) (committed, missed int64) {
 // CombinedPops is how many pops combined transactions served.
 func CombinedPops(s *Store) int64 { return s.combine.served.Load() }
 
+// CombinedGroupPops is how many autoAck pops combined transactions of
+// several consumer groups served.
+func CombinedGroupPops(s *Store) int64 { return s.combine.servedGroups.Load() }
+
 // CombinedAcks is how many ack calls combined transactions applied.
 func CombinedAcks(s *Store) int64 { return s.ackCombine.served.Load() }
 

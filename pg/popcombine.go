@@ -28,11 +28,13 @@ import (
 // (combinedContext). Each pop still receives a contiguous run of one partition, in
 // order, at most its batch; the rules per partition are a single pop's.
 //
-//   - autoAck pops of one (queue, consumer group, batch, subscription):
-//     one claimOneSQL claims one partition per pop ($4 partitions of up
-//     to one batch each, the clean cursors moved in the statement); the
-//     messages are decoded, then COMMIT (the cursor moves cannot be given
-//     back, see claimOneSQL).
+//   - autoAck pops of one (queue, batch), any groups: per consumer group
+//     (and subscription) among them, one claimOneSQL claims one partition
+//     per pop ($4 partitions of up to one batch each, the clean cursors
+//     moved in the statement); with several groups the claims are sent
+//     after BEGIN in one round trip (serveAutoAckGroups); the messages
+//     are decoded, then COMMIT (the cursor moves cannot be given back,
+//     see claimOneSQL), one commit for every group's pops.
 //   - leased pops of one (queue, batch), any groups: BEGIN, each pop's
 //     claimOneSQL under a lease of its own, and COMMIT in one round trip
 //     (serveLeased), then each pop decodes as popOneTrip does. The
@@ -57,16 +59,24 @@ const popCombineMax = 8
 // combined pops), at a higher rate.
 const popCombineInFlight = 1
 
-// popKey is what combined pops share: for autoAck pops the queue, group,
-// batch and subscription (one claim statement serves them all); for
-// leased pops the queue and batch (each has a claim statement of its
-// own, with its own group and lease).
+// popKey is what combined pops share: the queue and batch, and whether
+// they are leased. Leased pops each have a claim statement of their own,
+// with their own group and lease; autoAck pops share one claim statement
+// per claimGroup among them (serveBatch).
 type popKey struct {
-	leased             bool
-	queue, group, mode string
-	batch              int
-	from               int64 // SubscriptionFrom in Unix ns, 0 when unset
-	hasFrom            bool
+	leased bool
+	queue  string
+	batch  int
+}
+
+// claimGroup is what autoAck pops served by one claim statement share
+// besides their popKey: the consumer group and its subscription (which
+// the statement does not read, but a pop it leaves to the general path
+// records when the group is new).
+type claimGroup struct {
+	group, mode string
+	from        int64 // SubscriptionFrom in Unix ns, 0 when unset
+	hasFrom     bool
 }
 
 // popWaiter is one queued pop: done is closed once res/err are set or
@@ -93,6 +103,9 @@ type popCombiner struct {
 	lines map[popKey]*popLine
 	// served counts the pops served by combined transactions (tests).
 	served atomic.Int64
+	// servedGroups counts the autoAck pops served by combined
+	// transactions of several consumer groups (serveAutoAckGroups; tests).
+	servedGroups atomic.Int64
 	// busy is, per queue name, its leased pop transactions in flight
 	// (enterLeased, leaveLeased; see fastAckBehindPop).
 	busy map[string]*queueBusy
@@ -154,14 +167,34 @@ func combinable(req PopRequest) bool {
 }
 
 func keyOf(req PopRequest) popKey {
-	if !req.AutoAck {
-		return popKey{leased: true, queue: req.Queue, batch: req.Batch}
-	}
-	k := popKey{queue: req.Queue, group: req.Group, mode: req.SubscriptionMode, batch: req.Batch}
+	return popKey{leased: !req.AutoAck, queue: req.Queue, batch: req.Batch}
+}
+
+func claimGroupOf(req PopRequest) claimGroup {
+	k := claimGroup{group: req.Group, mode: req.SubscriptionMode}
 	if req.SubscriptionFrom != nil {
 		k.from, k.hasFrom = req.SubscriptionFrom.UnixNano(), true
 	}
 	return k
+}
+
+// byClaimGroup splits autoAck pops ws into runs of one claimGroup each,
+// in the order each group first appears (a pop keeps its place within
+// its group's run).
+func byClaimGroup(ws []*popWaiter) [][]*popWaiter {
+	var out [][]*popWaiter
+	at := make(map[claimGroup]int, 2)
+	for _, w := range ws {
+		k := claimGroupOf(w.req)
+		i, ok := at[k]
+		if !ok {
+			i = len(out)
+			at[k] = i
+			out = append(out, nil)
+		}
+		out[i] = append(out[i], w)
+	}
+	return out
 }
 
 // popCombined serves a combinable pop (see above): alone when fewer than
@@ -316,6 +349,10 @@ func (s *Store) serveBatch(ws []*popWaiter) {
 	}
 	if len(ws) == 1 {
 		ws[0].finish(nil, nil)
+		return
+	}
+	if groups := byClaimGroup(ws); len(groups) > 1 {
+		s.serveAutoAckGroups(groups)
 		return
 	}
 	finish := func(w *popWaiter, res *PopResult) { w.finish(res, nil) }
@@ -506,4 +543,121 @@ func (s *Store) claimLeased(ctx context.Context, ws []*popWaiter, leases []uuid.
 		err = fmt.Errorf("commit did not end the transaction (status %q)", st)
 	}
 	return claims, counts, pc, err
+}
+
+// serveAutoAckGroups serves autoAck pops of one queue and batch that
+// belong to several consumer groups (groups: one run of pops per
+// claimGroup, at least two runs) in one transaction, so that the groups
+// of a fan-out share a commit instead of paying one each: BEGIN and one
+// claimOneSQL per group ($4 = its pops, each up to the batch; the clean
+// cursors moved in the statement) in one round trip, then every moved
+// cursor's messages are decoded, and only then COMMIT (an autoAck cursor
+// move cannot be given back: a segment that does not decode rolls the
+// whole transaction back). Each moved cursor goes to one pop of its
+// group, in claim order. The pops of a group whose claim wrote no cursor
+// for them (a new group or partition, a lapsed lease, a deleted offset,
+// every candidate locked: the cases claimOneSQL leaves to the general
+// path, its transaction changing nothing for them), and every pop when
+// the transaction fails, run by themselves (popAlone), as serveBatch's
+// pops of one group do.
+func (s *Store) serveAutoAckGroups(groups [][]*popWaiter) {
+	var all []*popWaiter
+	for _, g := range groups {
+		all = append(all, g...)
+	}
+	alone := func(ws []*popWaiter) {
+		for _, w := range ws {
+			w.finish(nil, nil)
+		}
+	}
+	ctx, cancel := combinedContext(popDeadlines(all))
+	defer cancel()
+	pc, err := s.pool.Acquire(ctx)
+	if err != nil {
+		s.log.Debug("pop: combined autoAck pop failed; its pops run one by one", "err", err)
+		alone(all)
+		return
+	}
+	// Released inside the transaction (any error below), the connection
+	// is closed by the pool, which rolls the transaction back.
+	defer pc.Release()
+	conn := pc.Conn()
+	claims, err := claimGroups(ctx, conn, groups)
+	type delivery struct {
+		w   *popWaiter
+		res *PopResult
+	}
+	var out []delivery
+	for gi := 0; err == nil && gi < len(groups); gi++ {
+		ws, c := groups[gi], claims[gi]
+		if c.q == nil || !c.fast {
+			continue // nothing written for them: they run by themselves
+		}
+		req := ws[0].req
+		msgs := growForClaimed(nil, c.cursors)
+		next := 0
+		for _, cc := range c.cursors {
+			if !cc.updated || next == len(ws) {
+				continue
+			}
+			n := len(msgs)
+			if msgs, err = s.deliverClaimed(msgs, c.q, cc.name, req, uuid.Nil, cc); err != nil {
+				break
+			}
+			out = append(out, delivery{ws[next], &PopResult{Messages: msgs[n:len(msgs):len(msgs)],
+				Claimed: []ClaimedPartition{{cc.id, cc.name}}}})
+			next++
+		}
+	}
+	if err == nil {
+		var w pgx.Batch
+		err = commitPop(ctx, conn, &w)
+	}
+	if err != nil {
+		s.log.Debug("pop: combined autoAck pop failed; its pops run one by one", "err", err)
+		alone(all)
+		return
+	}
+	served := make(map[*popWaiter]bool, len(out))
+	for _, d := range out {
+		served[d.w] = true
+		s.combine.served.Add(1)
+		s.combine.servedGroups.Add(1)
+		d.w.finish(d.res, nil)
+	}
+	for _, w := range all {
+		if !served[w] {
+			w.finish(nil, nil)
+		}
+	}
+}
+
+// claimGroups begins a transaction on conn and runs one autoAck
+// claimOneSQL per run of groups (each run's pops one partition each, up
+// to their batch), in one round trip; it returns the claims in the order
+// of groups. The transaction stays open.
+func claimGroups(ctx context.Context, conn *pgx.Conn, groups [][]*popWaiter) ([]*claimResult, error) {
+	var b pgx.Batch
+	b.Queue("BEGIN")
+	for _, ws := range groups {
+		req := ws[0].req
+		req.Partitions, req.perPartition, req.Batch = len(ws), req.Batch, req.Batch*len(ws)
+		queueClaim(&b, req, uuid.Nil)
+	}
+	br := conn.SendBatch(ctx, &b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, err
+	}
+	claims := make([]*claimResult, len(groups))
+	for i := range groups {
+		rows, err := br.Query()
+		if err != nil {
+			return nil, err
+		}
+		if claims[i], err = scanClaim(rows); err != nil {
+			return nil, err
+		}
+	}
+	return claims, br.Close()
 }

@@ -140,7 +140,7 @@ var (
 	// a stream query.
 	extraScenarios = []string{"push-16x100-p1M-new", "push-16x100-p1M-existing", "stream-w4-b100"}
 	// smokeScenarios check the tool end to end in CI.
-	smokeScenarios = []string{"push-8x100-p10", "push-64x1-p10-minted", "pop-c10-b100", "fanout-g5-c2-b100", "stream-w4-b100"}
+	smokeScenarios = []string{"push-8x100-p10", "push-64x1-p10-minted", "pop-c10-b100", "fanout-g5-c2-b100", "fanout-g5-c2-b100-autoack", "stream-w4-b100"}
 )
 
 // ScenarioSets names the sets ParseScenarios accepts besides single names.

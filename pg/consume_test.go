@@ -2,6 +2,7 @@ package pg_test
 
 import (
 	"context"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -263,6 +264,109 @@ func TestPopAutoAckCombinedGroups(t *testing.T) {
 		FROM queen.consumer_cursors c JOIN queen.partitions p ON p.id = c.partition_id`).Scan(&cursors, &behind); err != nil ||
 		cursors != groups*parts || behind != 0 {
 		t.Fatalf("%d cursors (want %d), %d behind or leased at the end (%v)", cursors, groups*parts, behind, err)
+	}
+}
+
+// TestAutoAckGroupsTransaction: one combined transaction of autoAck pops
+// of several consumer groups (serveBatch, driven directly) gives the pops
+// of one group distinct partitions even when they ask for different
+// subscriptions (one claim statement per group), each pop one
+// contiguous run from its group's cursor; a group too new for the claim
+// statement (its first pop records the subscription) leaves its pops to
+// run by themselves with nothing consumed for it; and a run that does not
+// decode rolls the whole transaction back, so no group's cursor moves.
+func TestAutoAckGroupsTransaction(t *testing.T) {
+	t.Parallel()
+	st, ctx := setupStatus(t)
+	for _, p := range []string{"a", "b", "c"} {
+		store(t, ctx, st, "q", p, 10)
+	}
+	// Groups g and h read offset 0 of every partition (their cursors
+	// exist, so their claims take the fast path); group fresh never read.
+	for _, g := range []string{"g", "h"} {
+		for range 3 {
+			if res, err := st.Pop(ctx, pg.PopRequest{Queue: "q", Group: g, Batch: 1, AutoAck: true}); err != nil || len(res.Messages) != 1 {
+				t.Fatalf("first pops of %s: %+v %v", g, res, err)
+			}
+		}
+	}
+	cursors := func() map[string]int64 {
+		t.Helper()
+		rows, err := st.Pool().Query(ctx, `SELECT c.consumer_group || '/' || p.name, c.cursor_offset
+			FROM queen.consumer_cursors c JOIN queen.partitions p ON p.id = c.partition_id`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		out := map[string]int64{}
+		for rows.Next() {
+			var k string
+			var v int64
+			if err := rows.Scan(&k, &v); err != nil {
+				t.Fatal(err)
+			}
+			out[k] = v
+		}
+		return out
+	}
+	req := func(group, mode string) pg.PopRequest {
+		return pg.PopRequest{Queue: "q", Group: group, Batch: 4, AutoAck: true, SubscriptionMode: mode}
+	}
+	// Four pops of g (three partitions: one of them has nothing left to
+	// claim and runs by itself), two of h, one of the new group.
+	reqs := []pg.PopRequest{req("g", ""), req("h", ""), req("g", pg.SubscribeNew), req("fresh", ""), req("g", ""),
+		req("h", pg.SubscribeNew), req("g", pg.SubscribeNew)}
+	res := pg.ServeAutoAckBatch(st, reqs)
+	seen := map[string]bool{}
+	served := map[string]int{}
+	for i, r := range res {
+		if r == nil {
+			continue
+		}
+		if len(r.Messages) != 4 || len(r.Claimed) != 1 {
+			t.Fatalf("pop %d (%s): %+v", i, reqs[i].Group, r)
+		}
+		served[reqs[i].Group]++
+		part := r.Messages[0].Partition
+		k := reqs[i].Group + "/" + part
+		if seen[k] {
+			t.Errorf("pop %d: group %s given partition %s twice in one transaction", i, reqs[i].Group, part)
+		}
+		seen[k] = true
+		for j, m := range r.Messages {
+			if m.Partition != part || m.Offset != int64(1+j) {
+				t.Errorf("pop %d: message %d is %s/%d, want %s/%d", i, j, m.Partition, m.Offset, part, 1+j)
+			}
+		}
+	}
+	if served["g"] != 3 || served["h"] != 2 || served["fresh"] != 0 {
+		t.Fatalf("pops served per group %v, want g 3, h 2, fresh 0", served)
+	}
+	before := cursors()
+	for k := range seen {
+		if before[k] != 5 {
+			t.Errorf("cursor %s at %d after the transaction, want 5", k, before[k])
+		}
+	}
+	if _, ok := before["fresh/a"]; ok {
+		t.Errorf("the new group got cursors from a transaction that left it alone: %v", before)
+	}
+
+	// A segment of partition c that does not decode: g's three pops claim
+	// all three partitions, c among them, so the transaction fails and no
+	// group's cursor moves.
+	if _, err := st.Pool().Exec(ctx, `UPDATE queen.segments s SET body = '\x00ff' FROM queen.partitions p
+		WHERE p.id = s.partition_id AND p.name = 'c'`); err != nil {
+		t.Fatal(err)
+	}
+	res = pg.ServeAutoAckBatch(st, []pg.PopRequest{req("g", ""), req("h", ""), req("g", ""), req("h", ""), req("g", ""), req("h", "")})
+	for i, r := range res {
+		if r != nil {
+			t.Errorf("pop %d served by a transaction with an undecodable run: %+v", i, r)
+		}
+	}
+	if after := cursors(); !maps.Equal(after, before) {
+		t.Fatalf("cursors moved by a failed transaction: %v, before %v", after, before)
 	}
 }
 

@@ -69,6 +69,27 @@ func CombinedPops(s *Store) int64 { return s.combine.served.Load() }
 // several consumer groups served.
 func CombinedGroupPops(s *Store) int64 { return s.combine.servedGroups.Load() }
 
+// ServeAutoAckBatch runs reqs (normalized autoAck wildcard pops of one
+// partition each, of one queue and batch) as one combined transaction of
+// the line would serve them (serveBatch), and returns each pop's result:
+// nil for a pop left to run by itself.
+func ServeAutoAckBatch(s *Store, reqs []PopRequest) []*PopResult {
+	ws := make([]*popWaiter, len(reqs))
+	for i, r := range reqs {
+		r.Partitions = 1
+		ws[i] = &popWaiter{req: r, done: make(chan struct{})}
+	}
+	s.serveBatch(ws)
+	out := make([]*PopResult, len(ws))
+	for i, w := range ws {
+		<-w.done
+		if !w.alone {
+			out[i] = w.res
+		}
+	}
+	return out
+}
+
 // CombinedAcks is how many ack calls combined transactions applied.
 func CombinedAcks(s *Store) int64 { return s.ackCombine.served.Load() }
 

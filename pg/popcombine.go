@@ -62,21 +62,15 @@ const popCombineInFlight = 1
 // popKey is what combined pops share: the queue and batch, and whether
 // they are leased. Leased pops each have a claim statement of their own,
 // with their own group and lease; autoAck pops share one claim statement
-// per claimGroup among them (serveBatch).
+// per consumer group among them (serveBatch, byGroup). Pops of one group
+// that ask for different subscriptions share it too: a subscription is
+// recorded only by a group's first pop (the claim leaves that pop to the
+// general path), and concurrent first pops of a new group were always
+// a race for whose subscription is recorded.
 type popKey struct {
 	leased bool
 	queue  string
 	batch  int
-}
-
-// claimGroup is what autoAck pops served by one claim statement share
-// besides their popKey: the consumer group and its subscription (which
-// the statement does not read, but a pop it leaves to the general path
-// records when the group is new).
-type claimGroup struct {
-	group, mode string
-	from        int64 // SubscriptionFrom in Unix ns, 0 when unset
-	hasFrom     bool
 }
 
 // popWaiter is one queued pop: done is closed once res/err are set or
@@ -170,26 +164,19 @@ func keyOf(req PopRequest) popKey {
 	return popKey{leased: !req.AutoAck, queue: req.Queue, batch: req.Batch}
 }
 
-func claimGroupOf(req PopRequest) claimGroup {
-	k := claimGroup{group: req.Group, mode: req.SubscriptionMode}
-	if req.SubscriptionFrom != nil {
-		k.from, k.hasFrom = req.SubscriptionFrom.UnixNano(), true
-	}
-	return k
-}
-
-// byClaimGroup splits autoAck pops ws into runs of one claimGroup each,
-// in the order each group first appears (a pop keeps its place within
-// its group's run).
-func byClaimGroup(ws []*popWaiter) [][]*popWaiter {
+// byGroup splits autoAck pops ws into runs of one consumer group each, in
+// the order each group first appears (a pop keeps its place within its
+// group's run). One claim statement serves a run: two statements for one
+// group in one transaction would hand it the same partition twice (a
+// transaction's own row locks do not make SKIP LOCKED skip them).
+func byGroup(ws []*popWaiter) [][]*popWaiter {
 	var out [][]*popWaiter
-	at := make(map[claimGroup]int, 2)
+	at := make(map[string]int, 2)
 	for _, w := range ws {
-		k := claimGroupOf(w.req)
-		i, ok := at[k]
+		i, ok := at[w.req.Group]
 		if !ok {
 			i = len(out)
-			at[k] = i
+			at[w.req.Group] = i
 			out = append(out, nil)
 		}
 		out[i] = append(out[i], w)
@@ -351,7 +338,7 @@ func (s *Store) serveBatch(ws []*popWaiter) {
 		ws[0].finish(nil, nil)
 		return
 	}
-	if groups := byClaimGroup(ws); len(groups) > 1 {
+	if groups := byGroup(ws); len(groups) > 1 {
 		s.serveAutoAckGroups(groups)
 		return
 	}
@@ -546,8 +533,8 @@ func (s *Store) claimLeased(ctx context.Context, ws []*popWaiter, leases []uuid.
 }
 
 // serveAutoAckGroups serves autoAck pops of one queue and batch that
-// belong to several consumer groups (groups: one run of pops per
-// claimGroup, at least two runs) in one transaction, so that the groups
+// belong to several consumer groups (groups: one run of pops per group,
+// byGroup, at least two runs) in one transaction, so that the groups
 // of a fan-out share a commit instead of paying one each: BEGIN and one
 // claimOneSQL per group ($4 = its pops, each up to the batch; the clean
 // cursors moved in the statement) in one round trip, then every moved
@@ -578,9 +565,6 @@ func (s *Store) serveAutoAckGroups(groups [][]*popWaiter) {
 		alone(all)
 		return
 	}
-	// Released inside the transaction (any error below), the connection
-	// is closed by the pool, which rolls the transaction back.
-	defer pc.Release()
 	conn := pc.Conn()
 	claims, err := claimGroups(ctx, conn, groups)
 	type delivery struct {
@@ -615,9 +599,20 @@ func (s *Store) serveAutoAckGroups(groups [][]*popWaiter) {
 	}
 	if err != nil {
 		s.log.Debug("pop: combined autoAck pop failed; its pops run one by one", "err", err)
+		// The pops run again by themselves only once this transaction's
+		// cursor locks are gone: rolled back here (a connection released
+		// inside a transaction is closed by the pool, which would roll it
+		// back only once that close has gone through).
+		if conn.PgConn().TxStatus() != 'I' {
+			rctx, rcancel := context.WithTimeout(context.Background(), popCombineRollback)
+			_, _ = conn.Exec(rctx, "ROLLBACK")
+			rcancel()
+		}
+		pc.Release()
 		alone(all)
 		return
 	}
+	pc.Release()
 	served := make(map[*popWaiter]bool, len(out))
 	for _, d := range out {
 		served[d.w] = true
@@ -631,6 +626,11 @@ func (s *Store) serveAutoAckGroups(groups [][]*popWaiter) {
 		}
 	}
 }
+
+// popCombineRollback bounds the ROLLBACK of a failed combined autoAck
+// transaction (serveAutoAckGroups); past it the connection is closed,
+// which rolls back as well.
+const popCombineRollback = 5 * time.Second
 
 // claimGroups begins a transaction on conn and runs one autoAck
 // claimOneSQL per run of groups (each run's pops one partition each, up

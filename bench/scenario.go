@@ -136,9 +136,9 @@ var (
 		"push-8x100-p1", "push-8x100-p1000", "push-8x100-p10000",
 	}
 	// extraScenarios are in all but in neither the table's rows nor the
-	// plots: partition lookup and creation on a queue of 1 M partitions, and
-	// a stream query.
-	extraScenarios = []string{"push-16x100-p1M-new", "push-16x100-p1M-existing", "stream-w4-b100"}
+	// plots: partition lookup and creation on a queue of 1 M partitions, a
+	// stream query, and the autoAck fan-out with 10 consumers per group.
+	extraScenarios = []string{"push-16x100-p1M-new", "push-16x100-p1M-existing", "stream-w4-b100", "fanout-g5-c10-b100-autoack"}
 	// smokeScenarios check the tool end to end in CI.
 	smokeScenarios = []string{"push-8x100-p10", "push-64x1-p10-minted", "pop-c10-b100", "fanout-g5-c2-b100", "fanout-g5-c2-b100-autoack", "stream-w4-b100"}
 )

@@ -22,48 +22,11 @@ func TestPopAutoAckConcurrentExactlyOnce(t *testing.T) {
 	for p := range parts {
 		store(t, ctx, st, "q", string(rune('a'+p)), per)
 	}
-	type key struct {
-		part string
-		off  int64
-	}
-	var mu sync.Mutex
-	seen := map[key]int{}
-	var wg sync.WaitGroup
-	errs := make(chan error, 8)
-	for range 8 {
-		wg.Go(func() {
-			for empty := 0; empty < 3; {
-				res, err := st.Pop(ctx, pg.PopRequest{Queue: "q", Group: pg.QueueModeGroup, Batch: 7, AutoAck: true})
-				if err != nil {
-					errs <- err
-					return
-				}
-				if len(res.Messages) == 0 {
-					empty++
-					continue
-				}
-				mu.Lock()
-				for i, m := range res.Messages {
-					if i > 0 && (m.Partition != res.Messages[0].Partition || m.Offset != res.Messages[i-1].Offset+1) {
-						t.Errorf("pop not one contiguous run: %d after %d", m.Offset, res.Messages[i-1].Offset)
-					}
-					seen[key{m.Partition, m.Offset}]++
-				}
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	if len(seen) != parts*per {
-		t.Fatalf("delivered %d distinct messages, want %d", len(seen), parts*per)
-	}
-	for k, n := range seen {
-		if n != 1 || k.off < 0 || k.off >= per {
-			t.Fatalf("%v delivered %d times", k, n)
+	seen := drainAutoAck(t, ctx, st, []string{pg.QueueModeGroup}, 8, 7)
+	checkOnce(t, seen, parts*per)
+	for k := range seen {
+		if k.off < 0 || k.off >= per {
+			t.Fatalf("%v delivered, beyond the %d stored", k, per)
 		}
 	}
 	var behind int
@@ -119,100 +82,24 @@ func TestPopWaitsForLockedCandidate(t *testing.T) {
 	}
 }
 
-// TestPopAutoAckCombined: many concurrent autoAck pops of one queue are
-// served partly by combined transactions (pg/popcombine.go), and every
-// pop still gets a contiguous ascending run of one partition of at most
-// its batch, every message exactly once, the cursors at the ends.
-func TestPopAutoAckCombined(t *testing.T) {
-	t.Parallel()
-	st, ctx := setupStatus(t)
-	const parts, per, batch = 12, 60, 5
-	for p := range parts {
-		store(t, ctx, st, "q", string(rune('a'+p)), per)
-	}
-	type key struct {
-		part string
-		off  int64
-	}
-	var mu sync.Mutex
-	seen := map[key]int{}
-	var wg sync.WaitGroup
-	errs := make(chan error, 16)
-	for range 16 {
-		wg.Go(func() {
-			for empty := 0; empty < 3; {
-				res, err := st.Pop(ctx, pg.PopRequest{Queue: "q", Group: pg.QueueModeGroup, Batch: batch, AutoAck: true})
-				if err != nil {
-					errs <- err
-					return
-				}
-				if len(res.Messages) == 0 {
-					empty++
-					continue
-				}
-				mu.Lock()
-				if len(res.Messages) > batch || len(res.Claimed) != 1 || res.Claimed[0].Name != res.Messages[0].Partition {
-					t.Errorf("pop of %d messages, claimed %v", len(res.Messages), res.Claimed)
-				}
-				for i, m := range res.Messages {
-					if m.LeaseID != uuid.Nil {
-						t.Errorf("autoAck message under lease %s", m.LeaseID)
-					}
-					if i > 0 && (m.Partition != res.Messages[0].Partition || m.Offset != res.Messages[i-1].Offset+1) {
-						t.Errorf("pop not one contiguous run: %d after %d", m.Offset, res.Messages[i-1].Offset)
-					}
-					seen[key{m.Partition, m.Offset}]++
-				}
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	if len(seen) != parts*per {
-		t.Fatalf("delivered %d distinct messages, want %d", len(seen), parts*per)
-	}
-	for k, n := range seen {
-		if n != 1 {
-			t.Fatalf("%v delivered %d times", k, n)
-		}
-	}
-	if n := pg.CombinedPops(st); n == 0 {
-		t.Fatal("no pop was served by a combined transaction")
-	}
-	var behind int
-	if err := st.Pool().QueryRow(ctx, `SELECT count(*) FROM queen.consumer_cursors c JOIN queen.partitions p ON p.id = c.partition_id
-		WHERE c.cursor_offset <> p.next_offset`).Scan(&behind); err != nil || behind != 0 {
-		t.Fatalf("cursors not at the partitions' ends: %d (%v)", behind, err)
-	}
+// groupOffset is one message as one consumer group received it.
+type groupOffset struct {
+	group, part string
+	off         int64
 }
 
-// TestPopAutoAckCombinedGroups: concurrent autoAck pops of several
-// consumer groups of one queue are served partly by transactions that
-// claim for several groups at once (serveAutoAckGroups); every pop still
-// gets one partition's contiguous ascending run of at most its batch,
-// every message reaches every group exactly once, and every group's
-// cursors end at the partitions' ends.
-func TestPopAutoAckCombinedGroups(t *testing.T) {
-	t.Parallel()
-	st, ctx := setupStatus(t)
-	const parts, per, batch, groups, consumers = 6, 60, 5, 4, 3
-	for p := range parts {
-		store(t, ctx, st, "q", string(rune('a'+p)), per)
-	}
-	type key struct {
-		group, part string
-		off         int64
-	}
+// drainAutoAck runs consumers concurrent autoAck pop loops of batch on
+// queue q for each of groups, each until it has answered empty three
+// times, and returns how often each group received each message. Every
+// pop must be one partition's contiguous ascending run of at most batch,
+// without a lease.
+func drainAutoAck(t *testing.T, ctx context.Context, st *pg.Store, groups []string, consumers, batch int) map[groupOffset]int {
+	t.Helper()
 	var mu sync.Mutex
-	seen := map[key]int{}
+	seen := map[groupOffset]int{}
 	var wg sync.WaitGroup
-	errs := make(chan error, groups*consumers)
-	for g := range groups {
-		group := string(rune('G' + g))
+	errs := make(chan error, len(groups)*consumers)
+	for _, group := range groups {
 		for range consumers {
 			wg.Go(func() {
 				for empty := 0; empty < 3; {
@@ -236,7 +123,7 @@ func TestPopAutoAckCombinedGroups(t *testing.T) {
 						if i > 0 && (m.Partition != res.Messages[0].Partition || m.Offset != res.Messages[i-1].Offset+1) {
 							t.Errorf("pop not one contiguous run: %d after %d", m.Offset, res.Messages[i-1].Offset)
 						}
-						seen[key{group, m.Partition, m.Offset}]++
+						seen[groupOffset{group, m.Partition, m.Offset}]++
 					}
 					mu.Unlock()
 				}
@@ -248,22 +135,68 @@ func TestPopAutoAckCombinedGroups(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	if len(seen) != groups*parts*per {
-		t.Fatalf("delivered %d distinct (group, message), want %d", len(seen), groups*parts*per)
+	return seen
+}
+
+// checkOnce fails t unless seen holds want distinct messages, each
+// received once.
+func checkOnce(t *testing.T, seen map[groupOffset]int, want int) {
+	t.Helper()
+	if len(seen) != want {
+		t.Fatalf("delivered %d distinct (group, message), want %d", len(seen), want)
 	}
 	for k, n := range seen {
 		if n != 1 {
 			t.Fatalf("%v delivered %d times", k, n)
 		}
 	}
+}
+
+// TestPopAutoAckCombined: many concurrent autoAck pops of one queue are
+// served partly by combined transactions (pg/popcombine.go), and every
+// pop still gets a contiguous ascending run of one partition of at most
+// its batch, every message exactly once, the cursors at the ends.
+func TestPopAutoAckCombined(t *testing.T) {
+	t.Parallel()
+	st, ctx := setupStatus(t)
+	const parts, per, batch = 12, 60, 5
+	for p := range parts {
+		store(t, ctx, st, "q", string(rune('a'+p)), per)
+	}
+	checkOnce(t, drainAutoAck(t, ctx, st, []string{pg.QueueModeGroup}, 16, batch), parts*per)
+	if n := pg.CombinedPops(st); n == 0 {
+		t.Fatal("no pop was served by a combined transaction")
+	}
+	var behind int
+	if err := st.Pool().QueryRow(ctx, `SELECT count(*) FROM queen.consumer_cursors c JOIN queen.partitions p ON p.id = c.partition_id
+		WHERE c.cursor_offset <> p.next_offset`).Scan(&behind); err != nil || behind != 0 {
+		t.Fatalf("cursors not at the partitions' ends: %d (%v)", behind, err)
+	}
+}
+
+// TestPopAutoAckCombinedGroups: concurrent autoAck pops of several
+// consumer groups of one queue are served partly by transactions that
+// claim for several groups at once (serveAutoAckGroups); every pop still
+// gets one partition's contiguous ascending run of at most its batch,
+// every message reaches every group exactly once, and every group's
+// cursors end at the partitions' ends.
+func TestPopAutoAckCombinedGroups(t *testing.T) {
+	t.Parallel()
+	st, ctx := setupStatus(t)
+	const parts, per, batch, consumers = 6, 60, 5, 3
+	groups := []string{"G", "H", "I", "J"}
+	for p := range parts {
+		store(t, ctx, st, "q", string(rune('a'+p)), per)
+	}
+	checkOnce(t, drainAutoAck(t, ctx, st, groups, consumers, batch), len(groups)*parts*per)
 	if n := pg.CombinedGroupPops(st); n == 0 {
 		t.Fatal("no pop was served by a combined transaction of several groups")
 	}
 	var cursors, behind int
 	if err := st.Pool().QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE c.cursor_offset <> p.next_offset OR c.lease_id IS NOT NULL)
 		FROM queen.consumer_cursors c JOIN queen.partitions p ON p.id = c.partition_id`).Scan(&cursors, &behind); err != nil ||
-		cursors != groups*parts || behind != 0 {
-		t.Fatalf("%d cursors (want %d), %d behind or leased at the end (%v)", cursors, groups*parts, behind, err)
+		cursors != len(groups)*parts || behind != 0 {
+		t.Fatalf("%d cursors (want %d), %d behind or leased at the end (%v)", cursors, len(groups)*parts, behind, err)
 	}
 }
 

@@ -29,7 +29,7 @@ import (
 // order, at most its batch; the rules per partition are a single pop's.
 //
 //   - autoAck pops of one (queue, batch), any groups: per consumer group
-//     (and subscription) among them, one claimOneSQL claims one partition
+//     among them, one claimOneSQL claims one partition
 //     per pop ($4 partitions of up to one batch each, the clean cursors
 //     moved in the statement); with several groups the claims are sent
 //     after BEGIN in one round trip (serveAutoAckGroups); the messages
@@ -171,17 +171,25 @@ func keyOf(req PopRequest) popKey {
 // transaction's own row locks do not make SKIP LOCKED skip them).
 func byGroup(ws []*popWaiter) [][]*popWaiter {
 	var out [][]*popWaiter
-	at := make(map[string]int, 2)
+next:
 	for _, w := range ws {
-		i, ok := at[w.req.Group]
-		if !ok {
-			i = len(out)
-			at[w.req.Group] = i
-			out = append(out, nil)
+		for i, run := range out {
+			if run[0].req.Group == w.req.Group {
+				out[i] = append(run, w)
+				continue next
+			}
 		}
-		out[i] = append(out[i], w)
+		out = append(out, []*popWaiter{w})
 	}
 	return out
+}
+
+// combinedRequest is the one claim of autoAck pops ws of one group: one
+// partition per pop, each up to the pops' batch.
+func combinedRequest(ws []*popWaiter) PopRequest {
+	req := ws[0].req
+	req.Partitions, req.perPartition, req.Batch = len(ws), req.Batch, req.Batch*len(ws)
+	return req
 }
 
 // popCombined serves a combinable pop (see above): alone when fewer than
@@ -343,8 +351,7 @@ func (s *Store) serveBatch(ws []*popWaiter) {
 		return
 	}
 	finish := func(w *popWaiter, res *PopResult) { w.finish(res, nil) }
-	req := ws[0].req
-	req.Partitions, req.perPartition, req.Batch = len(ws), req.Batch, req.Batch*len(ws)
+	req := combinedRequest(ws)
 	ctx, cancel := combinedContext(popDeadlines(ws))
 	defer cancel()
 	res, err := s.popAlone(ctx, req)
@@ -567,30 +574,25 @@ func (s *Store) serveAutoAckGroups(groups [][]*popWaiter) {
 	}
 	conn := pc.Conn()
 	claims, err := claimGroups(ctx, conn, groups)
-	type delivery struct {
-		w   *popWaiter
-		res *PopResult
-	}
-	var out []delivery
+	// delivered[g][i] is the answer of groups[g][i]; the pops of a group
+	// past its answers run by themselves.
+	delivered := make([][]*PopResult, len(groups))
 	for gi := 0; err == nil && gi < len(groups); gi++ {
 		ws, c := groups[gi], claims[gi]
 		if c.q == nil || !c.fast {
 			continue // nothing written for them: they run by themselves
 		}
-		req := ws[0].req
 		msgs := growForClaimed(nil, c.cursors)
-		next := 0
 		for _, cc := range c.cursors {
-			if !cc.updated || next == len(ws) {
+			if !cc.updated || len(delivered[gi]) == len(ws) {
 				continue
 			}
 			n := len(msgs)
-			if msgs, err = s.deliverClaimed(msgs, c.q, cc.name, req, uuid.Nil, cc); err != nil {
+			if msgs, err = s.deliverClaimed(msgs, c.q, cc.name, ws[0].req, uuid.Nil, cc); err != nil {
 				break
 			}
-			out = append(out, delivery{ws[next], &PopResult{Messages: msgs[n:len(msgs):len(msgs)],
-				Claimed: []ClaimedPartition{{cc.id, cc.name}}}})
-			next++
+			delivered[gi] = append(delivered[gi], &PopResult{Messages: msgs[n:len(msgs):len(msgs)],
+				Claimed: []ClaimedPartition{{cc.id, cc.name}}})
 		}
 	}
 	if err == nil {
@@ -613,16 +615,15 @@ func (s *Store) serveAutoAckGroups(groups [][]*popWaiter) {
 		return
 	}
 	pc.Release()
-	served := make(map[*popWaiter]bool, len(out))
-	for _, d := range out {
-		served[d.w] = true
-		s.combine.served.Add(1)
-		s.combine.servedGroups.Add(1)
-		d.w.finish(d.res, nil)
-	}
-	for _, w := range all {
-		if !served[w] {
-			w.finish(nil, nil)
+	for gi, ws := range groups {
+		for i, w := range ws {
+			if i >= len(delivered[gi]) {
+				w.finish(nil, nil)
+				continue
+			}
+			s.combine.served.Add(1)
+			s.combine.servedGroups.Add(1)
+			w.finish(delivered[gi][i], nil)
 		}
 	}
 }
@@ -640,9 +641,7 @@ func claimGroups(ctx context.Context, conn *pgx.Conn, groups [][]*popWaiter) ([]
 	var b pgx.Batch
 	b.Queue("BEGIN")
 	for _, ws := range groups {
-		req := ws[0].req
-		req.Partitions, req.perPartition, req.Batch = len(ws), req.Batch, req.Batch*len(ws)
-		queueClaim(&b, req, uuid.Nil)
+		queueClaim(&b, combinedRequest(ws), uuid.Nil)
 	}
 	br := conn.SendBatch(ctx, &b)
 	defer br.Close()

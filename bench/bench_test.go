@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/queenmq/queen-go/pg"
 )
 
@@ -172,6 +174,37 @@ func TestPayloadAndTxID(t *testing.T) {
 		p, seq, ours, ok := parseTxID("rabc", tt.txid)
 		if p != tt.p || seq != tt.seq || ours != tt.ours || ok != tt.parsed {
 			t.Errorf("parseTxID(%q) = %d %d %v %v", tt.txid, p, seq, ours, ok)
+		}
+	}
+}
+
+// TestUUID7TxID: the UUIDv7 transactionIds are canonical lowercase text
+// of a version-7 UUID carrying the send time, and parse back to their
+// producer and sequence number only for their own run.
+func TestUUID7TxID(t *testing.T) {
+	t.Parallel()
+	ms := time.Date(2026, 12, 6, 15, 0, 0, 123e6, time.UTC).UnixMilli()
+	tx := string(appendUUID7TxID(nil, "rabc", 70000%maxUUID7Producers, 4_000_000_000, ms))
+	u, err := uuid.Parse(tx)
+	if err != nil || u.Version() != 7 || u.Variant() != uuid.RFC4122 || u.String() != tx {
+		t.Fatalf("txid %q: not canonical UUIDv7 text (%v)", tx, err)
+	}
+	if sec, nsec := u.Time().UnixTime(); sec*1000+nsec/1e6 != ms {
+		t.Errorf("txid %q: time %d ms, want %d", tx, sec*1000+nsec/1e6, ms)
+	}
+	if p, seq, ours, ok := parseUUID7TxID("rabc", tx); !ours || !ok || p != 70000%maxUUID7Producers || seq != 4_000_000_000 {
+		t.Errorf("parseUUID7TxID(%q) = %d %d %v %v", tx, p, seq, ours, ok)
+	}
+	other := "rabd"
+	if uuid7Tag(other) == uuid7Tag("rabc") {
+		other = "rabe"
+	}
+	if _, _, ours, _ := parseUUID7TxID(other, tx); ours {
+		t.Errorf("parseUUID7TxID(%q, %q): taken as the run's", other, tx)
+	}
+	for _, bad := range []string{strings.ToUpper(tx), "rabc-7-42", uuid.NewString()} {
+		if _, _, _, ok := parseUUID7TxID("rabc", bad); ok {
+			t.Errorf("parseUUID7TxID(%q) parsed", bad)
 		}
 	}
 }

@@ -66,6 +66,11 @@ type Config struct {
 	// run's messages are then traced by their payload (see the package
 	// documentation). Default false: every item carries "<run>-<p>-<seq>".
 	MintedIDs bool
+	// UUID7IDs sends every item's client transactionId as the lowercase
+	// text of a version-7 UUID minted at send time, the form Queen's SDKs
+	// send (appendUUID7TxID), instead of "<run>-<p>-<seq>". Ignored with
+	// MintedIDs.
+	UUID7IDs bool
 	// Partitions is the number of partitions, named p0..pN-1 (default
 	// DefaultPartitions).
 	Partitions int
@@ -177,6 +182,8 @@ func (c Config) validate() error {
 		return bad("consumers and groups must be positive")
 	case c.PopBatch < 0 || c.PopBatch > MaxPopBatch:
 		return bad("pop batch %d: must be 1..%d", c.PopBatch, MaxPopBatch)
+	case c.UUID7IDs && !c.MintedIDs && c.Producers > maxUUID7Producers:
+		return bad("%d producers: UUIDv7 transactionIds hold at most %d", c.Producers, maxUUID7Producers)
 	}
 	for _, r := range c.RunID {
 		if !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9') {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"strconv"
 	"strings"
+
+	"github.com/google/uuid"
 )
 
 // Outcome is what became of one item, as far as the client knows.
@@ -54,6 +56,9 @@ type Ledger struct {
 	// MintedIDs: the items carried no transactionId; the broker minted
 	// each one's (its message id) and messages are traced by payload.
 	MintedIDs bool
+	// UUID7IDs: the client transactionIds were UUIDv7 text
+	// (appendUUID7TxID), not "<run>-<p>-<seq>".
+	UUID7IDs bool
 	// Outcomes[p][seq] is the outcome of producer p's item seq; len
 	// (Outcomes[p]) is the number of items p sent.
 	Outcomes [][]Outcome
@@ -69,7 +74,7 @@ type Ledger struct {
 	SentAt [][]int64
 }
 
-func (l *Ledger) ids() itemIDs { return itemIDs{run: l.RunID, minted: l.MintedIDs} }
+func (l *Ledger) ids() itemIDs { return itemIDs{run: l.RunID, minted: l.MintedIDs, uuid7: l.UUID7IDs} }
 
 // sentAt is the send time item seq of producer p carries, noStamp when
 // payloads carry none.
@@ -155,8 +160,70 @@ func parseTxID(run, txid string) (p, seq int, ours, ok bool) {
 	return p, seq, true, true
 }
 
+// maxUUID7Producers is the most producers a run with UUIDv7
+// transactionIds has: appendUUID7TxID keeps 16 bits for the producer.
+const maxUUID7Producers = 1<<16 - 1
+
+// uuid7Tag is run's 12-bit tag in its UUIDv7 transactionIds (FNV-1a of
+// the run id), so that ids of other runs are told apart.
+func uuid7Tag(run string) uint16 {
+	h := uint32(2166136261)
+	for i := 0; i < len(run); i++ {
+		h = (h ^ uint32(run[i])) * 16777619
+	}
+	return uint16(h & 0xfff)
+}
+
+// appendUUID7TxID appends item seq of producer p's transactionId in the
+// form Queen's SDKs send: the lowercase canonical text of a version-7
+// UUID whose 48-bit time is ms (Unix milliseconds: when the item is
+// built, as an SDK mints it), whose 12 bits rand_a are the run's tag
+// (uuid7Tag) and whose 62 bits rand_b hold p (16 bits, bytes 10-11) and
+// seq (32 bits, bytes 12-15) behind the variant bits, so that parseUUID7TxID
+// reads them back. The id is unique per (run, p, seq) but not random:
+// the broker must not rely on randomness, and keys hash it anyway.
+func appendUUID7TxID(dst []byte, run string, p, seq int, ms int64) []byte {
+	var u [16]byte
+	for i := range 6 {
+		u[i] = byte(ms >> (40 - 8*i))
+	}
+	tag := uuid7Tag(run)
+	u[6] = 0x70 | byte(tag>>8)
+	u[7] = byte(tag)
+	u[8] = 0x80
+	u[10], u[11] = byte(p>>8), byte(p)
+	u[12], u[13], u[14], u[15] = byte(seq>>24), byte(seq>>16), byte(seq>>8), byte(seq)
+	const hexDigits = "0123456789abcdef"
+	for i, b := range u {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			dst = append(dst, '-')
+		}
+		dst = append(dst, hexDigits[b>>4], hexDigits[b&0xf])
+	}
+	return dst
+}
+
+// parseUUID7TxID is parseTxID for run's UUIDv7 transactionIds
+// (appendUUID7TxID): ours is false for text that is not a version-7 UUID
+// with run's tag.
+func parseUUID7TxID(run, txid string) (p, seq int, ours, ok bool) {
+	u, err := uuid.Parse(txid)
+	if err != nil || len(txid) != 36 || u.Version() != 7 {
+		return 0, 0, false, false
+	}
+	if tag := uuid7Tag(run); u[6]&0x0f != byte(tag>>8) || u[7] != byte(tag) {
+		return 0, 0, false, false
+	}
+	if u[8] != 0x80 || u[9] != 0 || txid != u.String() {
+		return 0, 0, true, false
+	}
+	p = int(u[10])<<8 | int(u[11])
+	seq = int(u[12])<<24 | int(u[13])<<16 | int(u[14])<<8 | int(u[15])
+	return p, seq, true, true
+}
+
 // itemIDs says how a run's messages are traced back to the items sent:
-// by the transactionId "<run>-<p>-<seq>" the client gave, or, when the
+// by the transactionId "<run>-<p>-<seq>" (or its UUIDv7 form, uuid7) the client gave, or, when the
 // broker minted the ids (minted), by the producer and sequence number at
 // the start of the payload. A minted run's queue holds only its own
 // messages (the queue is named after the run), so every message in it is
@@ -164,12 +231,16 @@ func parseTxID(run, txid string) (p, seq int, ours, ok bool) {
 type itemIDs struct {
 	run    string
 	minted bool
+	uuid7  bool
 }
 
 // identify returns the producer and sequence number of a stored or popped
 // message; ours and ok as for parseTxID.
 func (x itemIDs) identify(txid string, payload []byte) (p, seq int, ours, ok bool) {
 	if !x.minted {
+		if x.uuid7 {
+			return parseUUID7TxID(x.run, txid)
+		}
 		return parseTxID(x.run, txid)
 	}
 	p, seq, ok = parsePayloadID(payload)

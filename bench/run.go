@@ -79,7 +79,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 	var total counts
 	var lat Latency
-	ledger := &Ledger{RunID: cfg.RunID, Queue: cfg.Queue, Partitions: cfg.Partitions, MintedIDs: cfg.MintedIDs,
+	ledger := &Ledger{RunID: cfg.RunID, Queue: cfg.Queue, Partitions: cfg.Partitions, MintedIDs: cfg.MintedIDs, UUID7IDs: cfg.UUID7IDs,
 		PayloadBytes: cfg.PayloadBytes, Outcomes: make([][]Outcome, len(prods)), Batch: cfg.Batch,
 		FreshPartitions: cfg.FreshPartitions}
 	if cfg.Consumers > 0 {
@@ -204,6 +204,7 @@ func (p *producer) run(ctx context.Context, deadline time.Time) {
 	for ctx.Err() == nil && time.Now().Before(deadline) {
 		body = body[:0]
 		body = append(body, `{"items":[`...)
+		mintedAt := time.Now().UnixMilli() // UUIDv7 ids: minted as the request is built
 		for i := range cfg.Batch {
 			s := seq + i
 			if i > 0 {
@@ -220,7 +221,11 @@ func (p *producer) run(ctx context.Context, deadline time.Time) {
 			if !cfg.MintedIDs {
 				body = append(body, `","transactionId":"`...)
 				txids[i][0] = len(body)
-				body = appendTxID(body, cfg.RunID, p.id, s)
+				if cfg.UUID7IDs {
+					body = appendUUID7TxID(body, cfg.RunID, p.id, s, mintedAt)
+				} else {
+					body = appendTxID(body, cfg.RunID, p.id, s)
+				}
 				txids[i][1] = len(body)
 			}
 			body = append(body, `","payload":`...)

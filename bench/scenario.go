@@ -41,6 +41,10 @@ const (
 	TxIDClient = "client"
 	// TxIDMinted: items carry none; the broker mints each one's.
 	TxIDMinted = "minted"
+	// TxIDUUID7: every item carries a client transactionId in the form
+	// Queen's SDKs mint it, the lowercase text of a version-7 UUID made as
+	// the request is built (Config.UUID7IDs). Not part of TxIDBoth.
+	TxIDUUID7 = "uuid7"
 	// TxIDBoth expands a push scenario into both variants.
 	TxIDBoth = "both"
 )
@@ -112,7 +116,7 @@ func (s Scenario) Connections() int {
 }
 
 var (
-	pushName   = regexp.MustCompile(`^push-([0-9]+)x([0-9]+)-p([0-9]+)(?:-(client|minted))?$`)
+	pushName   = regexp.MustCompile(`^push-([0-9]+)x([0-9]+)-p([0-9]+)(?:-(client|minted|uuid7))?$`)
 	popName    = regexp.MustCompile(`^pop-c([0-9]+)-b([0-9]+)$`)
 	fanoutName = regexp.MustCompile(`^fanout-g([0-9]+)-c([0-9]+)-b([0-9]+)(-autoack)?$`)
 	partsName  = regexp.MustCompile(`^push-([0-9]+)x([0-9]+)-p([0-9]+)([kM]?)-(new|existing)$`)
@@ -158,12 +162,12 @@ var ScenarioSets = map[string][]string{
 func ParseScenarios(list, txids string) ([]Scenario, error) {
 	var variants []string
 	switch txids {
-	case TxIDClient, TxIDMinted:
+	case TxIDClient, TxIDMinted, TxIDUUID7:
 		variants = []string{txids}
 	case TxIDBoth, "":
 		variants = []string{TxIDMinted, TxIDClient}
 	default:
-		return nil, fmt.Errorf("%w: -txid %q: want client, minted or both", ErrConfig, txids)
+		return nil, fmt.Errorf("%w: -txid %q: want client, minted, uuid7 or both", ErrConfig, txids)
 	}
 	var out []Scenario
 	seen := map[string]bool{}
@@ -226,7 +230,7 @@ func ParseScenario(name string) (Scenario, error) {
 			return bad("numbers must be 1..1000000")
 		}
 		if m[4] == "" {
-			return bad("a push scenario needs -client or -minted")
+			return bad("a push scenario needs -client, -minted or -uuid7")
 		}
 		return Scenario{Name: name, Kind: KindPush, Producers: n[0], Batch: n[1], Partitions: n[2], TxIDs: m[4]}, nil
 	}

@@ -191,7 +191,7 @@ func runScenario(ctx context.Context, sc Scenario, o ScenarioOptions, res *Scena
 	cfg := Config{
 		URL: st.URL, Producers: sc.Producers, Batch: sc.Batch, Partitions: sc.Partitions,
 		PayloadBytes: o.PayloadBytes, Duration: o.Duration, RequestTimeout: o.RequestTimeout,
-		BrokerPID: st.BrokerPID, MintedIDs: sc.TxIDs == TxIDMinted, FreshPartitions: sc.FreshPartitions,
+		BrokerPID: st.BrokerPID, MintedIDs: sc.TxIDs == TxIDMinted, UUID7IDs: sc.TxIDs == TxIDUUID7, FreshPartitions: sc.FreshPartitions,
 	}
 	pushes := sc.Kind == KindPush || sc.Kind == KindPartitions
 	if sc.Kind == KindPartitions {

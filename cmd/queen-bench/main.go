@@ -72,7 +72,7 @@ func run(args []string) int {
 	fs.IntVar(&cfg.PopBatch, "pop-batch", bench.DefaultPopBatch, "most messages per pop")
 	fs.BoolVar(&cfg.AutoAck, "auto-ack", false, "pop with autoAck=true instead of acking each batch with ack/batch")
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", bench.DefaultDrainTimeout, "after the producers stop, how long consumers keep popping until every group has everything")
-	txid := fs.String("txid", "", "transaction ids: client (every item carries one), minted (none: the broker mints them); with -scenario also both (default both with -scenario, client without)")
+	txid := fs.String("txid", "", "transaction ids: client (every item carries one, \"<run>-<p>-<seq>\"), uuid7 (every item carries one, UUIDv7 text as Queen's SDKs send), minted (none: the broker mints them); with -scenario also both (default both with -scenario, client without)")
 	sf := scenarioFlags{}
 	fs.StringVar(&sf.list, "scenario", "", "run scenarios, each on a fresh broker and database: comma-separated names or sets (rows, sweep, smoke, all); see -list")
 	fs.BoolVar(&sf.listOnly, "list", false, "list the scenarios of every set and exit")
@@ -117,8 +117,10 @@ func run(args []string) int {
 	case "", bench.TxIDClient:
 	case bench.TxIDMinted:
 		cfg.MintedIDs = true
+	case bench.TxIDUUID7:
+		cfg.UUID7IDs = true
 	default:
-		fmt.Fprintf(os.Stderr, "queen-bench: -txid %q: want client or minted\n", *txid)
+		fmt.Fprintf(os.Stderr, "queen-bench: -txid %q: want client, minted or uuid7\n", *txid)
 		return 2
 	}
 	for _, v := range []struct {

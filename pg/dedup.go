@@ -109,6 +109,42 @@ var mintedKey = func(tick int64) int64 {
 	return int64(xxhash.Sum64(b[:]))
 }
 
+// clientTickSkew bounds how far a client transactionId in the minted form
+// (canonical lowercase UUIDv7 text) may lie, by its UUIDv7 time, from its
+// acceptance time for the key to be stored as a minted id is, under its
+// tick's mintedKey, rather than under its own keyHash: such a key costs
+// no index entry of its own, and is found, as a minted id named as a
+// transactionId always was, through its tick and confirmed against the
+// segment byte for byte. Brokers of the version before probe a minted-form
+// key's mintedKey too, so they find such keys as well. Queen's SDKs mint a UUIDv7 per
+// item as they build the push, so their keys land within it (client-side
+// buffering and clock offset included); one outside it, older or in the
+// future, gets its own keyHash entry as any other client key does. The
+// bound is what keeps a tick's rows few: rows can take client keys of a
+// tick only while the broker's clock is within clientTickSkew of it, so a
+// producer that sends one UUIDv7 time over and over (or a fixed one) adds
+// rows to that tick for 2 × clientTickSkew at most, and every later probe
+// of the tick reads at most those.
+const clientTickSkew = time.Second
+
+// tickStored reports whether m's client transactionId is stored under its
+// tick's mintedKey (not keyHash), and the tick: the transactionId is
+// in the minted form and its UUIDv7 time is within clientTickSkew of m's
+// acceptance time (CreatedAtMicros). A function of the message alone, so a
+// WAL replay stores a key as the live path did. m must not be a minted id
+// (minted).
+func tickStored(m *Message) (int64, bool) {
+	u, ok := mintedForm(m.TransactionID)
+	if !ok {
+		return 0, false
+	}
+	d := mintedMillis(u) - m.CreatedAtMicros/1000
+	if d < -clientTickSkew.Milliseconds() || d > clientTickSkew.Milliseconds() {
+		return 0, false
+	}
+	return mintedTick(u), true
+}
+
 // mintedPartKey is the minted key of rows written by versions before
 // mintedKey (one per partition and tick): XXH64 (seed 0) of the partition
 // id's 16 bytes, the byte 0xff (which no UTF-8 transactionId holds) and
@@ -203,7 +239,26 @@ type dedupRuns struct {
 	base   []int64
 	hashes []int64
 	newest int64   // µs, the newest acceptance time; valid when len(pid) > 0
-	ticks  []int64 // the minted ticks whose mintedKey is in hashes
+	ticks  []int64 // the ticks whose mintedKey is in hashes
+	// mintedTicks are the ticks of ticks that hold minted ids; tickKeys the
+	// client keys stored under a tick's mintedKey (tickStored), each with
+	// its keyHash (for the Store's tickCache once the row is committed).
+	mintedTicks []int64
+	tickKeys    []tickKey
+}
+
+// tickKey is a client key stored (or probed) under mintedKey(tick): its
+// tick and its keyHash.
+type tickKey struct {
+	tick, hash int64
+}
+
+// rowRef names a row of queen.dedup_batches: its first partition and that
+// partition's segment base offset (a segment is written once, so no two
+// rows share them).
+type rowRef struct {
+	pid  uuid.UUID
+	base int64
 }
 
 // add appends partition pid's messages msgs, stored at offsets base.. (one
@@ -223,22 +278,42 @@ func (r *dedupRuns) add(pid uuid.UUID, base int64, msgs []Message, keys []int64)
 			at = m.CreatedAtMicros
 		}
 		if !minted(m) {
+			var h int64
 			if keys != nil {
-				r.hashes = append(r.hashes, keys[i])
+				h = keys[i]
 			} else {
-				r.hashes = append(r.hashes, keyHash(pid, m.TransactionID))
+				h = keyHash(pid, m.TransactionID)
 			}
+			tick, ok := tickStored(m)
+			if !ok {
+				r.hashes = append(r.hashes, h)
+				continue
+			}
+			r.addTick(tick)
+			r.tickKeys = append(r.tickKeys, tickKey{tick, h})
 			continue
 		}
-		if tick := mintedTick(m.ID); !slices.Contains(r.ticks, tick) {
-			r.ticks = append(r.ticks, tick)
-			r.hashes = append(r.hashes, mintedKey(tick))
+		tick := mintedTick(m.ID)
+		r.addTick(tick)
+		if !slices.Contains(r.mintedTicks, tick) {
+			r.mintedTicks = append(r.mintedTicks, tick)
 		}
 	}
 	if len(r.pid) == 1 || at > r.newest {
 		r.newest = at
 	}
 }
+
+// addTick puts tick's mintedKey in the row once.
+func (r *dedupRuns) addTick(tick int64) {
+	if !slices.Contains(r.ticks, tick) {
+		r.ticks = append(r.ticks, tick)
+		r.hashes = append(r.hashes, mintedKey(tick))
+	}
+}
+
+// ref is the row's rowRef; valid when len(r.pid) > 0.
+func (r *dedupRuns) ref() rowRef { return rowRef{r.pid[0], r.base[0]} }
 
 // queue appends the sidecar insert to b. The row expires at its newest
 // acceptance time plus the longest dedup window of queues, the queues of
@@ -361,20 +436,40 @@ func (p *probeSet) read(br pgx.BatchResults, known map[dedupKey]*dedupEntry) err
 			rows.Close()
 			return fmt.Errorf("pg: dedup sidecar row with %d partitions and %d base offsets", len(pids), len(bases))
 		}
+		// A tick key names every key of its tick, and a row of a batch over
+		// many partitions lists them all: past a few, find the key's
+		// partition through a map instead of a scan per key.
+		var at map[uuid.UUID]int
+		if len(pids) > 8 {
+			at = make(map[uuid.UUID]int, len(pids))
+			for j := range pids {
+				at[pids[j].Bytes] = j
+			}
+		}
 		for _, h := range hashes {
 			for _, k := range p.byHash[h] {
-				for j := range pids {
-					if pids[j].Bytes != k.pid {
-						continue
+				j := -1
+				if at != nil {
+					if i, ok := at[k.pid]; ok {
+						j = i
 					}
-					if c := (seen{k, bases[j]}); !dup[c] {
-						if dup == nil {
-							dup = make(map[seen]bool)
+				} else {
+					for i := range pids {
+						if pids[i].Bytes == k.pid {
+							j = i
+							break
 						}
-						dup[c] = true
-						p.pending = append(p.pending, candidate{k, bases[j]})
 					}
-					break
+				}
+				if j < 0 {
+					continue
+				}
+				if c := (seen{k, bases[j]}); !dup[c] {
+					if dup == nil {
+						dup = make(map[seen]bool)
+					}
+					dup[c] = true
+					p.pending = append(p.pending, candidate{k, bases[j]})
 				}
 			}
 		}

@@ -243,7 +243,7 @@ func (s *Store) project(ctx context.Context, conn batcher, begin bool, items []P
 // transaction: Project's first attempt) first tries projectPredicted's
 // one round trip; it also returns every locked partition's next offset
 // for learnOffsets, to be applied once the COMMIT is confirmed.
-func (s *Store) projectTx(ctx context.Context, conn batcher, begin bool, items []ProjectItem, ids []uuid.UUID, finish func(*pgx.Batch)) ([]Outcome, []learnedOffset, error) {
+func (s *Store) projectTx(ctx context.Context, conn batcher, begin bool, items []ProjectItem, ids []uuid.UUID, finish func(*pgx.Batch)) ([]Outcome, batchLearned, error) {
 	if begin && finish != nil {
 		out, learned, err := s.projectPredicted(ctx, conn, items, ids, finish)
 		switch {
@@ -260,10 +260,10 @@ func (s *Store) projectTx(ctx context.Context, conn batcher, begin bool, items [
 			// for these partitions for a while.
 			s.holdOffsets(ids)
 			if _, rerr := conn.Exec(ctx, "ROLLBACK"); rerr != nil {
-				return nil, nil, errors.Join(err, rerr)
+				return nil, batchLearned{}, errors.Join(err, rerr)
 			}
 		default:
-			return nil, nil, err
+			return nil, batchLearned{}, err
 		}
 	}
 	parts := make(map[uuid.UUID]*partState)
@@ -304,7 +304,7 @@ func (s *Store) projectTx(ctx context.Context, conn batcher, begin bool, items [
 	rows, err := queryAfterBegin(br, begin)
 	if err != nil {
 		br.Close()
-		return nil, nil, err
+		return nil, batchLearned{}, err
 	}
 	locked := 0
 	for rows.Next() {
@@ -315,7 +315,7 @@ func (s *Store) projectTx(ctx context.Context, conn batcher, begin bool, items [
 		if err := rows.Scan(&id, &next, &window, &encrypt); err != nil {
 			rows.Close()
 			br.Close()
-			return nil, nil, err
+			return nil, batchLearned{}, err
 		}
 		ps := parts[uuid.UUID(id.Bytes)]
 		ps.next, ps.base, ps.window, ps.encrypt = next, next, int64(window)*int64(time.Second/time.Microsecond), encrypt
@@ -324,24 +324,24 @@ func (s *Store) projectTx(ctx context.Context, conn batcher, begin bool, items [
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		br.Close()
-		return nil, nil, err
+		return nil, batchLearned{}, err
 	}
 	if err := probe.read(br, known); err != nil {
 		br.Close()
-		return nil, nil, err
+		return nil, batchLearned{}, err
 	}
 	if err := br.Close(); err != nil {
-		return nil, nil, err
+		return nil, batchLearned{}, err
 	}
 	if locked != len(lockIDs) {
 		s.forgetPartitions(items)
-		return nil, nil, fmt.Errorf("%w: locked %d of %d", ErrPartitionGone, locked, len(lockIDs))
+		return nil, batchLearned{}, fmt.Errorf("%w: locked %d of %d", ErrPartitionGone, locked, len(lockIDs))
 	}
 
 	// 2. Confirm the sidecar's candidates against their segments (a round
 	// trip only when there are any: duplicates or hash collisions).
 	if err := confirm(ctx, conn, probe.pending, known); err != nil {
-		return nil, nil, err
+		return nil, batchLearned{}, err
 	}
 
 	// 3. Decide each item in WAL order and allocate offsets.
@@ -364,26 +364,26 @@ func (s *Store) projectTx(ctx context.Context, conn batcher, begin bool, items [
 					ORDER BY s.base_offset DESC LIMIT 1) seg
 				WHERE seg.last_offset >= k.off)`, pgUUIDs(pids), offs)
 		if err != nil {
-			return nil, nil, err
+			return nil, batchLearned{}, err
 		}
 		for rows.Next() {
 			var ord int64
 			if err := rows.Scan(&ord); err != nil {
 				rows.Close()
-				return nil, nil, err
+				return nil, batchLearned{}, err
 			}
 			out[checkSeg[ord-1]].MessageID = uuid.Nil
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
-			return nil, nil, err
+			return nil, batchLearned{}, err
 		}
 	}
 
 	// 5. Write segments, offsets, sidecar entries and the checkpoint.
 	w, err := s.buildWrites(lockIDs, parts)
 	if err != nil {
-		return nil, nil, err
+		return nil, batchLearned{}, err
 	}
 	// The encryption flag was read under this transaction's lock:
 	// buildWrites asks for no check (a /configure committed since does
@@ -393,12 +393,12 @@ func (s *Store) projectTx(ctx context.Context, conn batcher, begin bool, items [
 	if finish != nil {
 		finish(&b)
 	}
-	learned := learnedOffsets(lockIDs, parts)
+	learned := learnedFrom(lockIDs, parts, w)
 	if b.Len() == 0 {
 		return out, learned, nil
 	}
 	if err := sendBatch(ctx, conn, &b, w.wireLen()).Close(); err != nil {
-		return nil, nil, fmt.Errorf("pg: write and commit (outcome unknown): %w", err)
+		return nil, batchLearned{}, fmt.Errorf("pg: write and commit (outcome unknown): %w", err)
 	}
 	return out, learned, nil
 }
@@ -410,9 +410,13 @@ func (s *Store) projectTx(ctx context.Context, conn batcher, begin bool, items [
 // to, from the lookup that found or created it (partitionIDs), with no
 // stale guess held; no key repeats in the batch; and no key needs more of
 // the sidecar than a yes/no: a broker-minted id is new (pg/dedup.go) and
-// is not probed, a client transactionId is probed by its key hash (not one in the minted form,
-// which the minted probe reads, nor while queen.dedup holds legacy
-// entries). The offsets are allocated from the predictions, every item
+// is not probed, a client transactionId is probed by its key hash (not
+// while queen.dedup holds legacy entries), and one in the minted form
+// (UUIDv7 text, as Queen's SDKs send) also by its partition and tick's
+// older mintedPartKey and by its tick's mintedKey, whose rows must be
+// those this Store committed and knows to hold none of the batch's keys
+// (pg/tickcache.go; not in a batch that also holds minted ids). The
+// offsets are allocated from the predictions, every item
 // stored. In the pipeline, store_segments locks the partitions in id order
 // and checks every prediction under the lock, the offsets per partition
 // and the encryption flags per queue (predictedEncryption) (SQLSTATE QN001
@@ -420,14 +424,16 @@ func (s *Store) projectTx(ctx context.Context, conn batcher, begin bool, items [
 // removed one, or a /configure changed a queue's encryptionEnabled),
 // then assert_new_keys probes the sidecar for the client keys, after the
 // lock as the long way does, and raises QN002 on any hit (a duplicate, a
-// repeat outside its window, a hash collision: the long way decides it).
+// repeat outside its window, a hash collision: the long way decides it),
+// and assert_known_rows raises QN002 on a row of the minted-form keys'
+// ticks that the tick cache did not name.
 // Either error rolls the whole transaction back before anything is
 // written, so the outcome is the long way's offsets, segments and sidecar
 // rows, or nothing. It returns errNoPrediction, having sent nothing, when
 // the batch does not qualify.
-func (s *Store) projectPredicted(ctx context.Context, conn batcher, items []ProjectItem, ids []uuid.UUID, finish func(*pgx.Batch)) ([]Outcome, []learnedOffset, error) {
+func (s *Store) projectPredicted(ctx context.Context, conn batcher, items []ProjectItem, ids []uuid.UUID, finish func(*pgx.Batch)) ([]Outcome, batchLearned, error) {
 	if len(items) == 0 {
-		return nil, nil, errNoPrediction
+		return nil, batchLearned{}, errNoPrediction
 	}
 	parts := make(map[uuid.UUID]*partState)
 	var lockIDs []uuid.UUID
@@ -440,7 +446,7 @@ func (s *Store) projectPredicted(ctx context.Context, conn batcher, items []Proj
 		g, ok := s.offsets[id]
 		if !ok || g.hold > now {
 			s.mu.Unlock()
-			return nil, nil, errNoPrediction
+			return nil, batchLearned{}, errNoPrediction
 		}
 		parts[id] = &partState{id: id, next: g.next, base: g.next, encrypt: g.encrypt}
 		lockIDs = append(lockIDs, id)
@@ -451,7 +457,7 @@ func (s *Store) projectPredicted(ctx context.Context, conn batcher, items []Proj
 	defer putBatchMsgs(back)
 	out, w, err := s.buildPredicted(items, ids, lockIDs, parts, s.legacyDedup.Load(), *back)
 	if err != nil {
-		return nil, nil, err
+		return nil, batchLearned{}, err
 	}
 	var b pgx.Batch
 	b.Queue("BEGIN")
@@ -459,11 +465,11 @@ func (s *Store) projectPredicted(ctx context.Context, conn batcher, items []Proj
 	finish(&b)
 	if err := sendBatch(ctx, conn, &b, w.wireLen()).Close(); err != nil {
 		if isCode(err, codeOffsetsStale) || isCode(err, codeKeysNotNew) {
-			return nil, nil, fmt.Errorf("pg: predicted batch: %w", err)
+			return nil, batchLearned{}, fmt.Errorf("pg: predicted batch: %w", err)
 		}
-		return nil, nil, fmt.Errorf("pg: write and commit (outcome unknown): %w", err)
+		return nil, batchLearned{}, fmt.Errorf("pg: write and commit (outcome unknown): %w", err)
 	}
-	learned := learnedOffsets(lockIDs, parts)
+	learned := learnedFrom(lockIDs, parts, w)
 	return out, learned, nil
 }
 
@@ -476,17 +482,23 @@ func (s *Store) projectPredicted(ctx context.Context, conn batcher, items []Proj
 func (s *Store) buildPredicted(items []ProjectItem, ids, lockIDs []uuid.UUID, parts map[uuid.UUID]*partState, legacy bool, back []Message) ([]Outcome, *batchWrites, error) {
 	// The client keys seen, for first-wins inside the batch. A minted id's
 	// key needs no entry: only an item with that same id (ids are unique)
-	// or one whose client transactionId has the minted form (which is not
-	// predicted) could repeat it.
+	// or one whose client transactionId has the minted form (not predicted
+	// beside minted ids, below) could repeat it.
 	var known map[dedupKey]struct{}
 	var hashes []int64
 	var keys []int64 // keyHash of item i, 0 for a minted id; nil: all minted
+	// The minted-form keys (tickKeys), and the older rows' minted keys of
+	// their partition and tick (mintedPartKey) among hashes once each.
+	var tickKeys []tickKey
+	var extra map[int64]struct{}
+	anyMinted := false
 	for i := range items {
 		m := &items[i].Message
 		if minted(m) {
+			anyMinted = true
 			continue
 		}
-		if _, ok := mintedForm(m.TransactionID); ok || legacy {
+		if legacy {
 			return nil, nil, errNoPrediction
 		}
 		k := dedupKey{ids[i], m.TransactionID}
@@ -500,6 +512,40 @@ func (s *Store) buildPredicted(items []ProjectItem, ids, lockIDs []uuid.UUID, pa
 		known[k] = struct{}{}
 		keys[i] = keyHash(k.pid, k.txid)
 		hashes = append(hashes, keys[i])
+		if u, ok := mintedForm(k.txid); ok {
+			tick := mintedTick(u)
+			tickKeys = append(tickKeys, tickKey{tick, keys[i]})
+			if extra == nil {
+				extra = make(map[int64]struct{})
+			}
+			if h := mintedPartKey(k.pid, tick); !hasKey(extra, h) {
+				extra[h] = struct{}{}
+				hashes = append(hashes, h)
+			}
+		}
+	}
+	// A minted-form key may repeat a key stored under its tick's mintedKey
+	// (a client key, tickStored, or a minted id): the tick cache must know
+	// every row of those ticks (assert_known_rows checks it) and that none
+	// of them holds the key.
+	var knownTicks []int64
+	var knownRows []rowRef
+	if len(tickKeys) > 0 {
+		if anyMinted {
+			// A minted-form key may be the text of an id minted in this
+			// very batch (an answer the client already had): first-wins
+			// inside the batch, which the long way decides.
+			return nil, nil, errNoPrediction
+		}
+		var fresh bool
+		if knownRows, fresh = s.ticks.known(tickKeys); !fresh {
+			return nil, nil, errNoPrediction
+		}
+		for _, tk := range tickKeys {
+			if h := mintedKey(tk.tick); !slices.Contains(knownTicks, h) {
+				knownTicks = append(knownTicks, h)
+			}
+		}
 	}
 	encQ, encV, ok := predictedEncryption(items, ids, parts)
 	if !ok {
@@ -513,6 +559,7 @@ func (s *Store) buildPredicted(items []ProjectItem, ids, lockIDs []uuid.UUID, pa
 		return nil, nil, err
 	}
 	w.newKeys = hashes
+	w.knownTicks, w.knownRows = knownTicks, knownRows
 	w.encQueues, w.encValues = encQ, encV
 	return out, w, nil
 }
@@ -573,6 +620,25 @@ type offsetGuess struct {
 	hold    int64
 }
 
+// batchLearned is what a batch teaches its Store once its COMMIT is confirmed
+// (learnOffsets): its partitions' state and its sidecar row's client keys
+// stored under tick keys, for the tick cache.
+type batchLearned struct {
+	offsets []learnedOffset
+	row     rowRef
+	runs    *dedupRuns // the row's keys; nil: no row with ticks
+}
+
+// learnedFrom is batchLearned for a batch that locked lockIDs (parts: the
+// batch's partitions by id) and wrote w (nil: nothing).
+func learnedFrom(lockIDs []uuid.UUID, parts map[uuid.UUID]*partState, w *batchWrites) batchLearned {
+	l := batchLearned{offsets: learnedOffsets(lockIDs, parts)}
+	if w != nil && len(w.runs.ticks) > 0 {
+		l.row, l.runs = w.runs.ref(), &w.runs
+	}
+	return l
+}
+
 // learnedOffset is a partition's state after a batch, for learnOffsets.
 type learnedOffset struct {
 	id      uuid.UUID
@@ -602,8 +668,12 @@ func learnedOffsets(lockIDs []uuid.UUID, parts map[uuid.UUID]*partState) []learn
 }
 
 // learnOffsets records partitions' state after a confirmed COMMIT,
-// keeping a hold in force.
-func (s *Store) learnOffsets(l []learnedOffset) {
+// keeping a hold in force, and the batch's sidecar row in the tick cache.
+func (s *Store) learnOffsets(bl batchLearned) {
+	if bl.runs != nil {
+		s.ticks.record(bl.row, bl.runs)
+	}
+	l := bl.offsets
 	if len(l) == 0 {
 		return
 	}
@@ -747,6 +817,12 @@ var batchMsgs sync.Pool
 
 const keepBatchMsgs = 1 << 14
 
+// hasKey reports whether set holds h.
+func hasKey(set map[int64]struct{}, h int64) bool {
+	_, ok := set[h]
+	return ok
+}
+
 // getBatchMsgs returns an array of n messages (all zero) for a batch of n
 // items; putBatchMsgs takes it back once the batch has been sent.
 func getBatchMsgs(n int) *[]Message {
@@ -803,6 +879,11 @@ type batchWrites struct {
 	// know yet (projectPredicted), checked after the segments lock their
 	// partitions and before the sidecar rows go in.
 	newKeys []int64
+	// knownTicks: minted keys (mintedKey) of ticks that only the rows
+	// knownRows may hold (projectPredicted, pg/tickcache.go), checked
+	// after newKeys.
+	knownTicks []int64
+	knownRows  []rowRef
 }
 
 // queue appends the batch's writes to b: the segments with their
@@ -816,6 +897,14 @@ func (w *batchWrites) queue(b *pgx.Batch, items []ProjectItem, out []Outcome) {
 	}
 	if len(w.newKeys) > 0 {
 		b.Queue(`SELECT queen.assert_new_keys($1::bigint[])`, w.newKeys)
+	}
+	if len(w.knownTicks) > 0 {
+		pids := make([]pgtype.UUID, len(w.knownRows))
+		bases := make([]int64, len(w.knownRows))
+		for i, r := range w.knownRows {
+			pids[i], bases[i] = pgtype.UUID{Bytes: r.pid, Valid: true}, r.base
+		}
+		b.Queue(`SELECT queen.assert_known_rows($1::bigint[], $2::uuid[], $3::bigint[])`, w.knownTicks, pids, bases)
 	}
 	notify := storedQueues(items, out)
 	w.runs.queue(b, notify)

@@ -489,6 +489,35 @@ BEGIN
 END
 $$;
 
+-- assert_known_rows: raises SQLSTATE QN002 when a row of queen.dedup_batches
+-- holds any of ticks (minted keys of 10 ms ticks, pg/dedup.go mintedKey:
+-- rows with minted ids of the tick, or with client transactionIds in the
+-- UUIDv7 text form stored under it) and is not one of the
+-- rows named by (pids[i], bases[i]): a row's first partition and that
+-- partition's segment base offset. A predicted batch (pg/project.go,
+-- projectPredicted) sends the rows its broker committed with those ticks
+-- and knows to hold none of the batch's keys (pg/tickcache.go); any other
+-- row (another broker's, a transactional push's, one the broker no longer
+-- remembers) may hold one, and the batch rolls back to be decided the long
+-- way, which reads and compares those rows' segments. Runs after
+-- store_segments has locked the batch's partitions, as assert_new_keys.
+CREATE OR REPLACE FUNCTION queen.assert_known_rows(ticks bigint[], pids uuid[], bases bigint[])
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET enable_seqscan = off SET plan_cache_mode = force_generic_plan
+AS $$
+BEGIN
+    PERFORM 1 FROM queen.dedup_batches d
+    WHERE d.key_hashes && ticks
+      AND NOT EXISTS (SELECT 1 FROM unnest(pids, bases) AS k(pid, base)
+                      WHERE k.pid = d.partition_ids[1] AND k.base = d.base_offsets[1])
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'queen: the dedup sidecar holds a row of the batch''s ticks that its broker does not know' USING ERRCODE = 'QN002';
+    END IF;
+END
+$$;
+
 -- dedup_minted_probe (queen.dedup_runs of an upgraded database; nothing
 -- without it): for each (pid, id) (floor: the smallest minted_lo of a run
 -- that can hold id), the offset of the minted id in partition pid, with

@@ -70,6 +70,9 @@ type Store struct {
 	// predicted counts the batches projectPredicted committed and those
 	// it sent but rolled back (a stale prediction or a known key).
 	predicted, predictedMiss atomic.Int64
+	// ticks: this Store's committed sidecar rows with client keys stored
+	// under tick keys, for projectPredicted (pg/tickcache.go).
+	ticks tickCache
 
 	// legacyDedup: older versions' sidecar tables hold entries (exact
 	// entries in queen.dedup, or rows of queen.dedup_runs: legacyRuns), so

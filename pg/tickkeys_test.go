@@ -1,0 +1,125 @@
+package pg_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/queenmq/queen-go/pg"
+)
+
+// sdkKey is a client transactionId as Queen's SDKs mint it: the lowercase
+// text of a version-7 UUID of time at (µs).
+func sdkKey(at int64) string {
+	u, _ := uuid.NewV7()
+	ms := at / 1000
+	for i := range 6 {
+		u[i] = byte(ms >> (40 - 8*i))
+	}
+	return u.String()
+}
+
+// sidecarKeys is every key of the sidecar rows.
+func sidecarKeys(t *testing.T, s *pg.Store) []int64 {
+	t.Helper()
+	var keys []int64
+	if err := s.Pool().QueryRow(context.Background(),
+		`SELECT coalesce(array_agg(k), '{}') FROM queen.dedup_batches, unnest(key_hashes) AS k`).Scan(&keys); err != nil {
+		t.Fatal(err)
+	}
+	return keys
+}
+
+// TestDedupUUIDv7KeysUnderTicks: client transactionIds in the UUIDv7 text
+// form, accepted within the skew of their time, are stored under their
+// tick's minted key (no key hash of their own) by one-round-trip batches,
+// and stay exact: a repeat is a duplicate of its original whether the
+// broker's tick cache names it (its own rows) or not (another broker's
+// batch, whose prediction assert_known_rows refuses); the same key in
+// another partition, and a new key of the same tick, are stored; a key far
+// from its acceptance time gets its own key hash and is deduplicated too.
+func TestDedupUUIDv7KeysUnderTicks(t *testing.T) {
+	x := setupBrokers(t, nil)
+	t0 := now()
+	k1, k2, k3 := sdkKey(t0), sdkKey(t0), sdkKey(t0)
+	first := []pg.ProjectItem{at("u", "P", k1), at("u", "P", k2), at("u", "Q", k3)}
+	out := x.projectA(t, first...)
+	wantPredicted(t, x.a, 1, 0)
+	for _, o := range out {
+		wantDup(t, "first batch", o, false, uuid.Nil)
+	}
+	keys := sidecarKeys(t, x.a)
+	var pidP uuid.UUID
+	if err := x.a.Pool().QueryRow(context.Background(),
+		`SELECT p.id FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'u' AND p.name = 'P'`).Scan(&pidP); err != nil {
+		t.Fatal(err)
+	}
+	u1, _ := uuid.Parse(k1)
+	tick := int64(u1[0])<<40 | int64(u1[1])<<32 | int64(u1[2])<<24 | int64(u1[3])<<16 | int64(u1[4])<<8 | int64(u1[5])
+	tick /= pg.MintedTickMillis
+	if !slices.Contains(keys, pg.MintedKey(tick)) || slices.Contains(keys, pg.KeyHash(pidP, k1)) {
+		t.Fatalf("sidecar keys %v: want the tick's minted key %d and no key hash of %s", keys, pg.MintedKey(tick), k1)
+	}
+
+	// A new key of the same tick: still one round trip (the cache knows
+	// the first row and that it does not hold the key).
+	k4 := sdkKey(t0)
+	out = x.projectA(t, at("u", "P", k4))
+	wantPredicted(t, x.a, 2, 0)
+	wantDup(t, "new key, same tick", out[0], false, uuid.Nil)
+
+	// A repeat on the same broker: the cache names it, the long way finds
+	// the original; the key in another partition is new.
+	out = x.projectA(t, at("u", "P", k2), at("u", "Q", k1), at("u", "P", sdkKey(t0)))
+	wantPredicted(t, x.a, 2, 0)
+	wantDup(t, "k2 again", out[0], true, first[1].Message.ID)
+	wantDup(t, "k1 in Q", out[1], false, uuid.Nil)
+	wantDup(t, "a new key beside them", out[2], false, uuid.Nil)
+
+	// Another broker knows none of A's rows: its prediction for a new key
+	// of the tick is refused under the lock (no row wasted), and a repeat
+	// is found the long way.
+	x.projectB(t, at("u", "R", "plain")) // B learns R's offset (a key that is no UUID)
+	_, missedBefore := pg.PredictedBatches(x.b)
+	out = x.projectB(t, at("u", "R", sdkKey(t0)))
+	wantDup(t, "B: a new key of the tick", out[0], false, uuid.Nil)
+	if _, missed := pg.PredictedBatches(x.b); missed != missedBefore+1 {
+		t.Fatalf("B: %d predictions refused, want %d (A's rows of the tick are unknown to B)", missed, missedBefore+1)
+	}
+	out = x.projectB(t, at("u", "P", k1), at("u", "Q", k3))
+	wantDup(t, "B: k1 again", out[0], true, first[0].Message.ID)
+	wantDup(t, "B: k3 again", out[1], true, first[2].Message.ID)
+
+	// A key whose time is a minute off its acceptance: its own key hash,
+	// found again as before.
+	far := sdkKey(t0 - int64(time.Minute/time.Microsecond))
+	farItem := at("u", "P", far)
+	x.projectA(t, farItem)
+	if !slices.Contains(sidecarKeys(t, x.a), pg.KeyHash(pidP, far)) {
+		t.Fatal("a key a minute off its acceptance has no key hash of its own")
+	}
+	out = x.projectA(t, at("u", "P", far))
+	wantDup(t, "far key again", out[0], true, farItem.Message.ID)
+
+	// Every message once, in order.
+	got := stored(t, x.a, "u")
+	if n := len(got["P"]); n != 5 {
+		t.Fatalf("partition P holds %d messages, want 5 (k1, k2, k4, a new key and far; no repeat)", n)
+	}
+}
+
+// TestDedupUUIDv7KeyIsMintedIDOfSameBatch: a client transactionId that is
+// the text of an id minted in the same batch (the client had the answer of
+// an earlier push) is its duplicate: such a batch is not predicted.
+func TestDedupUUIDv7KeyIsMintedIDOfSameBatch(t *testing.T) {
+	b := setup(t)
+	minted := item("s", "", now())
+	again := item("s", minted.Message.ID.String(), now())
+	out := b.project(t, minted, again, item("s", sdkKey(now()), now()))
+	wantDup(t, "minted", out[0], false, uuid.Nil)
+	wantDup(t, "its id as a transactionId", out[1], true, minted.Message.ID)
+	wantDup(t, "another UUIDv7 key", out[2], false, uuid.Nil)
+}

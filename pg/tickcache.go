@@ -22,9 +22,10 @@ import (
 // A tick's entry is whole or absent: a row is recorded in every tick it
 // holds once its COMMIT is confirmed (a row whose outcome is unknown is
 // never recorded, so it counts as unknown), and entries are dropped a tick
-// at a time: those more than keepTicks behind the newest tick recorded,
-// and the oldest while more than maxTickKeys keys are held (about 20 bytes
-// a key: at most some 5 MB). A keyHash is 64 bits of the key, so a key the
+// at a time: those more than keepTicks behind the newest acceptance time
+// recorded (the projector's clock, so a projector catching up on a
+// backlog keeps what its batches need), and the oldest while more than
+// maxTickKeys keys are held (about 12 bytes a key: at most some 3 MB). A keyHash is 64 bits of the key, so a key the
 // cache names may be a collision, and the minted ids of a tick are not
 // kept (a client key may be the text of one of them): such a batch goes
 // the long way, which decides exactly.
@@ -33,6 +34,7 @@ type tickCache struct {
 	buckets map[int64]*tickBucket
 	ticks   []int64 // the ticks of buckets, ascending
 	keys    int     // keys held over all buckets
+	newest  int64   // the tick of the newest acceptance time recorded
 }
 
 // tickBucket is one tick's entry.
@@ -43,20 +45,23 @@ type tickBucket struct {
 }
 
 const (
-	// keepTicks: a tick's entry is kept while it is within this many ticks
-	// (mintedTickMillis each) of the newest recorded: 2 × clientTickSkew
-	// plus a second. Rows take keys of a tick only while the broker's
-	// clock is within clientTickSkew of it, and a batch's keys are
-	// probed within a moment of their acceptance.
-	keepTicks = int64((2*clientTickSkew + time.Second) / (mintedTickMillis * time.Millisecond))
-	// maxTickKeys bounds the keys held: about 3 s of keys at 85,000
+	// keepTicks: a tick's entry is kept until the newest acceptance time
+	// recorded is this many ticks (mintedTickMillis each) past it:
+	// clientTickSkew and half a second. A key is stored under its tick
+	// only when accepted within clientTickSkew of it, and batches are
+	// projected in acceptance order, so later batches' keys of a tick
+	// dropped are stored under their own key hash; a late repeat of an
+	// older key finds no entry and its batch goes the long way.
+	keepTicks = int64((clientTickSkew + time.Second/2) / (mintedTickMillis * time.Millisecond))
+	// maxTickKeys bounds the keys held: 1.5 s of keys at 175,000
 	// messages a second.
 	maxTickKeys = 1 << 18
 )
 
 // record adds committed row ref to the entries of its ticks (r.ticks),
 // with its client keys stored under them (r.tickKeys) and whether it holds
-// minted ids of each (r.mintedTicks).
+// minted ids of each (r.mintedTicks); r.newest is its newest acceptance
+// time (µs).
 func (c *tickCache) record(ref rowRef, r *dedupRuns) {
 	if len(r.ticks) == 0 {
 		return
@@ -95,8 +100,8 @@ func (c *tickCache) record(ref rowRef, r *dedupRuns) {
 			c.keys++
 		}
 	}
-	newest := c.ticks[len(c.ticks)-1]
-	for len(c.ticks) > 0 && (c.ticks[0] < newest-keepTicks || c.keys > maxTickKeys) {
+	c.newest = max(c.newest, r.newest/1000/mintedTickMillis)
+	for len(c.ticks) > 0 && (c.ticks[0] < c.newest-keepTicks || c.keys > maxTickKeys) {
 		c.keys -= len(c.buckets[c.ticks[0]].keys)
 		delete(c.buckets, c.ticks[0])
 		c.ticks = c.ticks[1:]

@@ -96,14 +96,15 @@ func TestDedupRowTickKeys(t *testing.T) {
 
 // TestTickCache: known names the rows recorded for the keys' ticks and is
 // fresh unless a key's hash was recorded under its tick or the tick's rows
-// hold minted ids; entries far behind the newest tick, and the oldest
-// beyond maxTickKeys keys, are dropped whole.
+// hold minted ids; entries far behind the newest acceptance time, and the
+// oldest beyond maxTickKeys keys, are dropped whole.
 func TestTickCache(t *testing.T) {
 	var c tickCache
 	r1 := rowRef{uuid.New(), 0}
 	r2 := rowRef{uuid.New(), 7}
-	c.record(r1, &dedupRuns{ticks: []int64{100, 101}, tickKeys: []tickKey{{100, 1}, {101, 2}, {100, 3}}})
-	c.record(r2, &dedupRuns{ticks: []int64{101}, tickKeys: []tickKey{{101, 4}}})
+	at := int64(101 * mintedTickMillis * 1000) // µs, in tick 101
+	c.record(r1, &dedupRuns{ticks: []int64{100, 101}, tickKeys: []tickKey{{100, 1}, {101, 2}, {100, 3}}, newest: at})
+	c.record(r2, &dedupRuns{ticks: []int64{101}, tickKeys: []tickKey{{101, 4}}, newest: at})
 	rows, fresh := c.known([]tickKey{{101, 9}, {100, 8}, {101, 10}})
 	if !fresh || !slices.Equal(rows, []rowRef{r1, r2, r1}) {
 		t.Fatalf("known: %v %v, want rows of 101 then 100, fresh", rows, fresh)
@@ -118,15 +119,16 @@ func TestTickCache(t *testing.T) {
 	}
 	// A row with minted ids of a tick: its keys are not kept, so no key of
 	// the tick is taken as fresh; other ticks are unaffected.
-	c.record(rowRef{uuid.New(), 1}, &dedupRuns{ticks: []int64{102}, mintedTicks: []int64{102}})
+	c.record(rowRef{uuid.New(), 1}, &dedupRuns{ticks: []int64{102}, mintedTicks: []int64{102}, newest: 102 * mintedTickMillis * 1000})
 	if _, fresh := c.known([]tickKey{{102, 99}}); fresh {
 		t.Error("tick with minted ids taken as fresh")
 	}
 	if _, fresh := c.known([]tickKey{{100, 99}}); !fresh {
 		t.Error("tick 100 not fresh after a minted row of 102")
 	}
-	// Far ahead: the old ticks go.
-	c.record(rowRef{uuid.New(), 2}, &dedupRuns{ticks: []int64{100 + keepTicks + 1}, tickKeys: []tickKey{{100 + keepTicks + 1, 1}}})
+	// Accepted far later: the old ticks go, whatever ticks the row holds.
+	c.record(rowRef{uuid.New(), 2}, &dedupRuns{ticks: []int64{90}, tickKeys: []tickKey{{90, 1}},
+		newest: (100 + keepTicks + 1) * mintedTickMillis * 1000})
 	if _, ok := c.buckets[100]; ok {
 		t.Error("tick 100 kept past keepTicks")
 	}
@@ -137,7 +139,7 @@ func TestTickCache(t *testing.T) {
 		t.Errorf("dropped tick: %v %v, want no rows and fresh (assert_known_rows then refuses any row)", rows, fresh)
 	}
 	// Too many keys: the oldest ticks go first.
-	var big dedupRuns
+	big := dedupRuns{newest: at}
 	big.ticks = []int64{200}
 	for i := range maxTickKeys {
 		big.tickKeys = append(big.tickKeys, tickKey{200, int64(i + 1000)})

@@ -141,7 +141,9 @@ const methodText = `How each row is made (queen-bench, see README.md):
 - Every scenario gets a fresh PostgreSQL cluster (initdb, durable settings unless marked otherwise) and a fresh
   broker with an empty WAL directory, run as a child process of the bench on the same host.
 - Producers are closed-loop, one push in flight per connection; push rows run once with a client transactionId on
-  every item ("client") and once without, the broker minting the id ("minted").
+  every item ("client", "<run>-<producer>-<seq>") and once without, the broker minting the id ("minted"); rows
+  ending -uuid7 send client transactionIds as Queen's SDKs mint them, the lowercase text of a UUIDv7 made as the
+  push is built ("uuid7").
 - CPU is user + system time from /proc/<pid>/stat, sampled before and after the measured phase: the broker process,
   and the postmaster plus all its children (backends that exit during the run are counted through the
   postmaster's cutime/cstime). For push rows the phase ends when the projector has every accepted item in

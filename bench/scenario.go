@@ -131,6 +131,9 @@ var (
 	// rowScenarios are the rows of the published table.
 	rowScenarios = []string{
 		"push-8x100-p10", "push-50x100-p1001", "push-50x10-p1001", "push-64x1-p10", "push-16x100-p10000",
+		// The push rows again with client keys as Queen's SDKs mint them.
+		"push-8x100-p10-uuid7", "push-50x100-p1001-uuid7", "push-50x10-p1001-uuid7", "push-64x1-p10-uuid7",
+		"push-16x100-p10000-uuid7",
 		"pop-c10-b100", "fanout-g5-c2-b100", "fanout-g5-c2-b100-autoack",
 	}
 	// sweepScenarios are the points of the plots: 8 connections, items per
@@ -144,7 +147,7 @@ var (
 	// stream query, and the autoAck fan-out with 10 consumers per group.
 	extraScenarios = []string{"push-16x100-p1M-new", "push-16x100-p1M-existing", "stream-w4-b100", "fanout-g5-c10-b100-autoack"}
 	// smokeScenarios check the tool end to end in CI.
-	smokeScenarios = []string{"push-8x100-p10", "push-64x1-p10-minted", "pop-c10-b100", "fanout-g5-c2-b100", "fanout-g5-c2-b100-autoack", "stream-w4-b100"}
+	smokeScenarios = []string{"push-8x100-p10", "push-8x100-p10-uuid7", "push-64x1-p10-minted", "pop-c10-b100", "fanout-g5-c2-b100", "fanout-g5-c2-b100-autoack", "stream-w4-b100"}
 )
 
 // ScenarioSets names the sets ParseScenarios accepts besides single names.
@@ -158,7 +161,10 @@ var ScenarioSets = map[string][]string{
 // ParseScenarios turns a comma-separated list of scenario names and set
 // names (rows, sweep, smoke, all) into scenarios, in order, each once. A
 // push name without its -client/-minted suffix expands to the variants
-// txids says (TxIDClient, TxIDMinted or TxIDBoth). Errors wrap ErrConfig.
+// txids says (TxIDClient, TxIDMinted or TxIDBoth; TxIDUUID7 the UUIDv7
+// one); a set's push name with a suffix is left out when txids names one
+// other variant, and a name given on its own always stands. Errors wrap
+// ErrConfig.
 func ParseScenarios(list, txids string) ([]Scenario, error) {
 	var variants []string
 	switch txids {
@@ -179,12 +185,16 @@ func ParseScenarios(list, txids string) ([]Scenario, error) {
 	}
 	for _, item := range strings.Split(list, ",") {
 		item = strings.TrimSpace(item)
-		names, ok := ScenarioSets[item]
-		if !ok {
+		names, set := ScenarioSets[item]
+		if !set {
 			names = []string{item}
 		}
 		for _, name := range names {
-			if m := pushName.FindStringSubmatch(name); m != nil && m[4] == "" {
+			m := pushName.FindStringSubmatch(name)
+			if set && m != nil && m[4] != "" && len(variants) == 1 && m[4] != variants[0] {
+				continue // a set's push row of another id variant than -txid asks for
+			}
+			if m != nil && m[4] == "" {
 				for _, v := range variants {
 					s, err := ParseScenario(name + "-" + v)
 					if err != nil {

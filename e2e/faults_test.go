@@ -70,10 +70,23 @@ func TestCaseP14DatabaseDiesUnderLoad(t *testing.T) {
 // Every item ever answered queued or buffered is stored exactly once.
 func TestCaseP14bCommitWhoseAnswerNeverCame(t *testing.T) {
 	t.Parallel()
+	commitWhoseAnswerNeverCame(t, false)
+}
+
+// TestCaseP14bUUIDv7Keys is P14b with transactionIds as Queen's SDKs mint
+// them (UUIDv7 text, kept under their tick in the dedup sidecar): a retry
+// of a batch whose commit went through is still its duplicate.
+func TestCaseP14bUUIDv7Keys(t *testing.T) {
+	t.Parallel()
+	commitWhoseAnswerNeverCame(t, true)
+}
+
+func commitWhoseAnswerNeverCame(t *testing.T, uuid7 bool) {
 	c, url := testenv.OwnCluster(t)
 	b := testenv.StartBroker(t, url, "", nil)
 	base := "http://" + b.Addr()
-	l := &load{queue: "p14b", partitions: 4, perPush: 20, producers: 4, interval: 10 * time.Millisecond, retry: true, bases: []string{base}}
+	l := &load{queue: "p14b", partitions: 4, perPush: 20, producers: 4, interval: 10 * time.Millisecond, retry: true,
+		bases: []string{base}, uuid7: uuid7}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { l.run(ctx, t); close(done) }()
@@ -279,11 +292,23 @@ func TestDiskFull(t *testing.T) {
 // order kept, dedup across brokers, nothing lost.
 func TestTwoBrokersOnePartition(t *testing.T) {
 	t.Parallel()
+	twoBrokersOnePartition(t, false)
+}
+
+// TestTwoBrokersOnePartitionUUIDv7Keys: the same with UUIDv7 keys, which
+// both brokers keep under the same ticks: each broker's one-round-trip
+// batches meet the other's rows of those ticks.
+func TestTwoBrokersOnePartitionUUIDv7Keys(t *testing.T) {
+	t.Parallel()
+	twoBrokersOnePartition(t, true)
+}
+
+func twoBrokersOnePartition(t *testing.T, uuid7 bool) {
 	url := testenv.NewDatabase(t)
 	b1 := testenv.StartBroker(t, url, "", nil)
 	b2 := testenv.StartBroker(t, url, "", nil)
 	l := &load{queue: "two", partitions: 2, perPush: 5, producers: 6,
-		bases: []string{"http://" + b1.Addr(), "http://" + b2.Addr()}}
+		bases: []string{"http://" + b1.Addr(), "http://" + b2.Addr()}, uuid7: uuid7}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	l.run(ctx, t)
@@ -297,11 +322,24 @@ func TestTwoBrokersOnePartition(t *testing.T) {
 		next[m.Partition]++
 	}
 	// The same key through the other broker is a duplicate of the original.
-	r1 := push(t, "http://"+b1.Addr(), body(item{"two", "p0", 1, "cross"}))
-	r2 := push(t, "http://"+b2.Addr(), body(item{"two", "p0", 2, "cross"}))
+	cross := "cross"
+	if uuid7 {
+		cross = uuid7TxID(999, 0, time.Now())
+	}
+	r1 := push(t, "http://"+b1.Addr(), body(item{"two", "p0", 1, cross}))
+	r2 := push(t, "http://"+b2.Addr(), body(item{"two", "p0", 2, cross}))
 	wantStatuses(t, r2, D)
 	if r2[0].MessageID != r1[0].MessageID {
 		t.Fatalf("cross-broker duplicate names %s, want %s", r2[0].MessageID, r1[0].MessageID)
+	}
+	// A key of the load, whichever broker stored it, through both.
+	m := msgs[len(msgs)/2]
+	for _, b := range []string{b1.Addr(), b2.Addr()} {
+		r := push(t, "http://"+b, body(item{"two", m.Partition, 3, m.TransactionID}))
+		wantStatuses(t, r, D)
+		if r[0].MessageID != m.ID.String() {
+			t.Fatalf("repeat of %s through %s names %s, want %s", m.TransactionID, b, r[0].MessageID, m.ID)
+		}
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	json "github.com/goccy/go-json"
+	"github.com/google/uuid"
 
 	"github.com/queenmq/queen-go/ingest"
 	"github.com/queenmq/queen-go/pg"
@@ -32,6 +33,10 @@ type load struct {
 	retry bool
 	// bases are broker URLs; producer p uses bases[p % len(bases)].
 	bases []string
+	// uuid7 sends each item's transactionId as Queen's SDKs mint it, the
+	// lowercase text of a UUIDv7 made as the push is built (uuid7TxID),
+	// kept through the push's retries; otherwise "<producer>-<seq>".
+	uuid7 bool
 
 	mu       sync.Mutex
 	verdicts map[string]ingest.Status // txid → last verdict
@@ -54,9 +59,14 @@ func (l *load) run(ctx context.Context, t testing.TB) {
 			seq := 0
 			for ctx.Err() == nil {
 				var items []item
+				mintedAt := time.Now()
 				for k := 0; k < l.perPush; k++ {
 					part := fmt.Sprintf("p%d", (p+seq)%l.partitions)
-					items = append(items, item{l.queue, part, map[string]int{"p": p, "s": seq}, fmt.Sprintf("%d-%d", p, seq)})
+					txid := fmt.Sprintf("%d-%d", p, seq)
+					if l.uuid7 {
+						txid = uuid7TxID(p, seq, mintedAt)
+					}
+					items = append(items, item{l.queue, part, map[string]int{"p": p, "s": seq}, txid})
 					seq++
 				}
 				b := body(items...)
@@ -192,7 +202,25 @@ func (l *load) verify(t testing.TB, s *pg.Store, timeout time.Duration) []pg.Sto
 	return msgs
 }
 
+// uuid7TxID is item seq of producer p's transactionId in the UUIDv7 form:
+// version 7, time at, the producer in bytes 10-11 and seq in bytes 12-15
+// of its random bits (so that splitTx reads them back).
+func uuid7TxID(p, seq int, at time.Time) string {
+	var u uuid.UUID
+	ms := at.UnixMilli()
+	for i := range 6 {
+		u[i] = byte(ms >> (40 - 8*i))
+	}
+	u[6], u[8] = 0x70, 0x80
+	u[10], u[11] = byte(p>>8), byte(p)
+	u[12], u[13], u[14], u[15] = byte(seq>>24), byte(seq>>16), byte(seq>>8), byte(seq)
+	return u.String()
+}
+
 func splitTx(t testing.TB, id string) (int, int) {
+	if u, err := uuid.Parse(id); err == nil && u.Version() == 7 && u.String() == id {
+		return int(u[10])<<8 | int(u[11]), int(u[12])<<24 | int(u[13])<<16 | int(u[14])<<8 | int(u[15])
+	}
 	a, b, ok := strings.Cut(id, "-")
 	p, err1 := strconv.Atoi(a)
 	s, err2 := strconv.Atoi(b)

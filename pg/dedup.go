@@ -240,17 +240,29 @@ type dedupRuns struct {
 	hashes []int64
 	newest int64   // µs, the newest acceptance time; valid when len(pid) > 0
 	ticks  []int64 // the ticks whose mintedKey is in hashes
-	// mintedTicks are the ticks of ticks that hold minted ids; tickKeys the
-	// client keys stored under a tick's mintedKey (tickStored), each with
-	// its keyHash (for the Store's tickCache once the row is committed).
-	mintedTicks []int64
-	tickKeys    []tickKey
+	// mintedAt are the (tick, partition) pairs of the row's minted ids;
+	// tickKeys the client keys stored under a tick's mintedKey
+	// (tickStored), each with its keyHash (both for the Store's tickCache
+	// once the row is committed).
+	mintedAt []tickPart
+	tickKeys []tickKey
+	// crowded, when set, reports that a tick has enough rows with its
+	// mintedKey already (tickCache.crowded): a client key of that tick
+	// then keeps its own keyHash.
+	crowded func(tick int64) bool
 }
 
 // tickKey is a client key stored (or probed) under mintedKey(tick): its
-// tick and its keyHash.
+// tick, its keyHash and its partition.
 type tickKey struct {
 	tick, hash int64
+	pid        uuid.UUID
+}
+
+// tickPart is a tick and a partition.
+type tickPart struct {
+	tick int64
+	pid  uuid.UUID
 }
 
 // rowRef names a row of queen.dedup_batches: its first partition and that
@@ -272,6 +284,8 @@ func (r *dedupRuns) add(pid uuid.UUID, base int64, msgs []Message, keys []int64)
 	r.pid = append(r.pid, pid)
 	r.base = append(r.base, base)
 	var at int64
+	lastTick, lastCrowded := int64(-1), false // crowded's answer for lastTick
+	var mintedTicks []int64                   // this partition's
 	for i := range msgs {
 		m := &msgs[i]
 		if i == 0 || m.CreatedAtMicros > at {
@@ -285,18 +299,25 @@ func (r *dedupRuns) add(pid uuid.UUID, base int64, msgs []Message, keys []int64)
 				h = keyHash(pid, m.TransactionID)
 			}
 			tick, ok := tickStored(m)
+			if ok && r.crowded != nil {
+				if tick != lastTick {
+					lastTick, lastCrowded = tick, r.crowded(tick)
+				}
+				ok = !lastCrowded
+			}
 			if !ok {
 				r.hashes = append(r.hashes, h)
 				continue
 			}
 			r.addTick(tick)
-			r.tickKeys = append(r.tickKeys, tickKey{tick, h})
+			r.tickKeys = append(r.tickKeys, tickKey{tick, h, pid})
 			continue
 		}
 		tick := mintedTick(m.ID)
 		r.addTick(tick)
-		if !slices.Contains(r.mintedTicks, tick) {
-			r.mintedTicks = append(r.mintedTicks, tick)
+		if !slices.Contains(mintedTicks, tick) {
+			mintedTicks = append(mintedTicks, tick)
+			r.mintedAt = append(r.mintedAt, tickPart{tick, pid})
 		}
 	}
 	if len(r.pid) == 1 || at > r.newest {
@@ -583,6 +604,12 @@ func originals(ctx context.Context, conn batcher, cands []candidate, found func(
 	var refPID []uuid.UUID
 	var refOff []int64
 	byRef := make(map[int][]dedupKey)
+	refsOf := make(map[uuid.UUID][]int) // a partition's refs
+	type refKey struct {
+		i int
+		k dedupKey
+	}
+	paired := make(map[refKey]bool)
 	keyIdx := make(map[dedupKey]bool)
 	var exPID []uuid.UUID
 	var exTx [][]byte
@@ -593,8 +620,10 @@ func originals(ctx context.Context, conn batcher, cands []candidate, found func(
 			i = len(refPID)
 			refIdx[r] = i
 			refPID, refOff = append(refPID, r.pid), append(refOff, r.off)
+			refsOf[r.pid] = append(refsOf[r.pid], i)
 		}
-		if !slices.Contains(byRef[i], c.k) {
+		if rk := (refKey{i, c.k}); !paired[rk] {
+			paired[rk] = true
 			byRef[i] = append(byRef[i], c.k)
 		}
 		if !keyIdx[c.k] {
@@ -632,19 +661,13 @@ func originals(ctx context.Context, conn batcher, cands []candidate, found func(
 		}
 		// Every candidate of this segment: the distinct row stands for
 		// all candidate offsets inside base..last.
-		var keys []dedupKey
-		for i := range refPID {
-			if refPID[i] == pid && refOff[i] >= base && refOff[i] <= last {
+		want := make(map[string]dedupKey)
+		for _, i := range refsOf[pid] {
+			if refOff[i] >= base && refOff[i] <= last {
 				for _, k := range byRef[i] {
-					if !slices.Contains(keys, k) {
-						keys = append(keys, k)
-					}
+					want[k.txid] = k
 				}
 			}
-		}
-		want := make(map[string]dedupKey, len(keys))
-		for _, k := range keys {
-			want[k.txid] = k
 		}
 		for j := range msgs {
 			m := &msgs[j]

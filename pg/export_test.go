@@ -29,6 +29,11 @@ func SetMintedKey(f func(tick int64) int64) (restore func()) {
 func KeyHash(pid uuid.UUID, txid string) int64      { return keyHash(pid, txid) }
 func MintedKey(tick int64) int64                    { return mintedKey(tick) }
 func MintedPartKey(pid uuid.UUID, tick int64) int64 { return mintedPartKey(pid, tick) }
+func MintedMillis(u uuid.UUID) int64                { return mintedMillis(u) }
+
+// MaxTickRows is how many of a Store's rows may hold a tick's key for
+// client keys.
+const MaxTickRows = maxTickRows
 
 // MintedTickMillis is mintedTickMillis, for tests.
 const MintedTickMillis = mintedTickMillis

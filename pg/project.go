@@ -514,7 +514,7 @@ func (s *Store) buildPredicted(items []ProjectItem, ids, lockIDs []uuid.UUID, pa
 		hashes = append(hashes, keys[i])
 		if u, ok := mintedForm(k.txid); ok {
 			tick := mintedTick(u)
-			tickKeys = append(tickKeys, tickKey{tick, keys[i]})
+			tickKeys = append(tickKeys, tickKey{tick, keys[i], k.pid})
 			if extra == nil {
 				extra = make(map[int64]struct{})
 			}
@@ -530,6 +530,7 @@ func (s *Store) buildPredicted(items []ProjectItem, ids, lockIDs []uuid.UUID, pa
 	// of them holds the key.
 	var knownTicks []int64
 	var knownRows []rowRef
+	var knownParts []uuid.UUID
 	if len(tickKeys) > 0 {
 		if anyMinted {
 			// A minted-form key may be the text of an id minted in this
@@ -537,14 +538,24 @@ func (s *Store) buildPredicted(items []ProjectItem, ids, lockIDs []uuid.UUID, pa
 			// inside the batch, which the long way decides.
 			return nil, nil, errNoPrediction
 		}
+		ticks := make(map[int64]struct{})
+		parts := make(map[uuid.UUID]struct{})
+		for _, tk := range tickKeys {
+			if !hasKey(ticks, tk.tick) {
+				if len(ticks) == maxPredictedTicks {
+					return nil, nil, errNoPrediction
+				}
+				ticks[tk.tick] = struct{}{}
+				knownTicks = append(knownTicks, mintedKey(tk.tick))
+			}
+			if _, ok := parts[tk.pid]; !ok {
+				parts[tk.pid] = struct{}{}
+				knownParts = append(knownParts, tk.pid)
+			}
+		}
 		var fresh bool
 		if knownRows, fresh = s.ticks.known(tickKeys); !fresh {
 			return nil, nil, errNoPrediction
-		}
-		for _, tk := range tickKeys {
-			if h := mintedKey(tk.tick); !slices.Contains(knownTicks, h) {
-				knownTicks = append(knownTicks, h)
-			}
 		}
 	}
 	encQ, encV, ok := predictedEncryption(items, ids, parts)
@@ -559,7 +570,7 @@ func (s *Store) buildPredicted(items []ProjectItem, ids, lockIDs []uuid.UUID, pa
 		return nil, nil, err
 	}
 	w.newKeys = hashes
-	w.knownTicks, w.knownRows = knownTicks, knownRows
+	w.knownTicks, w.knownRows, w.knownParts = knownTicks, knownRows, knownParts
 	w.encQueues, w.encValues = encQ, encV
 	return out, w, nil
 }
@@ -817,6 +828,12 @@ var batchMsgs sync.Pool
 
 const keepBatchMsgs = 1 << 14
 
+// maxPredictedTicks bounds the distinct ticks of a predicted batch's
+// minted-form keys (assert_known_rows probes one index key per tick in one
+// scan, whose cost grows faster than its keys); a batch spanning more (keys
+// minted over more than a second or so) goes the long way.
+const maxPredictedTicks = 64
+
 // hasKey reports whether set holds h.
 func hasKey(set map[int64]struct{}, h int64) bool {
 	_, ok := set[h]
@@ -879,11 +896,12 @@ type batchWrites struct {
 	// know yet (projectPredicted), checked after the segments lock their
 	// partitions and before the sidecar rows go in.
 	newKeys []int64
-	// knownTicks: minted keys (mintedKey) of ticks that only the rows
-	// knownRows may hold (projectPredicted, pg/tickcache.go), checked
-	// after newKeys.
+	// knownTicks: minted keys (mintedKey) of ticks that, among the rows
+	// holding one of the partitions knownParts, only the rows knownRows
+	// may hold (projectPredicted, pg/tickcache.go), checked after newKeys.
 	knownTicks []int64
 	knownRows  []rowRef
+	knownParts []uuid.UUID
 }
 
 // queue appends the batch's writes to b: the segments with their
@@ -904,7 +922,8 @@ func (w *batchWrites) queue(b *pgx.Batch, items []ProjectItem, out []Outcome) {
 		for i, r := range w.knownRows {
 			pids[i], bases[i] = pgtype.UUID{Bytes: r.pid, Valid: true}, r.base
 		}
-		b.Queue(`SELECT queen.assert_known_rows($1::bigint[], $2::uuid[], $3::bigint[])`, w.knownTicks, pids, bases)
+		b.Queue(`SELECT queen.assert_known_rows($1::bigint[], $2::uuid[], $3::uuid[], $4::bigint[])`,
+			w.knownTicks, pgUUIDs(w.knownParts), pids, bases)
 	}
 	notify := storedQueues(items, out)
 	w.runs.queue(b, notify)
@@ -922,6 +941,7 @@ func (w *batchWrites) queue(b *pgx.Batch, items []ProjectItem, out []Outcome) {
 // turning dedup back on sees the history (docs/push.md, "Dedup").
 func (s *Store) buildWrites(lockIDs []uuid.UUID, parts map[uuid.UUID]*partState) (*batchWrites, error) {
 	w := &batchWrites{}
+	w.runs.crowded = s.ticks.crowded
 	for _, id := range lockIDs {
 		ps := parts[id]
 		if len(ps.msgs) == 0 {

@@ -492,16 +492,21 @@ $$;
 -- assert_known_rows: raises SQLSTATE QN002 when a row of queen.dedup_batches
 -- holds any of ticks (minted keys of 10 ms ticks, pg/dedup.go mintedKey:
 -- rows with minted ids of the tick, or with client transactionIds in the
--- UUIDv7 text form stored under it) and is not one of the
--- rows named by (pids[i], bases[i]): a row's first partition and that
--- partition's segment base offset. A predicted batch (pg/project.go,
--- projectPredicted) sends the rows its broker committed with those ticks
--- and knows to hold none of the batch's keys (pg/tickcache.go); any other
--- row (another broker's, a transactional push's, one the broker no longer
--- remembers) may hold one, and the batch rolls back to be decided the long
--- way, which reads and compares those rows' segments. Runs after
--- store_segments has locked the batch's partitions, as assert_new_keys.
-CREATE OR REPLACE FUNCTION queen.assert_known_rows(ticks bigint[], pids uuid[], bases bigint[])
+-- UUIDv7 text form stored under it) and one of the partitions parts, and
+-- is not one of the rows named by (pids[i], bases[i]): a row's first
+-- partition and that partition's segment base offset. A predicted batch
+-- (pg/project.go, projectPredicted) sends its UUIDv7 keys' ticks and
+-- partitions and the rows its broker committed with those ticks, which it
+-- knows to hold none of the batch's keys (pg/tickcache.go); any other row
+-- of those ticks and partitions (another broker's, a transactional push's,
+-- one the broker no longer remembers) may hold one, and the batch rolls
+-- back to be decided the long way, which reads and compares those rows'
+-- segments. A row of the ticks that holds none of the partitions cannot
+-- hold an original of the batch's keys (dedup is per partition). Runs
+-- after store_segments has locked the batch's partitions, as
+-- assert_new_keys.
+DROP FUNCTION IF EXISTS queen.assert_known_rows(bigint[], uuid[], bigint[]);
+CREATE OR REPLACE FUNCTION queen.assert_known_rows(ticks bigint[], parts uuid[], pids uuid[], bases bigint[])
 RETURNS void
 LANGUAGE plpgsql STABLE
 SET enable_seqscan = off SET plan_cache_mode = force_generic_plan
@@ -509,6 +514,7 @@ AS $$
 BEGIN
     PERFORM 1 FROM queen.dedup_batches d
     WHERE d.key_hashes && ticks
+      AND d.partition_ids && parts
       AND NOT EXISTS (SELECT 1 FROM unnest(pids, bases) AS k(pid, base)
                       WHERE k.pid = d.partition_ids[1] AND k.base = d.base_offsets[1])
     LIMIT 1;

@@ -4,20 +4,23 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // tickCache remembers, per 10 ms tick, the sidecar rows this Store
 // committed that hold the tick's mintedKey (rows with minted ids of the
-// tick, or with client keys stored under it: tickStored), whether any of
-// them holds minted ids, and the keyHash of each client key stored under
-// the tick. It lets a projection batch whose client transactionIds are in
-// the minted form (the UUIDv7 text Queen's SDKs send) go the one round
-// trip way (projectPredicted): its keys' ticks name this Store's recent
-// rows, which the cache shows hold none of the batch's keys, and
-// assert_known_rows checks under the partition locks that no other row
-// holds those ticks' keys (another broker's, a transactional push's, one
-// the cache dropped or never saw committed); if one does, the batch rolls
-// back and the long way reads and compares the segments.
+// tick, or with client keys stored under it: tickStored), the partitions
+// in which they hold minted ids, and the keyHash of each client key stored
+// under the tick. It lets a projection batch whose client transactionIds
+// are in the minted form (the UUIDv7 text Queen's SDKs send) go the one
+// round trip way (projectPredicted): its keys' ticks name this Store's
+// recent rows, which the cache shows hold none of the batch's keys, and
+// assert_known_rows checks under the partition locks that no other row of
+// those ticks holds one of the batch's key partitions (another broker's,
+// a transactional push's, one the cache dropped or never saw committed);
+// if one does, the batch rolls back and the long way reads and compares
+// the segments. It also caps this Store's rows per tick (crowded).
 //
 // A tick's entry is whole or absent: a row is recorded in every tick it
 // holds once its COMMIT is confirmed (a row whose outcome is unknown is
@@ -25,23 +28,30 @@ import (
 // at a time: those more than keepTicks behind the newest acceptance time
 // recorded (the projector's clock, so a projector catching up on a
 // backlog keeps what its batches need), and the oldest while more than
-// maxTickKeys keys are held (about 12 bytes a key: at most some 3 MB). A keyHash is 64 bits of the key, so a key the
-// cache names may be a collision, and the minted ids of a tick are not
-// kept (a client key may be the text of one of them): such a batch goes
-// the long way, which decides exactly.
+// maxTickKeys keys are held (about 12 bytes a key: at most some 3 MB). A
+// keyHash is 64 bits of the key, so a key the cache names may be a
+// collision, and the minted ids of a tick are not kept (a client key may
+// be the text of one): such a batch goes the long way, which decides
+// exactly. A clock that jumps forward drops every entry until acceptance
+// times catch up with it again: batches then go the long way, and keys
+// keep their own keyHash (crowded), which costs speed only.
 type tickCache struct {
 	mu      sync.Mutex
 	buckets map[int64]*tickBucket
 	ticks   []int64 // the ticks of buckets, ascending
 	keys    int     // keys held over all buckets
 	newest  int64   // the tick of the newest acceptance time recorded
+	dropped int64   // the newest tick whose entry was dropped
 }
 
 // tickBucket is one tick's entry.
 type tickBucket struct {
-	rows   []rowRef
-	minted bool // a row of rows holds minted ids of the tick
-	keys   map[int64]struct{}
+	rows []rowRef
+	// mintedIn are the partitions in which rows hold minted ids of the
+	// tick, up to maxMintedParts; mintedAll: in more (taken as all).
+	mintedIn  []uuid.UUID
+	mintedAll bool
+	keys      map[int64]struct{}
 }
 
 const (
@@ -56,7 +66,31 @@ const (
 	// maxTickKeys bounds the keys held: 1.5 s of keys at 175,000
 	// messages a second.
 	maxTickKeys = 1 << 18
+	// maxTickRows is how many of this Store's rows may hold a tick's
+	// mintedKey for client keys (crowded): a producer sending keys of one
+	// UUIDv7 time over and over would otherwise add a row to the tick with
+	// every batch for 2 × clientTickSkew, and every probe of the tick that
+	// goes the long way reads each row's segment of its partition. Normal
+	// traffic puts a tick's keys in a few consecutive batches.
+	maxTickRows = 16
+	// maxMintedParts bounds the partitions a tick's entry lists as holding
+	// minted ids; past it, the tick counts as holding minted ids in every
+	// partition.
+	maxMintedParts = 64
 )
+
+// crowded reports whether client keys of tick should keep their own
+// keyHash: maxTickRows of this Store's rows hold the tick's mintedKey
+// already, or the tick's entry was dropped (its rows are not counted any
+// more).
+func (c *tickCache) crowded(tick int64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if b := c.buckets[tick]; b != nil {
+		return len(b.rows) >= maxTickRows
+	}
+	return tick <= c.dropped
+}
 
 // record adds committed row ref to the entries of its ticks (r.ticks),
 // with its client keys stored under them (r.tickKeys) and whether it holds
@@ -84,7 +118,16 @@ func (c *tickCache) record(ref rowRef, r *dedupRuns) {
 	for _, tick := range r.ticks {
 		b := bucket(tick)
 		b.rows = append(b.rows, ref)
-		b.minted = b.minted || slices.Contains(r.mintedTicks, tick)
+	}
+	for _, m := range r.mintedAt {
+		b := bucket(m.tick)
+		switch {
+		case b.mintedAll || slices.Contains(b.mintedIn, m.pid):
+		case len(b.mintedIn) == maxMintedParts:
+			b.mintedAll, b.mintedIn = true, nil
+		default:
+			b.mintedIn = append(b.mintedIn, m.pid)
+		}
 	}
 	var last int64 = -1 // the tick whose bucket b is
 	var b *tickBucket
@@ -104,16 +147,17 @@ func (c *tickCache) record(ref rowRef, r *dedupRuns) {
 	for len(c.ticks) > 0 && (c.ticks[0] < c.newest-keepTicks || c.keys > maxTickKeys) {
 		c.keys -= len(c.buckets[c.ticks[0]].keys)
 		delete(c.buckets, c.ticks[0])
+		c.dropped = max(c.dropped, c.ticks[0])
 		c.ticks = c.ticks[1:]
 	}
 }
 
 // known answers for a batch's client keys in the minted form (keys: each
-// key's tick and keyHash): the rows this Store knows to hold those ticks'
-// mintedKey (rows, for assert_known_rows), and fresh, false when a key's
-// hash is among its tick's recorded keys (the key may repeat one) or its
-// tick's rows hold minted ids (it may be the text of one): the batch must
-// then go the long way.
+// key's tick, keyHash and partition): the rows this Store knows to hold
+// those ticks' mintedKey (rows, for assert_known_rows), and fresh, false
+// when a key's hash is among its tick's recorded keys (the key may repeat
+// one) or its tick's rows hold minted ids in its partition (it may be the
+// text of one): the batch must then go the long way.
 func (c *tickCache) known(keys []tickKey) (rows []rowRef, fresh bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -125,15 +169,15 @@ func (c *tickCache) known(keys []tickKey) (rows []rowRef, fresh bool) {
 			last = k.tick
 			b = c.buckets[k.tick]
 			if b != nil && !slices.Contains(seen, k.tick) {
-				if b.minted {
-					return nil, false
-				}
 				seen = append(seen, k.tick)
 				rows = append(rows, b.rows...)
 			}
 		}
 		if b == nil {
 			continue
+		}
+		if b.mintedAll || slices.Contains(b.mintedIn, k.pid) {
+			return nil, false
 		}
 		if _, ok := b.keys[k.hash]; ok {
 			return nil, false

@@ -80,14 +80,20 @@ func TestDedupUUIDv7KeysUnderTicks(t *testing.T) {
 	wantDup(t, "a new key beside them", out[2], false, uuid.Nil)
 
 	// Another broker knows none of A's rows: its prediction for a new key
-	// of the tick is refused under the lock (no row wasted), and a repeat
-	// is found the long way.
-	x.projectB(t, at("u", "R", "plain")) // B learns R's offset (a key that is no UUID)
-	_, missedBefore := pg.PredictedBatches(x.b)
-	out = x.projectB(t, at("u", "R", sdkKey(t0)))
+	// of the tick in a partition A's rows hold is refused under the lock
+	// (no row wasted), one in a partition they do not hold is not, and a
+	// repeat is found the long way.
+	x.projectB(t, at("u", "P", "plain"), at("u", "R", "plain")) // B learns the offsets (keys that are no UUID)
+	committedBefore, missedBefore := pg.PredictedBatches(x.b)
+	out = x.projectB(t, at("u", "P", sdkKey(t0)))
 	wantDup(t, "B: a new key of the tick", out[0], false, uuid.Nil)
 	if _, missed := pg.PredictedBatches(x.b); missed != missedBefore+1 {
-		t.Fatalf("B: %d predictions refused, want %d (A's rows of the tick are unknown to B)", missed, missedBefore+1)
+		t.Fatalf("B: %d predictions refused, want %d (A's rows of the tick in P are unknown to B)", missed, missedBefore+1)
+	}
+	out = x.projectB(t, at("u", "R", sdkKey(t0)))
+	wantDup(t, "B: a new key of the tick in R", out[0], false, uuid.Nil)
+	if committed, _ := pg.PredictedBatches(x.b); committed != committedBefore+1 {
+		t.Fatalf("B: %d one-round-trip batches, want %d (no row of the tick holds R)", committed, committedBefore+1)
 	}
 	out = x.projectB(t, at("u", "P", k1), at("u", "Q", k3))
 	wantDup(t, "B: k1 again", out[0], true, first[0].Message.ID)
@@ -106,8 +112,69 @@ func TestDedupUUIDv7KeysUnderTicks(t *testing.T) {
 
 	// Every message once, in order.
 	got := stored(t, x.a, "u")
-	if n := len(got["P"]); n != 5 {
-		t.Fatalf("partition P holds %d messages, want 5 (k1, k2, k4, a new key and far; no repeat)", n)
+	if n := len(got["P"]); n != 7 {
+		t.Fatalf("partition P holds %d messages, want 7 (k1, k2, k4, a new key, B's plain and new keys, far; no repeat)", n)
+	}
+}
+
+// TestDedupUUIDv7CrowdedTick: keys that all carry one UUIDv7 time (a
+// producer repeating it) go under the tick's key for maxTickRows rows of
+// this broker at most, then under key hashes of their own; a repeat of
+// either kind is a duplicate.
+func TestDedupUUIDv7CrowdedTick(t *testing.T) {
+	b := setup(t)
+	t0 := now()
+	u, _ := uuid.Parse(sdkKey(t0))
+	key := func(i int) string { // one time, distinct keys
+		v := u
+		v[14], v[15] = byte(i>>8), byte(i)
+		return v.String()
+	}
+	const batches = pg.MaxTickRows + 4
+	var firsts []pg.ProjectItem
+	for i := range batches {
+		it := item("c", key(i), t0)
+		firsts = append(firsts, it)
+		wantDup(t, "new key", b.project(t, it)[0], false, uuid.Nil)
+	}
+	tick := pg.MintedMillis(u) / pg.MintedTickMillis
+	var rows int
+	if err := b.store.Pool().QueryRow(context.Background(),
+		`SELECT count(*) FROM queen.dedup_batches WHERE key_hashes && ARRAY[$1::bigint]`, pg.MintedKey(tick)).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != pg.MaxTickRows {
+		t.Fatalf("%d rows hold the tick's key, want %d", rows, pg.MaxTickRows)
+	}
+	out := b.project(t, item("c", key(0), t0), item("c", key(batches-1), t0))
+	wantDup(t, "a key under the tick, again", out[0], true, firsts[0].Message.ID)
+	wantDup(t, "a key under its own hash, again", out[1], true, firsts[batches-1].Message.ID)
+}
+
+// TestDedupUUIDv7OlderRowPartKey: a row written by a version that kept
+// one minted key per partition and tick still makes the text of its
+// minted id a duplicate on the one-round-trip way (assert_new_keys probes
+// that key; assert_known_rows does not see such a row).
+func TestDedupUUIDv7OlderRowPartKey(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	minted := item("op", "", now())
+	b.project(t, minted)
+	var pid uuid.UUID
+	if err := b.store.Pool().QueryRow(ctx, `SELECT partition_ids[1] FROM queen.dedup_batches`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	tick := pg.MintedMillis(minted.Message.ID) / pg.MintedTickMillis
+	if _, err := b.store.Pool().Exec(ctx, `UPDATE queen.dedup_batches SET key_hashes = ARRAY[$1::bigint]`, pg.MintedPartKey(pid, tick)); err != nil {
+		t.Fatal(err)
+	}
+	b.reopen(t)
+	b.project(t, item("op", "plain", now())) // the new Store learns the partition's offset
+	committed, _ := pg.PredictedBatches(b.store)
+	out := b.project(t, item("op", minted.Message.ID.String(), now()))
+	wantDup(t, "minted id as transactionId against an older row", out[0], true, minted.Message.ID)
+	if c, m := pg.PredictedBatches(b.store); c != committed || m != 1 {
+		t.Fatalf("one-round-trip batches %d -> %d, refused %d: want the attempt refused", committed, c, m)
 	}
 }
 

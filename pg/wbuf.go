@@ -166,7 +166,7 @@ func (w *batchWrites) wireLen() int {
 	// uuid[] 20 bytes an element; bigint[], integer[], boolean[] at most 12.
 	n += 20*len(w.segPID) + 12*3*len(w.segBase)
 	n += 12 * (len(w.newKeys) + len(w.runs.hashes) + len(w.runs.base) + len(w.knownTicks) + len(w.knownRows))
-	n += 20 * len(w.knownRows)
+	n += 20 * (len(w.knownRows) + len(w.knownParts))
 	n += 20 * len(w.runs.pid)
 	for _, q := range w.encQueues {
 		n += 4 + len(q) + 8 // text[] element, boolean[] element

@@ -242,10 +242,13 @@ type dedupRuns struct {
 	ticks  []int64 // the ticks whose mintedKey is in hashes
 	// mintedAt are the (tick, partition) pairs of the row's minted ids;
 	// tickKeys the client keys stored under a tick's mintedKey
-	// (tickStored), each with its keyHash (both for the Store's tickCache
-	// once the row is committed).
+	// (tickStored) (both for the Store's tickCache once the row is
+	// committed).
 	mintedAt []tickPart
-	tickKeys []tickKey
+	tickKeys []rowKey
+	// hint, when set, is how many messages the row will hold at most: the
+	// capacity tickKeys starts with (a batch can hold thousands).
+	hint int
 	// crowded, when set, reports that a tick has enough rows with its
 	// mintedKey already (tickCache.crowded): a client key of that tick
 	// then keeps its own keyHash.
@@ -257,6 +260,12 @@ type dedupRuns struct {
 type tickKey struct {
 	tick, hash int64
 	pid        uuid.UUID
+}
+
+// rowKey is a client key a row stores under mintedKey(tick): its tick and
+// its keyHash.
+type rowKey struct {
+	tick, hash int64
 }
 
 // tickPart is a tick and a partition.
@@ -310,7 +319,10 @@ func (r *dedupRuns) add(pid uuid.UUID, base int64, msgs []Message, keys []int64)
 				continue
 			}
 			r.addTick(tick)
-			r.tickKeys = append(r.tickKeys, tickKey{tick, h, pid})
+			if r.tickKeys == nil && r.hint > 0 {
+				r.tickKeys = make([]rowKey, 0, r.hint)
+			}
+			r.tickKeys = append(r.tickKeys, rowKey{tick, h})
 			continue
 		}
 		tick := mintedTick(m.ID)

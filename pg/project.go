@@ -505,6 +505,7 @@ func (s *Store) buildPredicted(items []ProjectItem, ids, lockIDs []uuid.UUID, pa
 		if known == nil {
 			known = make(map[dedupKey]struct{}, len(items)-i)
 			keys = make([]int64, len(items))
+			hashes = make([]int64, 0, len(items)-i)
 		}
 		if _, ok := known[k]; ok {
 			return nil, nil, errNoPrediction // first-wins inside the batch: the long way decides it
@@ -514,6 +515,9 @@ func (s *Store) buildPredicted(items []ProjectItem, ids, lockIDs []uuid.UUID, pa
 		hashes = append(hashes, keys[i])
 		if u, ok := mintedForm(k.txid); ok {
 			tick := mintedTick(u)
+			if tickKeys == nil {
+				tickKeys = make([]tickKey, 0, len(items)-i)
+			}
 			tickKeys = append(tickKeys, tickKey{tick, keys[i], k.pid})
 			if extra == nil {
 				extra = make(map[int64]struct{})
@@ -942,6 +946,9 @@ func (w *batchWrites) queue(b *pgx.Batch, items []ProjectItem, out []Outcome) {
 func (s *Store) buildWrites(lockIDs []uuid.UUID, parts map[uuid.UUID]*partState) (*batchWrites, error) {
 	w := &batchWrites{}
 	w.runs.crowded = s.ticks.crowded
+	for _, id := range lockIDs {
+		w.runs.hint += len(parts[id].msgs)
+	}
 	for _, id := range lockIDs {
 		ps := parts[id]
 		if len(ps.msgs) == 0 {

@@ -28,8 +28,8 @@ import (
 // at a time: those more than keepTicks behind the newest acceptance time
 // recorded (the projector's clock, so a projector catching up on a
 // backlog keeps what its batches need), and the oldest while more than
-// maxTickKeys keys are held (about 12 bytes a key: at most some 3 MB). A
-// keyHash is 64 bits of the key, so a key the cache names may be a
+// maxTickKeys keys are held (32 bits of each key's keyHash: at most some
+// 1.5 MB with the slices' spare room). A key the cache names may be a
 // collision, and the minted ids of a tick are not kept (a client key may
 // be the text of one): such a batch goes the long way, which decides
 // exactly. A clock that jumps forward drops every entry until acceptance
@@ -51,7 +51,11 @@ type tickBucket struct {
 	// tick, up to maxMintedParts; mintedAll: in more (taken as all).
 	mintedIn  []uuid.UUID
 	mintedAll bool
-	keys      map[int64]struct{}
+	// keys are the low 32 bits of the keyHash of every client key the
+	// rows store under the tick, unordered (4 bytes a key: the cache
+	// shares the broker's memory limit; a match of 32 bits that is not
+	// the key only sends its batch the long way).
+	keys []uint32
 }
 
 const (
@@ -134,15 +138,10 @@ func (c *tickCache) record(ref rowRef, r *dedupRuns) {
 	for _, k := range r.tickKeys {
 		if k.tick != last {
 			last, b = k.tick, bucket(k.tick)
-			if b.keys == nil {
-				b.keys = make(map[int64]struct{})
-			}
 		}
-		if _, ok := b.keys[k.hash]; !ok {
-			b.keys[k.hash] = struct{}{}
-			c.keys++
-		}
+		b.keys = append(b.keys, uint32(k.hash))
 	}
+	c.keys += len(r.tickKeys)
 	c.newest = max(c.newest, r.newest/1000/mintedTickMillis)
 	for len(c.ticks) > 0 && (c.ticks[0] < c.newest-keepTicks || c.keys > maxTickKeys) {
 		c.keys -= len(c.buckets[c.ticks[0]].keys)
@@ -163,13 +162,14 @@ func (c *tickCache) known(keys []tickKey) (rows []rowRef, fresh bool) {
 	defer c.mu.Unlock()
 	var last int64 = -1
 	var b *tickBucket
-	var seen []int64 // ticks whose rows are in rows (a batch spans a few)
+	var seen []*tickBucket       // buckets whose rows are in rows (a batch spans a few ticks)
+	var want map[uint32]struct{} // the keys' 32 bits, where their tick has keys
 	for _, k := range keys {
 		if k.tick != last {
 			last = k.tick
 			b = c.buckets[k.tick]
-			if b != nil && !slices.Contains(seen, k.tick) {
-				seen = append(seen, k.tick)
+			if b != nil && !slices.Contains(seen, b) {
+				seen = append(seen, b)
 				rows = append(rows, b.rows...)
 			}
 		}
@@ -179,8 +179,20 @@ func (c *tickCache) known(keys []tickKey) (rows []rowRef, fresh bool) {
 		if b.mintedAll || slices.Contains(b.mintedIn, k.pid) {
 			return nil, false
 		}
-		if _, ok := b.keys[k.hash]; ok {
-			return nil, false
+		if len(b.keys) > 0 {
+			if want == nil {
+				want = make(map[uint32]struct{}, len(keys))
+			}
+			want[uint32(k.hash)] = struct{}{}
+		}
+	}
+	// One pass over each tick's recorded keys (a match in another tick of
+	// the batch is taken as a match too).
+	for _, b := range seen {
+		for _, h := range b.keys {
+			if _, ok := want[h]; ok {
+				return nil, false
+			}
 		}
 	}
 	return rows, true

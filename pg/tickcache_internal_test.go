@@ -95,7 +95,7 @@ func TestDedupRowTickKeys(t *testing.T) {
 	if want := []tickPart{{first, pid}, {second, pid2}}; !slices.Equal(r.mintedAt, want) {
 		t.Fatalf("minted at %v, want %v", r.mintedAt, want)
 	}
-	wantKeys := []tickKey{{first, keyHash(pid, sameTick), pid}, {second, keyHash(pid, nextTick), pid}}
+	wantKeys := []rowKey{{first, keyHash(pid, sameTick)}, {second, keyHash(pid, nextTick)}}
 	if !slices.Equal(r.tickKeys, wantKeys) {
 		t.Fatalf("tick keys %v, want %v", r.tickKeys, wantKeys)
 	}
@@ -112,8 +112,8 @@ func TestTickCache(t *testing.T) {
 	r1 := rowRef{uuid.New(), 0}
 	r2 := rowRef{uuid.New(), 7}
 	at := int64(101 * mintedTickMillis * 1000) // µs, in tick 101
-	c.record(r1, &dedupRuns{ticks: []int64{100, 101}, tickKeys: []tickKey{{100, 1, p}, {101, 2, p}, {100, 3, p}}, newest: at})
-	c.record(r2, &dedupRuns{ticks: []int64{101}, tickKeys: []tickKey{{101, 4, q}}, newest: at})
+	c.record(r1, &dedupRuns{ticks: []int64{100, 101}, tickKeys: []rowKey{{100, 1}, {101, 2}, {100, 3}}, newest: at})
+	c.record(r2, &dedupRuns{ticks: []int64{101}, tickKeys: []rowKey{{101, 4}}, newest: at})
 	rows, fresh := c.known([]tickKey{{101, 9, p}, {100, 8, p}, {101, 10, q}})
 	if !fresh || !slices.Equal(rows, []rowRef{r1, r2, r1}) {
 		t.Fatalf("known: %v %v, want rows of 101 then 100, fresh", rows, fresh)
@@ -157,7 +157,7 @@ func TestTickCache(t *testing.T) {
 	}
 	// Accepted far later: the old ticks go, whatever ticks the row holds,
 	// and count as crowded from then on.
-	c.record(rowRef{uuid.New(), 2}, &dedupRuns{ticks: []int64{90}, tickKeys: []tickKey{{90, 1, p}},
+	c.record(rowRef{uuid.New(), 2}, &dedupRuns{ticks: []int64{90}, tickKeys: []rowKey{{90, 1}},
 		newest: (100 + keepTicks + 1) * mintedTickMillis * 1000})
 	if _, ok := c.buckets[100]; ok {
 		t.Error("tick 100 kept past keepTicks")
@@ -173,11 +173,11 @@ func TestTickCache(t *testing.T) {
 	}
 	// Too many keys: the oldest ticks go first.
 	recent := 100 + keepTicks // within keepTicks of the newest acceptance
-	c.record(rowRef{uuid.New(), 4}, &dedupRuns{ticks: []int64{recent}, tickKeys: []tickKey{{recent, 1, p}, {recent, 2, p}}, newest: at})
+	c.record(rowRef{uuid.New(), 4}, &dedupRuns{ticks: []int64{recent}, tickKeys: []rowKey{{recent, 1}, {recent, 2}}, newest: at})
 	big := dedupRuns{newest: at}
 	big.ticks = []int64{recent + 1}
 	for i := range maxTickKeys {
-		big.tickKeys = append(big.tickKeys, tickKey{recent + 1, int64(i + 1000), p})
+		big.tickKeys = append(big.tickKeys, rowKey{recent + 1, int64(i + 1000)})
 	}
 	c.record(rowRef{uuid.New(), 3}, &big)
 	if _, ok := c.buckets[recent]; ok || c.keys > maxTickKeys {

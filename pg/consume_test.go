@@ -29,6 +29,13 @@ func TestPopAutoAckConcurrentExactlyOnce(t *testing.T) {
 			t.Fatalf("%v delivered, beyond the %d stored", k, per)
 		}
 	}
+	wantCursorsAtEnd(t, ctx, st)
+}
+
+// wantCursorsAtEnd fails t unless every consumer cursor of st's database
+// is at its partition's end.
+func wantCursorsAtEnd(t *testing.T, ctx context.Context, st *pg.Store) {
+	t.Helper()
 	var behind int
 	if err := st.Pool().QueryRow(ctx, `SELECT count(*) FROM queen.consumer_cursors c JOIN queen.partitions p ON p.id = c.partition_id
 		WHERE c.cursor_offset <> p.next_offset`).Scan(&behind); err != nil || behind != 0 {
@@ -167,11 +174,7 @@ func TestPopAutoAckCombined(t *testing.T) {
 	if n := pg.CombinedPops(st); n == 0 {
 		t.Fatal("no pop was served by a combined transaction")
 	}
-	var behind int
-	if err := st.Pool().QueryRow(ctx, `SELECT count(*) FROM queen.consumer_cursors c JOIN queen.partitions p ON p.id = c.partition_id
-		WHERE c.cursor_offset <> p.next_offset`).Scan(&behind); err != nil || behind != 0 {
-		t.Fatalf("cursors not at the partitions' ends: %d (%v)", behind, err)
-	}
+	wantCursorsAtEnd(t, ctx, st)
 }
 
 // TestPopAutoAckCombinedGroups: concurrent autoAck pops of several

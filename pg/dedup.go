@@ -246,9 +246,6 @@ type dedupRuns struct {
 	// committed).
 	mintedAt []tickPart
 	tickKeys []rowKey
-	// hint, when set, is how many messages the row will hold at most: the
-	// capacity tickKeys starts with (a batch can hold thousands).
-	hint int
 	// crowded, when set, reports that a tick has enough rows with its
 	// mintedKey already (tickCache.crowded): a client key of that tick
 	// then keeps its own keyHash.
@@ -319,9 +316,6 @@ func (r *dedupRuns) add(pid uuid.UUID, base int64, msgs []Message, keys []int64)
 				continue
 			}
 			r.addTick(tick)
-			if r.tickKeys == nil && r.hint > 0 {
-				r.tickKeys = make([]rowKey, 0, r.hint)
-			}
 			r.tickKeys = append(r.tickKeys, rowKey{tick, h})
 			continue
 		}
@@ -470,31 +464,16 @@ func (p *probeSet) read(br pgx.BatchResults, known map[dedupKey]*dedupEntry) err
 			return fmt.Errorf("pg: dedup sidecar row with %d partitions and %d base offsets", len(pids), len(bases))
 		}
 		// A tick key names every key of its tick, and a row of a batch over
-		// many partitions lists them all: past a few, find the key's
-		// partition through a map instead of a scan per key.
-		var at map[uuid.UUID]int
-		if len(pids) > 8 {
-			at = make(map[uuid.UUID]int, len(pids))
-			for j := range pids {
-				at[pids[j].Bytes] = j
-			}
+		// many partitions lists them all: find the key's partition through a
+		// map, not a scan per key.
+		at := make(map[uuid.UUID]int, len(pids))
+		for j := range pids {
+			at[pids[j].Bytes] = j
 		}
 		for _, h := range hashes {
 			for _, k := range p.byHash[h] {
-				j := -1
-				if at != nil {
-					if i, ok := at[k.pid]; ok {
-						j = i
-					}
-				} else {
-					for i := range pids {
-						if pids[i].Bytes == k.pid {
-							j = i
-							break
-						}
-					}
-				}
-				if j < 0 {
+				j, ok := at[k.pid]
+				if !ok {
 					continue
 				}
 				if c := (seen{k, bases[j]}); !dup[c] {
@@ -615,13 +594,8 @@ func originals(ctx context.Context, conn batcher, cands []candidate, found func(
 	refIdx := make(map[segRef]int)
 	var refPID []uuid.UUID
 	var refOff []int64
-	byRef := make(map[int][]dedupKey)
+	var byRef [][]dedupKey              // the keys of ref i (a key twice is harmless: see want)
 	refsOf := make(map[uuid.UUID][]int) // a partition's refs
-	type refKey struct {
-		i int
-		k dedupKey
-	}
-	paired := make(map[refKey]bool)
 	keyIdx := make(map[dedupKey]bool)
 	var exPID []uuid.UUID
 	var exTx [][]byte
@@ -631,13 +605,10 @@ func originals(ctx context.Context, conn batcher, cands []candidate, found func(
 		if !ok {
 			i = len(refPID)
 			refIdx[r] = i
-			refPID, refOff = append(refPID, r.pid), append(refOff, r.off)
+			refPID, refOff, byRef = append(refPID, r.pid), append(refOff, r.off), append(byRef, nil)
 			refsOf[r.pid] = append(refsOf[r.pid], i)
 		}
-		if rk := (refKey{i, c.k}); !paired[rk] {
-			paired[rk] = true
-			byRef[i] = append(byRef[i], c.k)
-		}
+		byRef[i] = append(byRef[i], c.k)
 		if !keyIdx[c.k] {
 			keyIdx[c.k] = true
 			exPID, exTx = append(exPID, c.k.pid), append(exTx, []byte(c.k.txid))

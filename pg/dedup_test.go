@@ -210,22 +210,29 @@ func TestDedupHashCollisionAcrossPartitionsIsExact(t *testing.T) {
 // minted ids.
 func TestDedupMintedKeyOfOlderRows(t *testing.T) {
 	b := setup(t)
+	minted := b.olderMintedRow(t, "om")
+	out := b.project(t, item("om", minted.Message.ID.String(), now()))
+	wantDup(t, "minted id as transactionId against an older row", out[0], true, minted.Message.ID)
+}
+
+// olderMintedRow projects a push without transactionId to queue q (the
+// only sidecar row of b's database) and rewrites its row as a version
+// that kept one minted key per partition and tick (mintedPartKey) wrote
+// it; it returns the item.
+func (b *bundle) olderMintedRow(t *testing.T, q string) pg.ProjectItem {
+	t.Helper()
 	ctx := context.Background()
-	minted := item("om", "", now())
+	minted := item(q, "", now())
 	b.project(t, minted)
 	var pid uuid.UUID
 	if err := b.store.Pool().QueryRow(ctx, `SELECT partition_ids[1] FROM queen.dedup_batches`).Scan(&pid); err != nil {
 		t.Fatal(err)
 	}
-	tick := int64(minted.Message.ID[0])<<40 | int64(minted.Message.ID[1])<<32 | int64(minted.Message.ID[2])<<24 |
-		int64(minted.Message.ID[3])<<16 | int64(minted.Message.ID[4])<<8 | int64(minted.Message.ID[5])
-	tick /= pg.MintedTickMillis
-	// As an older version wrote it.
+	tick := pg.MintedMillis(minted.Message.ID) / pg.MintedTickMillis
 	if _, err := b.store.Pool().Exec(ctx, `UPDATE queen.dedup_batches SET key_hashes = ARRAY[$1::bigint]`, pg.MintedPartKey(pid, tick)); err != nil {
 		t.Fatal(err)
 	}
-	out := b.project(t, item("om", minted.Message.ID.String(), now()))
-	wantDup(t, "minted id as transactionId against an older row", out[0], true, minted.Message.ID)
+	return minted
 }
 
 // TestDedupSweepExpiresBatchRows: a row goes once its latest window end

@@ -640,8 +640,7 @@ type offsetGuess struct {
 // stored under tick keys, for the tick cache.
 type batchLearned struct {
 	offsets []learnedOffset
-	row     rowRef
-	runs    *dedupRuns // the row's keys; nil: no row with ticks
+	runs    *dedupRuns // the sidecar row; nil: no row with ticks
 }
 
 // learnedFrom is batchLearned for a batch that locked lockIDs (parts: the
@@ -649,7 +648,7 @@ type batchLearned struct {
 func learnedFrom(lockIDs []uuid.UUID, parts map[uuid.UUID]*partState, w *batchWrites) batchLearned {
 	l := batchLearned{offsets: learnedOffsets(lockIDs, parts)}
 	if w != nil && len(w.runs.ticks) > 0 {
-		l.row, l.runs = w.runs.ref(), &w.runs
+		l.runs = &w.runs
 	}
 	return l
 }
@@ -686,7 +685,7 @@ func learnedOffsets(lockIDs []uuid.UUID, parts map[uuid.UUID]*partState) []learn
 // keeping a hold in force, and the batch's sidecar row in the tick cache.
 func (s *Store) learnOffsets(bl batchLearned) {
 	if bl.runs != nil {
-		s.ticks.record(bl.row, bl.runs)
+		s.ticks.record(bl.runs)
 	}
 	l := bl.offsets
 	if len(l) == 0 {
@@ -946,9 +945,6 @@ func (w *batchWrites) queue(b *pgx.Batch, items []ProjectItem, out []Outcome) {
 func (s *Store) buildWrites(lockIDs []uuid.UUID, parts map[uuid.UUID]*partState) (*batchWrites, error) {
 	w := &batchWrites{}
 	w.runs.crowded = s.ticks.crowded
-	for _, id := range lockIDs {
-		w.runs.hint += len(parts[id].msgs)
-	}
 	for _, id := range lockIDs {
 		ps := parts[id]
 		if len(ps.msgs) == 0 {

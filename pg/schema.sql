@@ -505,7 +505,6 @@ $$;
 -- hold an original of the batch's keys (dedup is per partition). Runs
 -- after store_segments has locked the batch's partitions, as
 -- assert_new_keys.
-DROP FUNCTION IF EXISTS queen.assert_known_rows(bigint[], uuid[], bigint[]);
 CREATE OR REPLACE FUNCTION queen.assert_known_rows(ticks bigint[], parts uuid[], pids uuid[], bases bigint[])
 RETURNS void
 LANGUAGE plpgsql STABLE

@@ -96,14 +96,15 @@ func (c *tickCache) crowded(tick int64) bool {
 	return tick <= c.dropped
 }
 
-// record adds committed row ref to the entries of its ticks (r.ticks),
-// with its client keys stored under them (r.tickKeys) and whether it holds
-// minted ids of each (r.mintedTicks); r.newest is its newest acceptance
-// time (µs).
-func (c *tickCache) record(ref rowRef, r *dedupRuns) {
+// record adds committed row r (r.ref()) to the entries of its ticks
+// (r.ticks), with its client keys stored under them (r.tickKeys) and the
+// partitions in which it holds minted ids of each (r.mintedAt); r.newest
+// is its newest acceptance time (µs).
+func (c *tickCache) record(r *dedupRuns) {
 	if len(r.ticks) == 0 {
 		return
 	}
+	ref := r.ref()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.buckets == nil {

@@ -101,6 +101,12 @@ func TestDedupRowTickKeys(t *testing.T) {
 	}
 }
 
+// rowOf is r as the row whose first partition and base offset are ref's.
+func rowOf(ref rowRef, r *dedupRuns) *dedupRuns {
+	r.pid, r.base = []uuid.UUID{ref.pid}, []int64{ref.base}
+	return r
+}
+
 // TestTickCache: known names the rows recorded for the keys' ticks and is
 // fresh unless a key's hash was recorded under its tick or the tick's rows
 // hold minted ids in the key's partition; crowded counts a tick's rows;
@@ -112,8 +118,8 @@ func TestTickCache(t *testing.T) {
 	r1 := rowRef{uuid.New(), 0}
 	r2 := rowRef{uuid.New(), 7}
 	at := int64(101 * mintedTickMillis * 1000) // µs, in tick 101
-	c.record(r1, &dedupRuns{ticks: []int64{100, 101}, tickKeys: []rowKey{{100, 1}, {101, 2}, {100, 3}}, newest: at})
-	c.record(r2, &dedupRuns{ticks: []int64{101}, tickKeys: []rowKey{{101, 4}}, newest: at})
+	c.record(rowOf(r1, &dedupRuns{ticks: []int64{100, 101}, tickKeys: []rowKey{{100, 1}, {101, 2}, {100, 3}}, newest: at}))
+	c.record(rowOf(r2, &dedupRuns{ticks: []int64{101}, tickKeys: []rowKey{{101, 4}}, newest: at}))
 	rows, fresh := c.known([]tickKey{{101, 9, p}, {100, 8, p}, {101, 10, q}})
 	if !fresh || !slices.Equal(rows, []rowRef{r1, r2, r1}) {
 		t.Fatalf("known: %v %v, want rows of 101 then 100, fresh", rows, fresh)
@@ -128,7 +134,7 @@ func TestTickCache(t *testing.T) {
 	}
 	// A row with minted ids of a tick in partition q: q's keys of the tick
 	// are not fresh (a key may be a minted id's text), p's are.
-	c.record(rowRef{uuid.New(), 1}, &dedupRuns{ticks: []int64{102}, mintedAt: []tickPart{{102, q}}, newest: at})
+	c.record(rowOf(rowRef{uuid.New(), 1}, &dedupRuns{ticks: []int64{102}, mintedAt: []tickPart{{102, q}}, newest: at}))
 	if _, fresh := c.known([]tickKey{{102, 99, q}}); fresh {
 		t.Error("tick with minted ids in the key's partition taken as fresh")
 	}
@@ -141,7 +147,7 @@ func TestTickCache(t *testing.T) {
 	for range maxMintedParts + 1 {
 		many.mintedAt = append(many.mintedAt, tickPart{103, uuid.New()})
 	}
-	c.record(rowRef{uuid.New(), 9}, &many)
+	c.record(rowOf(rowRef{uuid.New(), 9}, &many))
 	if _, fresh := c.known([]tickKey{{103, 99, p}}); fresh {
 		t.Error("tick with minted ids in more than maxMintedParts partitions taken as fresh for another")
 	}
@@ -150,15 +156,15 @@ func TestTickCache(t *testing.T) {
 		if c.crowded(104) {
 			t.Fatalf("tick 104 crowded at %d rows", i)
 		}
-		c.record(rowRef{uuid.New(), int64(i)}, &dedupRuns{ticks: []int64{104}, newest: at})
+		c.record(rowOf(rowRef{uuid.New(), int64(i)}, &dedupRuns{ticks: []int64{104}, newest: at}))
 	}
 	if !c.crowded(104) {
 		t.Errorf("tick 104 not crowded at %d rows", maxTickRows)
 	}
 	// Accepted far later: the old ticks go, whatever ticks the row holds,
 	// and count as crowded from then on.
-	c.record(rowRef{uuid.New(), 2}, &dedupRuns{ticks: []int64{90}, tickKeys: []rowKey{{90, 1}},
-		newest: (100 + keepTicks + 1) * mintedTickMillis * 1000})
+	c.record(rowOf(rowRef{uuid.New(), 2}, &dedupRuns{ticks: []int64{90}, tickKeys: []rowKey{{90, 1}},
+		newest: (100 + keepTicks + 1) * mintedTickMillis * 1000}))
 	if _, ok := c.buckets[100]; ok {
 		t.Error("tick 100 kept past keepTicks")
 	}
@@ -173,13 +179,13 @@ func TestTickCache(t *testing.T) {
 	}
 	// Too many keys: the oldest ticks go first.
 	recent := 100 + keepTicks // within keepTicks of the newest acceptance
-	c.record(rowRef{uuid.New(), 4}, &dedupRuns{ticks: []int64{recent}, tickKeys: []rowKey{{recent, 1}, {recent, 2}}, newest: at})
+	c.record(rowOf(rowRef{uuid.New(), 4}, &dedupRuns{ticks: []int64{recent}, tickKeys: []rowKey{{recent, 1}, {recent, 2}}, newest: at}))
 	big := dedupRuns{newest: at}
 	big.ticks = []int64{recent + 1}
 	for i := range maxTickKeys {
 		big.tickKeys = append(big.tickKeys, rowKey{recent + 1, int64(i + 1000)})
 	}
-	c.record(rowRef{uuid.New(), 3}, &big)
+	c.record(rowOf(rowRef{uuid.New(), 3}, &big))
 	if _, ok := c.buckets[recent]; ok || c.keys > maxTickKeys {
 		t.Errorf("over maxTickKeys: tick %d kept or %d keys held", recent, c.keys)
 	}

@@ -58,8 +58,7 @@ func TestDedupUUIDv7KeysUnderTicks(t *testing.T) {
 		t.Fatal(err)
 	}
 	u1, _ := uuid.Parse(k1)
-	tick := int64(u1[0])<<40 | int64(u1[1])<<32 | int64(u1[2])<<24 | int64(u1[3])<<16 | int64(u1[4])<<8 | int64(u1[5])
-	tick /= pg.MintedTickMillis
+	tick := pg.MintedMillis(u1) / pg.MintedTickMillis
 	if !slices.Contains(keys, pg.MintedKey(tick)) || slices.Contains(keys, pg.KeyHash(pidP, k1)) {
 		t.Fatalf("sidecar keys %v: want the tick's minted key %d and no key hash of %s", keys, pg.MintedKey(tick), k1)
 	}
@@ -157,17 +156,7 @@ func TestDedupUUIDv7CrowdedTick(t *testing.T) {
 // that key; assert_known_rows does not see such a row).
 func TestDedupUUIDv7OlderRowPartKey(t *testing.T) {
 	b := setup(t)
-	ctx := context.Background()
-	minted := item("op", "", now())
-	b.project(t, minted)
-	var pid uuid.UUID
-	if err := b.store.Pool().QueryRow(ctx, `SELECT partition_ids[1] FROM queen.dedup_batches`).Scan(&pid); err != nil {
-		t.Fatal(err)
-	}
-	tick := pg.MintedMillis(minted.Message.ID) / pg.MintedTickMillis
-	if _, err := b.store.Pool().Exec(ctx, `UPDATE queen.dedup_batches SET key_hashes = ARRAY[$1::bigint]`, pg.MintedPartKey(pid, tick)); err != nil {
-		t.Fatal(err)
-	}
+	minted := b.olderMintedRow(t, "op")
 	b.reopen(t)
 	b.project(t, item("op", "plain", now())) // the new Store learns the partition's offset
 	committed, _ := pg.PredictedBatches(b.store)

@@ -1,7 +1,7 @@
 # Two commands for a newcomer: `make run` and `make test` (see README.md).
 GO ?= go
 
-.PHONY: run test build bench bench-smoke fuzz soak docs
+.PHONY: run test build bench bench-smoke bench-wrk fuzz soak docs
 SOAKTIME ?= 60s
 # Version and commit stamped into `queen version` (Go's own vcs stamp is
 # missing in git worktrees and with -buildvcs=false).
@@ -42,6 +42,15 @@ bench:
 ## temporary directory; fails when a scenario fails to run or verify (CI runs it)
 bench-smoke:
 	bash scripts/bench.sh --smoke
+
+## bench-wrk: push rows with wrk as the load generator instead of queen-bench's
+## producers, WRKTIME each (scripts/wrk-push.sh; docs/benchmarking.md, "An
+## independent load generator: wrk"). WRKROWS: "CONNECTIONS ITEMS PARTITIONS"
+## triples, comma-separated (default the five push rows); CI runs one briefly.
+WRKTIME ?= 10s
+WRKROWS ?= 8 100 10,50 100 1001,50 10 1001,64 1 10,16 100 10000
+bench-wrk: build
+	@rows='$(WRKROWS)'; IFS=,; for row in $$rows; do IFS=' '; bash scripts/wrk-push.sh $$row $(WRKTIME) || exit 1; IFS=,; done
 
 ## fuzz: each fuzz target for FUZZEXECS executions (CI runs it briefly).
 ## Budgets are execution counts, not durations: with a duration (-fuzztime=10s)

@@ -26,6 +26,9 @@
 //	queen-bench -scenario rows -duration 10s -markdown BENCHMARKS.md -plots docs/bench
 //	queen-bench -scenario push-8x100-p10,pop-c10-b100 -txid minted -json
 //
+// With -serve, it starts such a broker and cluster and keeps them for
+// another load generator (scripts/wrk-push.sh drives wrk with it).
+//
 // Exit status: 0 when the run completed and verification (if any) found no
 // problem, 1 on a run or verification error, 2 for bad flags, 3 when
 // verification (of the stored queue or of what the consumers received)
@@ -86,6 +89,7 @@ func run(args []string) int {
 	fs.StringVar(&sf.results, "results", "", "with -scenario: also write each result as a JSON line to this file")
 	fs.StringVar(&sf.madeWith, "made-with", "", "with -markdown: how the report was made, printed in it (default the queen-bench command line)")
 	fs.StringVar(&sf.from, "from", "", "render -markdown/-plots from a results file (JSON lines) instead of running")
+	serveOnly := fs.Bool("serve", false, "start a fresh broker (-broker) on a fresh PostgreSQL (durable unless -durable=false), print {url, pg_url, broker_pid, postmaster_pid, durable} as one JSON line, and keep both until SIGINT or SIGTERM: for another load generator (scripts/wrk-push.sh)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -98,6 +102,9 @@ func run(args []string) int {
 	}
 	if sf.listOnly {
 		return listScenarios()
+	}
+	if *serveOnly {
+		return serve(sf)
 	}
 	if sf.list != "" || sf.from != "" {
 		fs.Visit(func(f *flag.Flag) {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -109,6 +110,27 @@ var mintedKey = func(tick int64) int64 {
 	return int64(xxhash.Sum64(b[:]))
 }
 
+// hashedTickKey marks a sidecar row that keeps a client key in the minted
+// form (UUIDv7 text) of tick under the key's own keyHash rather than under
+// the tick's mintedKey (outside clientTickSkew, or crowded): XXH64 (seed
+// 0) of the bytes 0xff 0xfd and tick as 8 big-endian bytes, in the row's
+// key_hashes once per such tick. A batch whose minted-form keys are not
+// probed by their keyHash (projectPredicted, once no row of an earlier
+// layout remains: dedup_batches.layout) checks these marks of their ticks
+// instead (assert_tick_rows). A variable so that tests can force
+// collisions.
+var hashedTickKey = func(tick int64) int64 {
+	var b [10]byte
+	b[0], b[1] = 0xff, 0xfd
+	binary.BigEndian.PutUint64(b[2:], uint64(tick))
+	return int64(xxhash.Sum64(b[:]))
+}
+
+// rowLayout is the queen.dedup_batches.layout of the rows this version
+// writes: every minted-form client key kept under its own keyHash has its
+// tick's hashedTickKey in the row (NULL: rows of earlier versions).
+const rowLayout = 2
+
 // clientTickSkew bounds how far a client transactionId in the minted form
 // (canonical lowercase UUIDv7 text) may lie, by its UUIDv7 time, from its
 // acceptance time for the key to be stored as a minted id is, under its
@@ -129,20 +151,17 @@ const clientTickSkew = time.Second
 
 // tickStored reports whether m's client transactionId is stored under its
 // tick's mintedKey (not keyHash), and the tick: the transactionId is
-// in the minted form and its UUIDv7 time is within clientTickSkew of m's
-// acceptance time (CreatedAtMicros). A function of the message alone, so a
-// WAL replay stores a key as the live path did. m must not be a minted id
-// (minted).
-func tickStored(m *Message) (int64, bool) {
-	u, ok := mintedForm(m.TransactionID)
-	if !ok {
-		return 0, false
+// in the minted form (form; tick is valid then) and its UUIDv7 time is
+// within clientTickSkew of m's acceptance time (CreatedAtMicros). A
+// function of the message alone, so a WAL replay stores a key as the live
+// path did. m must not be a minted id (minted).
+func tickStored(m *Message) (tick int64, form, ok bool) {
+	u, form := mintedForm(m.TransactionID)
+	if !form {
+		return 0, false, false
 	}
 	d := mintedMillis(u) - m.CreatedAtMicros/1000
-	if d < -clientTickSkew.Milliseconds() || d > clientTickSkew.Milliseconds() {
-		return 0, false
-	}
-	return mintedTick(u), true
+	return mintedTick(u), true, d >= -clientTickSkew.Milliseconds() && d <= clientTickSkew.Milliseconds()
 }
 
 // mintedPartKey is the minted key of rows written by versions before
@@ -246,6 +265,8 @@ type dedupRuns struct {
 	// committed).
 	mintedAt []tickPart
 	tickKeys []rowKey
+	// marked are the ticks whose hashedTickKey the row holds.
+	marked []int64
 	// crowded, when set, reports that a tick has enough rows with its
 	// mintedKey already (tickCache.crowded): a client key of that tick
 	// then keeps its own keyHash.
@@ -304,7 +325,7 @@ func (r *dedupRuns) add(pid uuid.UUID, base int64, msgs []Message, keys []int64)
 			} else {
 				h = keyHash(pid, m.TransactionID)
 			}
-			tick, ok := tickStored(m)
+			tick, form, ok := tickStored(m)
 			if ok && r.crowded != nil {
 				if tick != lastTick {
 					lastTick, lastCrowded = tick, r.crowded(tick)
@@ -313,6 +334,12 @@ func (r *dedupRuns) add(pid uuid.UUID, base int64, msgs []Message, keys []int64)
 			}
 			if !ok {
 				r.hashes = append(r.hashes, h)
+				if form && !slices.Contains(r.marked, tick) {
+					// Outside its tick: the row says so under the tick
+					// (hashedTickKey).
+					r.marked = append(r.marked, tick)
+					r.hashes = append(r.hashes, hashedTickKey(tick))
+				}
 				continue
 			}
 			r.addTick(tick)
@@ -357,10 +384,10 @@ func (r *dedupRuns) queue(b *pgx.Batch, queues []string) {
 	if len(r.pid) == 0 {
 		return
 	}
-	b.Queue(`INSERT INTO queen.dedup_batches (expires_at, partition_ids, base_offsets, key_hashes)
+	b.Queue(`INSERT INTO queen.dedup_batches (expires_at, partition_ids, base_offsets, key_hashes, layout)
 		SELECT $1::timestamptz + make_interval(secs => coalesce((SELECT max(q.dedup_window_seconds)
 			FROM queen.queues q WHERE q.name = ANY($5::text[])), 0)),
-			$2, $3, $4`,
+			$2, $3, $4, `+strconv.Itoa(rowLayout),
 		time.UnixMicro(r.newest), pgUUIDs(r.pid), r.base, r.hashes, queues)
 }
 
@@ -703,7 +730,8 @@ func sidecarOffsets(ctx context.Context, tx pgx.Tx, pid uuid.UUID, txid string) 
 
 // refreshLegacy records whether older versions' sidecar tables hold
 // entries: exact entries of queen.dedup that were not spilled, or rows of
-// queen.dedup_runs (see the sidecar description above).
+// queen.dedup_runs (see the sidecar description above); and whether
+// queen.dedup_batches holds rows of an earlier layout (unmarkedRows).
 func (s *Store) refreshLegacy(ctx context.Context, q interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
 }) error {
@@ -719,6 +747,11 @@ func (s *Store) refreshLegacy(ctx context.Context, q interface {
 	}
 	s.legacyRuns.Store(runs)
 	s.legacyDedup.Store(exact || runs)
+	var unmarked bool
+	if err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM queen.dedup_batches WHERE layout IS NULL)`).Scan(&unmarked); err != nil {
+		return fmt.Errorf("pg: dedup rows of an earlier layout: %w", err)
+	}
+	s.unmarkedRows.Store(unmarked)
 	return nil
 }
 
@@ -809,7 +842,7 @@ func (s *Store) SweepDedup(ctx context.Context, grace time.Duration, limit int) 
 			n += tag.RowsAffected()
 		}
 	}
-	if s.legacyDedup.Load() {
+	if s.legacyDedup.Load() || s.unmarkedRows.Load() {
 		if err := s.refreshLegacy(ctx, s.pool); err != nil {
 			return n, err
 		}

@@ -218,7 +218,7 @@ func TestDedupMintedKeyOfOlderRows(t *testing.T) {
 // olderMintedRow projects a push without transactionId to queue q (the
 // only sidecar row of b's database) and rewrites its row as a version
 // that kept one minted key per partition and tick (mintedPartKey) wrote
-// it; it returns the item.
+// it (no layout: such versions wrote none); it returns the item.
 func (b *bundle) olderMintedRow(t *testing.T, q string) pg.ProjectItem {
 	t.Helper()
 	ctx := context.Background()
@@ -229,7 +229,7 @@ func (b *bundle) olderMintedRow(t *testing.T, q string) pg.ProjectItem {
 		t.Fatal(err)
 	}
 	tick := pg.MintedMillis(minted.Message.ID) / pg.MintedTickMillis
-	if _, err := b.store.Pool().Exec(ctx, `UPDATE queen.dedup_batches SET key_hashes = ARRAY[$1::bigint]`, pg.MintedPartKey(pid, tick)); err != nil {
+	if _, err := b.store.Pool().Exec(ctx, `UPDATE queen.dedup_batches SET key_hashes = ARRAY[$1::bigint], layout = NULL`, pg.MintedPartKey(pid, tick)); err != nil {
 		t.Fatal(err)
 	}
 	return minted

@@ -65,7 +65,7 @@ func TestSchemaDedupStorageExternal(t *testing.T) {
 		}
 		return o
 	}
-	const want = "base_offsets=x,expires_at=p,key_hashes=e,partition_ids=e"
+	const want = "base_offsets=x,expires_at=p,key_hashes=e,layout=p,partition_ids=e"
 	if got := storage(s); got != want {
 		t.Fatalf("new database: storage %q, want %q", got, want)
 	}

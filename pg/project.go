@@ -251,6 +251,15 @@ func (s *Store) projectTx(ctx context.Context, conn batcher, begin bool, items [
 			s.predicted.Add(1)
 			return out, learned, nil
 		case errors.Is(err, errNoPrediction):
+		case isCode(err, codeUnmarkedRows):
+			// A broker of an earlier version wrote a sidecar row since the
+			// last look: probe minted-form keys by their keyHash again
+			// until the sweep's look finds none (refreshLegacy).
+			s.unmarkedRows.Store(true)
+			s.predictedMiss.Add(1)
+			if _, rerr := conn.Exec(ctx, "ROLLBACK"); rerr != nil {
+				return nil, batchLearned{}, errors.Join(err, rerr)
+			}
 		case isCode(err, codeOffsetsStale) || isCode(err, codeKeysNotNew):
 			s.predictedMiss.Add(1)
 			s.log.Debug("pg: one-round-trip projection batch rolled back; projecting it the long way", "err", err)
@@ -464,7 +473,7 @@ func (s *Store) projectPredicted(ctx context.Context, conn batcher, items []Proj
 	w.queue(&b, items, out)
 	finish(&b)
 	if err := sendBatch(ctx, conn, &b, w.wireLen()).Close(); err != nil {
-		if isCode(err, codeOffsetsStale) || isCode(err, codeKeysNotNew) {
+		if isCode(err, codeOffsetsStale) || isCode(err, codeKeysNotNew) || isCode(err, codeUnmarkedRows) {
 			return nil, batchLearned{}, fmt.Errorf("pg: predicted batch: %w", err)
 		}
 		return nil, batchLearned{}, fmt.Errorf("pg: write and commit (outcome unknown): %w", err)
@@ -492,6 +501,13 @@ func (s *Store) buildPredicted(items []ProjectItem, ids, lockIDs []uuid.UUID, pa
 	var tickKeys []tickKey
 	var extra map[int64]struct{}
 	anyMinted := false
+	// unmarked: the sidecar may hold rows of an earlier layout, which keep
+	// minted-form keys under their keyHash without a mark and minted ids
+	// per partition (dedup_batches.layout): such keys are probed by both.
+	// Otherwise a minted-form key is found through its tick alone: under
+	// the tick's mintedKey, or, kept under its own keyHash, in a row
+	// marked with the tick's hashedTickKey (assert_tick_rows).
+	unmarked := s.unmarkedRows.Load()
 	for i := range items {
 		m := &items[i].Message
 		if minted(m) {
@@ -512,13 +528,19 @@ func (s *Store) buildPredicted(items []ProjectItem, ids, lockIDs []uuid.UUID, pa
 		}
 		known[k] = struct{}{}
 		keys[i] = keyHash(k.pid, k.txid)
-		hashes = append(hashes, keys[i])
-		if u, ok := mintedForm(k.txid); ok {
+		u, form := mintedForm(k.txid)
+		if !form || unmarked {
+			hashes = append(hashes, keys[i])
+		}
+		if form {
 			tick := mintedTick(u)
 			if tickKeys == nil {
 				tickKeys = make([]tickKey, 0, len(items)-i)
 			}
 			tickKeys = append(tickKeys, tickKey{tick, keys[i], k.pid})
+			if !unmarked {
+				continue
+			}
 			if extra == nil {
 				extra = make(map[int64]struct{})
 			}
@@ -532,7 +554,7 @@ func (s *Store) buildPredicted(items []ProjectItem, ids, lockIDs []uuid.UUID, pa
 	// (a client key, tickStored, or a minted id): the tick cache must know
 	// every row of those ticks (assert_known_rows checks it) and that none
 	// of them holds the key.
-	var knownTicks []int64
+	var knownTicks, knownMarks []int64
 	var knownRows []rowRef
 	var knownParts []uuid.UUID
 	if len(tickKeys) > 0 {
@@ -551,6 +573,9 @@ func (s *Store) buildPredicted(items []ProjectItem, ids, lockIDs []uuid.UUID, pa
 				}
 				ticks[tk.tick] = struct{}{}
 				knownTicks = append(knownTicks, mintedKey(tk.tick))
+				if !unmarked {
+					knownMarks = append(knownMarks, hashedTickKey(tk.tick))
+				}
 			}
 			if _, ok := parts[tk.pid]; !ok {
 				parts[tk.pid] = struct{}{}
@@ -574,7 +599,7 @@ func (s *Store) buildPredicted(items []ProjectItem, ids, lockIDs []uuid.UUID, pa
 		return nil, nil, err
 	}
 	w.newKeys = hashes
-	w.knownTicks, w.knownRows, w.knownParts = knownTicks, knownRows, knownParts
+	w.knownTicks, w.knownMarks, w.knownRows, w.knownParts = knownTicks, knownMarks, knownRows, knownParts
 	w.encQueues, w.encValues = encQ, encV
 	return out, w, nil
 }
@@ -617,6 +642,9 @@ var errNoPrediction = errors.New("pg: batch offsets not predictable")
 const (
 	codeOffsetsStale = "QN001"
 	codeKeysNotNew   = "QN002"
+	// codeUnmarkedRows: assert_tick_rows found a sidecar row of an earlier
+	// layout (dedup_batches.layout).
+	codeUnmarkedRows = "QN004"
 )
 
 // isCode reports whether err is a server error with SQLSTATE code.
@@ -905,6 +933,11 @@ type batchWrites struct {
 	knownTicks []int64
 	knownRows  []rowRef
 	knownParts []uuid.UUID
+	// knownMarks, when set: hashedTickKey of the same ticks, in the same
+	// order; the batch's minted-form keys were not sent in newKeys, and
+	// assert_tick_rows checks the marks and that no row of an earlier
+	// layout exists besides what assert_known_rows checks.
+	knownMarks []int64
 }
 
 // queue appends the batch's writes to b: the segments with their
@@ -925,8 +958,13 @@ func (w *batchWrites) queue(b *pgx.Batch, items []ProjectItem, out []Outcome) {
 		for i, r := range w.knownRows {
 			pids[i], bases[i] = pgtype.UUID{Bytes: r.pid, Valid: true}, r.base
 		}
-		b.Queue(`SELECT queen.assert_known_rows($1::bigint[], $2::uuid[], $3::uuid[], $4::bigint[])`,
-			w.knownTicks, pgUUIDs(w.knownParts), pids, bases)
+		if w.knownMarks != nil {
+			b.Queue(`SELECT queen.assert_tick_rows($1::bigint[], $2::bigint[], $3::uuid[], $4::uuid[], $5::bigint[])`,
+				w.knownTicks, w.knownMarks, pgUUIDs(w.knownParts), pids, bases)
+		} else {
+			b.Queue(`SELECT queen.assert_known_rows($1::bigint[], $2::uuid[], $3::uuid[], $4::bigint[])`,
+				w.knownTicks, pgUUIDs(w.knownParts), pids, bases)
+		}
 	}
 	notify := storedQueues(items, out)
 	w.runs.queue(b, notify)

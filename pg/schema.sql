@@ -351,6 +351,19 @@ BEGIN
     END IF;
 END $$;
 
+-- layout: 2 on the rows of brokers that mark every client key in the
+-- minted form (UUIDv7 text) they keep under its own keyHash, outside its
+-- tick, with its tick's hashedTickKey (pg/dedup.go); NULL on the rows of
+-- earlier versions, which did not, and which kept minted ids per partition
+-- (mintedPartKey). While any row of the table has no layout, a batch's
+-- minted-form keys are probed by their keyHash and mintedPartKey too; once
+-- the sweep has removed the last one, their ticks and marks are enough
+-- (assert_tick_rows). The partial index finds such a row in one page, and
+-- is empty once they are gone. On the first start of an upgraded database
+-- every row is one of them: building the index reads the table once.
+ALTER TABLE queen.dedup_batches ADD COLUMN IF NOT EXISTS layout smallint;
+CREATE INDEX IF NOT EXISTS dedup_batches_unmarked ON queen.dedup_batches (expires_at) WHERE layout IS NULL;
+
 -- queen.dedup_runs is the sidecar layout before queen.dedup_batches (one
 -- row per partition and batch, indexed by a GIN on key_hashes and a btree
 -- on (partition_id, minted_lo)). It is not created any more; in a
@@ -560,6 +573,48 @@ BEGIN
         SELECT d.partition_id, d.transaction_id, d.msg_offset, d.message_id, d.accepted_at
         FROM unnest(pids, txids) AS k(pid, txid)
         JOIN queen.dedup d ON d.partition_id = k.pid AND d.transaction_id = k.txid;
+END
+$$;
+
+-- assert_tick_rows: what a predicted batch (pg/project.go,
+-- projectPredicted) asserts for its client keys in the minted form when no
+-- row of the sidecar is of an earlier layout (dedup_batches.layout): it
+-- then sends neither their keyHash nor their mintedPartKey, and this
+-- raises SQLSTATE QN004 when a row of an earlier layout exists after all
+-- (a broker of an earlier version wrote one since), and QN002 when a row
+-- holding one of the partitions parts holds one of marks (hashedTickKey of
+-- the keys' ticks: it keeps a minted-form key of such a tick under its own
+-- keyHash, which only the long way probes) or holds one of ticks
+-- (mintedKey) and is not one of the rows named by (pids[i], bases[i]) (as
+-- assert_known_rows). Either error rolls the batch back to the long way.
+-- Under the batch's partition locks, so a row of another broker committed
+-- before them is seen, and one committed after them probes this batch's.
+CREATE OR REPLACE FUNCTION queen.assert_tick_rows(ticks bigint[], marks bigint[], parts uuid[], pids uuid[], bases bigint[])
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET enable_seqscan = off SET plan_cache_mode = force_generic_plan
+AS $$
+BEGIN
+    PERFORM 1 FROM queen.dedup_batches d WHERE d.layout IS NULL LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'queen: the dedup sidecar holds rows of an earlier layout' USING ERRCODE = 'QN004';
+    END IF;
+    PERFORM 1 FROM queen.dedup_batches d
+    WHERE d.key_hashes && marks
+      AND d.partition_ids && parts
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'queen: the dedup sidecar holds a key of the batch''s ticks under its own hash' USING ERRCODE = 'QN002';
+    END IF;
+    PERFORM 1 FROM queen.dedup_batches d
+    WHERE d.key_hashes && ticks
+      AND d.partition_ids && parts
+      AND NOT EXISTS (SELECT 1 FROM unnest(pids, bases) AS k(pid, base)
+                      WHERE k.pid = d.partition_ids[1] AND k.base = d.base_offsets[1])
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'queen: the dedup sidecar holds a row of the batch''s ticks that its broker does not know' USING ERRCODE = 'QN002';
+    END IF;
 END
 $$;
 

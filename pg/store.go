@@ -78,6 +78,11 @@ type Store struct {
 	// entries in queen.dedup, or rows of queen.dedup_runs: legacyRuns), so
 	// every client key is probed there too (pg/dedup.go).
 	legacyDedup, legacyRuns atomic.Bool
+	// unmarkedRows: queen.dedup_batches may hold rows of an earlier layout
+	// (layout NULL, refreshLegacy; set again when assert_tick_rows finds
+	// one): a predicted batch then probes minted-form keys by keyHash and
+	// mintedPartKey as well (buildPredicted).
+	unmarkedRows atomic.Bool
 
 	// leases remembers the transactionIds of the leases this broker
 	// handed out, so that an ack need not read them back (pg/fastack.go).

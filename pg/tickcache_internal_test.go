@@ -39,7 +39,7 @@ func TestTickStoredSkew(t *testing.T) {
 		{"not a UUID", "order-42", false},
 	} {
 		m := Message{ID: uuid.New(), TransactionID: tt.txid, CreatedAtMicros: at.UnixMicro()}
-		tick, ok := tickStored(&m)
+		tick, _, ok := tickStored(&m)
 		if ok != tt.want {
 			t.Errorf("%s: tickStored(%q) = %v, want %v", tt.name, tt.txid, ok, tt.want)
 		}
@@ -64,7 +64,8 @@ func toUpper(s string) []byte {
 
 // TestDedupRowTickKeys: a row holds one mintedKey per tick for its minted
 // ids and its in-skew minted-form client keys together, and a key hash for
-// every other client key (and for an in-skew key of a crowded tick);
+// every other client key (and for an in-skew key of a crowded tick), with
+// the hashedTickKey of the tick of each minted-form key among those;
 // tickKeys lists the client keys under ticks with their key hashes and
 // partitions, mintedAt the (tick, partition) pairs of minted ids.
 func TestDedupRowTickKeys(t *testing.T) {
@@ -85,9 +86,15 @@ func TestDedupRowTickKeys(t *testing.T) {
 	r.add(pid, 0, []Message{mintedMsg(atMs), client(sameTick), client(nextTick), client(old), client("plain"),
 		mintedMsg(atMs + 1), client(crowdedTick)}, nil)
 	r.add(pid2, 5, []Message{mintedMsg(atMs + mintedTickMillis)}, nil)
-	want := []int64{mintedKey(first), mintedKey(second), keyHash(pid, old), keyHash(pid, "plain"), keyHash(pid, crowdedTick)}
+	oldTick := (atMs - 60_000) / mintedTickMillis
+	want := []int64{mintedKey(first), mintedKey(second), keyHash(pid, old), hashedTickKey(oldTick), keyHash(pid, "plain"),
+		keyHash(pid, crowdedTick), hashedTickKey(third)}
 	if !slices.Equal(r.hashes, want) {
 		t.Fatalf("hashes %v, want %v", r.hashes, want)
+	}
+	// A minted-form key under its own hash marks its tick, once per row.
+	if !slices.Equal(r.marked, []int64{oldTick, third}) {
+		t.Fatalf("marked ticks %v, want %v", r.marked, []int64{oldTick, third})
 	}
 	if !slices.Equal(r.ticks, []int64{first, second}) {
 		t.Fatalf("ticks %v", r.ticks)

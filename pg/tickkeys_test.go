@@ -179,3 +179,139 @@ func TestDedupUUIDv7KeyIsMintedIDOfSameBatch(t *testing.T) {
 	wantDup(t, "its id as a transactionId", out[1], true, minted.Message.ID)
 	wantDup(t, "another UUIDv7 key", out[2], false, uuid.Nil)
 }
+
+// acceptedAt is item q/p/txid accepted at µs (the push path's acceptance
+// time, which decides where a minted-form key is kept).
+func acceptedAt(q, p, txid string, us int64) pg.ProjectItem {
+	it := item(q, txid, us)
+	it.Partition = p
+	return it
+}
+
+// TestDedupUUIDv7OwnHashFoundThroughMark: a minted-form key kept under its
+// own key hash (its UUIDv7 time more than the skew ahead of its first
+// acceptance: a client clock running ahead) marks its tick in its row; a
+// repeat accepted later, within the skew, goes the one-round-trip way
+// without probing key hashes, and the mark refuses it: a duplicate, on the
+// broker that wrote it and on another.
+func TestDedupUUIDv7OwnHashFoundThroughMark(t *testing.T) {
+	x := setupBrokers(t, nil)
+	x.projectA(t, at("m", "P", "plain")) // A learns P's offset (B looks it up with its first batch)
+	t0 := now()
+	k := sdkKey(t0 + int64(5*time.Second/time.Microsecond))
+	first := acceptedAt("m", "P", k, t0)
+	wantDup(t, "first", x.projectA(t, first)[0], false, uuid.Nil)
+	u, _ := uuid.Parse(k)
+	tick := pg.MintedMillis(u) / pg.MintedTickMillis
+	if keys := sidecarKeys(t, x.a); !slices.Contains(keys, pg.HashedTickKey(tick)) || slices.Contains(keys, pg.MintedKey(tick)) {
+		t.Fatalf("sidecar keys %v: want the tick's mark %d and not its minted key", keys, pg.HashedTickKey(tick))
+	}
+	for _, s := range []struct {
+		name    string
+		store   *pg.Store
+		project func(*testing.T, ...pg.ProjectItem) []pg.Outcome
+	}{{"A", x.a, x.projectA}, {"B", x.b, x.projectB}} {
+		c0, m0 := pg.PredictedBatches(s.store)
+		// 4.5 s later: within the skew of the key's time now.
+		out := s.project(t, acceptedAt("m", "P", k, t0+int64(4500*time.Millisecond/time.Microsecond)))
+		wantDup(t, s.name+": the key again", out[0], true, first.Message.ID)
+		if c, m := pg.PredictedBatches(s.store); c != c0 || m != m0+1 {
+			t.Fatalf("%s: one-round-trip batches %d -> %d, refused %d -> %d: want the attempt refused by the mark", s.name, c0, c, m0, m)
+		}
+	}
+}
+
+// TestDedupUUIDv7CrowdedTickOtherBroker: broker A keeps a crowded tick's
+// keys under their own key hashes; broker B, whose cache knows nothing of
+// the tick, finds such a key again through the tick's mark, also once the
+// tick's older rows under its minted key are gone.
+func TestDedupUUIDv7CrowdedTickOtherBroker(t *testing.T) {
+	x := setupBrokers(t, nil)
+	t0 := now()
+	u, _ := uuid.Parse(sdkKey(t0))
+	key := func(i int) string { // one time, distinct keys
+		v := u
+		v[14], v[15] = byte(i>>8), byte(i)
+		return v.String()
+	}
+	var last pg.ProjectItem
+	for i := range pg.MaxTickRows + 1 {
+		last = at("c", "P", key(i))
+		wantDup(t, "new key", x.projectA(t, last)[0], false, uuid.Nil)
+	}
+	// The tick's rows under its minted key go first (the sweep removes
+	// rows oldest first); the newer row with the key under its own hash
+	// is what is left of the tick.
+	tick := pg.MintedMillis(u) / pg.MintedTickMillis
+	if _, err := x.a.Pool().Exec(context.Background(), `DELETE FROM queen.dedup_batches WHERE key_hashes && ARRAY[$1::bigint]`,
+		pg.MintedKey(tick)); err != nil {
+		t.Fatal(err)
+	}
+	x.projectB(t, at("c", "P", "plain")) // B learns P's offset
+	c0, m0 := pg.PredictedBatches(x.b)
+	out := x.projectB(t, at("c", "P", key(pg.MaxTickRows)))
+	wantDup(t, "B: A's key under its own hash, again", out[0], true, last.Message.ID)
+	if c, m := pg.PredictedBatches(x.b); c != c0 || m != m0+1 {
+		t.Fatalf("B: one-round-trip batches %d -> %d, refused %d -> %d: want the attempt refused", c0, c, m0, m)
+	}
+}
+
+// TestDedupUUIDv7RowOfEarlierLayout: a sidecar row written by a version
+// before the marks (no layout) that holds a minted-form key under its key
+// hash makes a repeat of the key a duplicate although the Store had found
+// no such row: assert_tick_rows refuses the one-round-trip try, and the
+// Store probes key hashes again from then on (the next batch of new keys
+// goes one round trip without being refused).
+func TestDedupUUIDv7RowOfEarlierLayout(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	k := sdkKey(now())
+	first := item("e", k, now())
+	b.project(t, first)
+	b.reopen(t)                             // a Store whose cache does not know the row
+	b.project(t, item("e", "plain", now())) // and that learns the partition's offset
+	// As a version before the marks wrote it: the key under its own key
+	// hash, no mark, no layout.
+	if _, err := b.store.Pool().Exec(ctx, `UPDATE queen.dedup_batches SET key_hashes = ARRAY[$1::bigint], layout = NULL
+		WHERE base_offsets[1] = 0`, pg.KeyHash(partitionID(t, b.store, "e", "P"), k)); err != nil {
+		t.Fatal(err)
+	}
+	if pg.UnmarkedRows(b.store) {
+		t.Fatal("the Store took the sidecar for one with rows of an earlier layout before it held any")
+	}
+	c0, m0 := pg.PredictedBatches(b.store)
+	out := b.project(t, item("e", k, now()))
+	wantDup(t, "the key again", out[0], true, first.Message.ID)
+	if c, m := pg.PredictedBatches(b.store); c != c0 || m != m0+1 {
+		t.Fatalf("one-round-trip batches %d -> %d, refused %d -> %d: want the attempt refused", c0, c, m0, m)
+	}
+	if !pg.UnmarkedRows(b.store) {
+		t.Fatal("after the refusal the Store does not probe key hashes again")
+	}
+	out = b.project(t, item("e", sdkKey(now()), now()))
+	wantDup(t, "a new key", out[0], false, uuid.Nil)
+	if c, m := pg.PredictedBatches(b.store); c != c0+1 || m != m0+1 {
+		t.Fatalf("one-round-trip batches %d -> %d, refused %d -> %d: want the new key's batch one round trip", c0, c, m0, m)
+	}
+	// Once the sweep has removed the row, the marks are enough again.
+	if _, err := b.store.Pool().Exec(ctx, `DELETE FROM queen.dedup_batches WHERE layout IS NULL`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.store.SweepDedup(ctx, 0, 100); err != nil {
+		t.Fatal(err)
+	}
+	if pg.UnmarkedRows(b.store) {
+		t.Fatal("the sweep's look did not see that no row of an earlier layout is left")
+	}
+}
+
+// partitionID is the id of partition p of queue q.
+func partitionID(t *testing.T, s *pg.Store, q, p string) uuid.UUID {
+	t.Helper()
+	var id uuid.UUID
+	if err := s.Pool().QueryRow(context.Background(),
+		`SELECT p.id FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1 AND p.name = $2`, q, p).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}

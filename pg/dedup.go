@@ -31,7 +31,13 @@ import (
 //	                          mintedKey(tick) of every 10 ms tick in which a
 //	                          minted id the batch stored (the key of an item
 //	                          pushed without a transactionId) was minted, in
-//	                          any of its partitions; in no particular order
+//	                          any of its partitions, and hashedTickKey(tick)
+//	                          of every tick of a client key in the minted
+//	                          form kept under its own keyHash (outside the
+//	                          skew, or crowded); in no particular order
+//	layout smallint           rowLayout (2) on the rows of this version,
+//	                          which mark such ticks; NULL on rows of
+//	                          earlier versions, which did not
 //
 // indexed by a GIN index on key_hashes (fastupdate off: a pending list is
 // scanned whole by every probe) and a btree on expires_at. A client
@@ -54,7 +60,14 @@ import (
 // The probe stays exact. A batch probes the hashes of its client keys, and
 // for a client transactionId in the minted form (canonical lowercase
 // UUIDv7 text) also the minted key of that UUID's tick (and the older
-// rows' mintedPartKey of the key's partition and tick). A hit only names
+// rows' mintedPartKey of the key's partition and tick). A one-round-trip
+// batch (pg/project.go, projectPredicted) leaves a minted-form key's own
+// hash and mintedPartKey out once no row without a layout remains
+// (Store.unmarkedRows): such a key's original is in a row holding its
+// tick's minted key or, kept under its own hash, its tick's mark, and
+// queen.assert_tick_rows refuses the batch when any such row of its
+// partitions is not one the broker's tick cache knows to hold none of its
+// keys, or when a row without a layout appeared meanwhile. A hit only names
 // a segment: the row's segment of the key's partition (a row without the
 // key's partition is another partition's hash, or minted ids of that tick
 // stored elsewhere); its

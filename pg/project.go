@@ -421,10 +421,13 @@ func (s *Store) projectTx(ctx context.Context, conn batcher, begin bool, items [
 // the sidecar than a yes/no: a broker-minted id is new (pg/dedup.go) and
 // is not probed, a client transactionId is probed by its key hash (not
 // while queen.dedup holds legacy entries), and one in the minted form
-// (UUIDv7 text, as Queen's SDKs send) also by its partition and tick's
-// older mintedPartKey and by its tick's mintedKey, whose rows must be
-// those this Store committed and knows to hold none of the batch's keys
-// (pg/tickcache.go; not in a batch that also holds minted ids). The
+// (UUIDv7 text, as Queen's SDKs send) by its tick's mintedKey, whose rows
+// must be those this Store committed and knows to hold none of the
+// batch's keys (pg/tickcache.go; not in a batch that also holds minted
+// ids), and by its tick's hashedTickKey, which no row of its partitions
+// may hold; while queen.dedup_batches may hold rows of an earlier layout
+// (unmarkedRows), also by its key hash and its partition and tick's older
+// mintedPartKey instead of the mark. The
 // offsets are allocated from the predictions, every item
 // stored. In the pipeline, store_segments locks the partitions in id order
 // and checks every prediction under the lock, the offsets per partition
@@ -435,8 +438,11 @@ func (s *Store) projectTx(ctx context.Context, conn batcher, begin bool, items [
 // lock as the long way does, and raises QN002 on any hit (a duplicate, a
 // repeat outside its window, a hash collision: the long way decides it),
 // and assert_known_rows raises QN002 on a row of the minted-form keys'
-// ticks that the tick cache did not name.
-// Either error rolls the whole transaction back before anything is
+// ticks that the tick cache did not name (assert_tick_rows, which
+// replaces it when the marks are checked, also on a marked row, and QN004
+// on a row of an earlier layout, after which this Store probes key hashes
+// again until refreshLegacy finds none).
+// Any such error rolls the whole transaction back before anything is
 // written, so the outcome is the long way's offsets, segments and sidecar
 // rows, or nothing. It returns errNoPrediction, having sent nothing, when
 // the batch does not qualify.
@@ -487,7 +493,9 @@ func (s *Store) projectPredicted(ctx context.Context, conn batcher, items []Proj
 // (errNoPrediction otherwise; legacy: older sidecar tables hold entries),
 // stores every item (storeAll, its messages in back: see partsOf) and
 // builds the writes, with the key hashes of the client transactionIds for
-// assert_new_keys.
+// assert_new_keys (of the minted-form ones only while unmarkedRows) and
+// the ticks (and marks) of the minted-form ones for assert_known_rows
+// (assert_tick_rows).
 func (s *Store) buildPredicted(items []ProjectItem, ids, lockIDs []uuid.UUID, parts map[uuid.UUID]*partState, legacy bool, back []Message) ([]Outcome, *batchWrites, error) {
 	// The client keys seen, for first-wins inside the batch. A minted id's
 	// key needs no entry: only an item with that same id (ids are unique)

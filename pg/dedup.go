@@ -760,6 +760,15 @@ func (s *Store) refreshLegacy(ctx context.Context, q interface {
 	}
 	s.legacyRuns.Store(runs)
 	s.legacyDedup.Store(exact || runs)
+	return s.refreshUnmarked(ctx, q)
+}
+
+// refreshUnmarked records whether queen.dedup_batches holds rows of an
+// earlier layout (unmarkedRows; one look at the partial index
+// dedup_batches_unmarked).
+func (s *Store) refreshUnmarked(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}) error {
 	var unmarked bool
 	if err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM queen.dedup_batches WHERE layout IS NULL)`).Scan(&unmarked); err != nil {
 		return fmt.Errorf("pg: dedup rows of an earlier layout: %w", err)
@@ -855,8 +864,14 @@ func (s *Store) SweepDedup(ctx context.Context, grace time.Duration, limit int) 
 			n += tag.RowsAffected()
 		}
 	}
-	if s.legacyDedup.Load() || s.unmarkedRows.Load() {
+	if s.legacyDedup.Load() {
 		if err := s.refreshLegacy(ctx, s.pool); err != nil {
+			return n, err
+		}
+	} else if s.unmarkedRows.Load() {
+		// Only the partial index's look: refreshLegacy's look at
+		// queen.dedup has no index to use.
+		if err := s.refreshUnmarked(ctx, s.pool); err != nil {
 			return n, err
 		}
 	}

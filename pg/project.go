@@ -254,9 +254,10 @@ func (s *Store) projectTx(ctx context.Context, conn batcher, begin bool, items [
 		case isCode(err, codeUnmarkedRows):
 			// A broker of an earlier version wrote a sidecar row since the
 			// last look: probe minted-form keys by their keyHash again
-			// until the sweep's look finds none (refreshLegacy).
+			// until the sweep's look finds none (refreshUnmarked).
 			s.unmarkedRows.Store(true)
 			s.predictedMiss.Add(1)
+			s.log.Debug("pg: one-round-trip projection batch rolled back: the dedup sidecar holds rows of an earlier version; projecting it the long way", "err", err)
 			if _, rerr := conn.Exec(ctx, "ROLLBACK"); rerr != nil {
 				return nil, batchLearned{}, errors.Join(err, rerr)
 			}
@@ -441,7 +442,7 @@ func (s *Store) projectTx(ctx context.Context, conn batcher, begin bool, items [
 // ticks that the tick cache did not name (assert_tick_rows, which
 // replaces it when the marks are checked, also on a marked row, and QN004
 // on a row of an earlier layout, after which this Store probes key hashes
-// again until refreshLegacy finds none).
+// again until refreshUnmarked finds none).
 // Any such error rolls the whole transaction back before anything is
 // written, so the outcome is the long way's offsets, segments and sidecar
 // rows, or nothing. It returns errNoPrediction, having sent nothing, when

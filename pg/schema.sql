@@ -360,9 +360,21 @@ END $$;
 -- the sweep has removed the last one, their ticks and marks are enough
 -- (assert_tick_rows). The partial index finds such a row in one page, and
 -- is empty once they are gone. On the first start of an upgraded database
--- every row is one of them: building the index reads the table once.
-ALTER TABLE queen.dedup_batches ADD COLUMN IF NOT EXISTS layout smallint;
-CREATE INDEX IF NOT EXISTS dedup_batches_unmarked ON queen.dedup_batches (expires_at) WHERE layout IS NULL;
+-- every row is one of them: building the index reads the table once. Both
+-- only when missing: ADD COLUMN IF NOT EXISTS takes an ACCESS EXCLUSIVE
+-- lock even when the column exists, and CREATE INDEX IF NOT EXISTS a SHARE
+-- lock, until the schema transaction commits, which would hold up every
+-- broker's batches at every start.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'queen.dedup_batches'::regclass
+                   AND attname = 'layout' AND NOT attisdropped) THEN
+        ALTER TABLE queen.dedup_batches ADD COLUMN layout smallint;
+    END IF;
+    IF to_regclass('queen.dedup_batches_unmarked') IS NULL THEN
+        CREATE INDEX dedup_batches_unmarked ON queen.dedup_batches (expires_at) WHERE layout IS NULL;
+    END IF;
+END $$;
 
 -- queen.dedup_runs is the sidecar layout before queen.dedup_batches (one
 -- row per partition and batch, indexed by a GIN on key_hashes and a btree

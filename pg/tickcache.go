@@ -156,8 +156,10 @@ func (c *tickCache) record(r *dedupRuns) {
 // key's tick, keyHash and partition): the rows this Store knows to hold
 // those ticks' mintedKey (rows, for assert_known_rows), and fresh, false
 // when a key's hash is among its tick's recorded keys (the key may repeat
-// one) or its tick's rows hold minted ids in its partition (it may be the
-// text of one): the batch must then go the long way.
+// one), its tick's rows hold minted ids in its partition (it may be the
+// text of one), or its tick's entry was dropped while rows are named (a
+// named row may hold that tick too, unknown to the cache): the batch must
+// then go the long way.
 func (c *tickCache) known(keys []tickKey) (rows []rowRef, fresh bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -165,7 +167,16 @@ func (c *tickCache) known(keys []tickKey) (rows []rowRef, fresh bool) {
 	var b *tickBucket
 	var seen []*tickBucket       // buckets whose rows are in rows (a batch spans a few ticks)
 	var want map[uint32]struct{} // the keys' 32 bits, where their tick has keys
+	// dropped: a key's tick is one whose entry was dropped (absent, or
+	// rebuilt since from later rows only). Its rows are then not all
+	// known, and a row named for another tick of the batch that also holds
+	// this one would be excused for it by the SQL check, which pairs no
+	// row with a tick: the key could be in it, unread.
+	dropped := false
 	for _, k := range keys {
+		if k.tick <= c.dropped {
+			dropped = true
+		}
 		if k.tick != last {
 			last = k.tick
 			b = c.buckets[k.tick]
@@ -186,6 +197,9 @@ func (c *tickCache) known(keys []tickKey) (rows []rowRef, fresh bool) {
 			}
 			want[uint32(k.hash)] = struct{}{}
 		}
+	}
+	if dropped && len(rows) > 0 {
+		return nil, false
 	}
 	// One pass over each tick's recorded keys (a match in another tick of
 	// the batch is taken as a match too).

@@ -315,3 +315,32 @@ func partitionID(t *testing.T, s *pg.Store, q, p string) uuid.UUID {
 	}
 	return id
 }
+
+// TestDedupUUIDv7DroppedTickNamedByOtherTick: a row holds a key under an
+// old tick and another key under a new one; the tick cache drops the old
+// tick and keeps the new one. A repeat of the old tick's key beside a new
+// key of the new tick (which names the row) is a duplicate: the cache does
+// not vouch for a row it names for one tick where the batch has a key of
+// a tick it dropped (found by a review; the one-round-trip way stored the
+// repeat).
+func TestDedupUUIDv7DroppedTickNamedByOtherTick(t *testing.T) {
+	b := setup(t)
+	ms := int64(time.Millisecond / time.Microsecond)
+	t0 := now()
+	k := sdkKey(t0 - 900*ms)
+	first := item("h", k, t0)
+	other := item("h", sdkKey(t0+900*ms), t0)
+	other.Partition = "Q"
+	b.project(t, first, other) // one row, both ticks
+	// A later batch (a minted id), accepted 0.7 s later: the cache drops
+	// ticks more than 1.5 s before it, the old tick only.
+	later := item("h", "", t0+700*ms)
+	later.Partition = "S"
+	b.project(t, later)
+	again := item("h", k, t0+800*ms)
+	fresh := item("h", sdkKey(t0+900*ms), t0+800*ms)
+	fresh.Partition = "Q"
+	out := b.project(t, again, fresh)
+	wantDup(t, "the old tick's key again", out[0], true, first.Message.ID)
+	wantDup(t, "a new key of the new tick", out[1], false, uuid.Nil)
+}

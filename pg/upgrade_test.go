@@ -142,6 +142,32 @@ func TestUpgradeFrom89aae94(t *testing.T) {
 		t.Fatalf("after the upgrade: %d lease keys (%d distinct), old lease_id index %v, fillfactor 50 %v, write_segments kept %v",
 			keys, distinct, oldIndex, fill50, keepsWrite)
 	}
+	// The old rows have no layout: UUIDv7 keys are still probed by their
+	// own hash, and one the old broker kept so is a duplicate on the
+	// projector's way.
+	if !pg.UnmarkedRows(st) {
+		t.Fatal("after the upgrade the Store does not see the old sidecar rows (no layout)")
+	}
+	{
+		var pidR uuid.UUID
+		if err := conn.QueryRow(ctx, `INSERT INTO queen.partitions (queue_id, name) VALUES ($1, 'r') RETURNING id`, qid).Scan(&pidR); err != nil {
+			t.Fatal(err)
+		}
+		old := oldMessages("r", 1)
+		old[0].TransactionID = uuid.Must(uuid.NewV7()).String()
+		writeOld(t, ctx, conn, pidR, 0, old)
+		again := old[0]
+		again.ID = uuid.Must(uuid.NewV7())
+		again.CreatedAtMicros = time.Now().UnixMicro()
+		out, err := st.Project(ctx, uuid.New(), pg.Checkpoint{Index: 1}, []pg.ProjectItem{
+			{Queue: "up", Partition: "r", AcceptedAtMicros: again.CreatedAtMicros, Message: again}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !out[0].Duplicate || out[0].MessageID != old[0].ID {
+			t.Fatalf("an old UUIDv7 transactionId again: %+v, want a duplicate of %s", out[0], old[0].ID)
+		}
+	}
 
 	// The old lease: extended, then acked (offsets 1 and 2), through the
 	// fallback for ids without a lease key.

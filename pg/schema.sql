@@ -2,6 +2,28 @@
 -- statement is idempotent.
 CREATE SCHEMA IF NOT EXISTS queen;
 
+-- Upgrading a sidecar of an earlier version (queen.dedup_batches.layout,
+-- described with the table below) comes first, before this transaction
+-- holds any other table's lock: its ACCESS EXCLUSIVE lock waits for the
+-- batches of brokers of the version before, which read the sidecar and
+-- then write segments, partitions and checkpoints; had this transaction
+-- locked one of those already, the two would deadlock (found in review,
+-- with the segments lock below). Only when missing: ADD COLUMN IF NOT
+-- EXISTS and CREATE INDEX IF NOT EXISTS take their locks even when there
+-- is nothing to do.
+DO $$
+BEGIN
+    IF to_regclass('queen.dedup_batches') IS NOT NULL THEN
+        IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'queen.dedup_batches'::regclass
+                       AND attname = 'layout' AND NOT attisdropped) THEN
+            ALTER TABLE queen.dedup_batches ADD COLUMN layout smallint;
+        END IF;
+        IF to_regclass('queen.dedup_batches_unmarked') IS NULL THEN
+            CREATE INDEX dedup_batches_unmarked ON queen.dedup_batches (expires_at) WHERE layout IS NULL;
+        END IF;
+    END IF;
+END $$;
+
 -- One row per queue with every /configure option (a full replace).
 CREATE TABLE IF NOT EXISTS queen.queues (
     id                          uuid PRIMARY KEY DEFAULT gen_random_uuid(),
@@ -364,7 +386,8 @@ END $$;
 -- only when missing: ADD COLUMN IF NOT EXISTS takes an ACCESS EXCLUSIVE
 -- lock even when the column exists, and CREATE INDEX IF NOT EXISTS a SHARE
 -- lock, until the schema transaction commits, which would hold up every
--- broker's batches at every start.
+-- broker's batches at every start. An upgraded database got both at the
+-- top of this file; this adds them to a table created just above.
 DO $$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'queen.dedup_batches'::regclass

@@ -270,3 +270,64 @@ func TestUpgradeFrom89aae94(t *testing.T) {
 		t.Fatalf("cursors %s, want p@7/7,q@3/3", cursors)
 	}
 }
+
+// TestUpgradeLayoutWaitsForOldBatches: the first start against a sidecar
+// of the version before (no layout column) takes the sidecar's lock before
+// any other table's, so a batch of an old broker that has read the sidecar
+// and then writes segments finishes first instead of deadlocking with the
+// schema's lock on queen.segments (found in review).
+func TestUpgradeLayoutWaitsForOldBatches(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	url := testenv.NewDatabase(t)
+	st := testenv.OpenStore(t, pg.Config{URL: url, Logger: testenv.Logger})
+	if err := st.EnsureSchema(ctx); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, `ALTER TABLE queen.dedup_batches DROP COLUMN layout`); err != nil { // its index goes with it
+		t.Fatal(err)
+	}
+	// An old broker's long way: the sidecar read in its first round trip.
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, `SELECT count(*) FROM queen.dedup_batches`); err != nil {
+		t.Fatal(err)
+	}
+	// A new broker starts meanwhile.
+	st2 := testenv.OpenStore(t, pg.Config{URL: url, Logger: testenv.Logger})
+	done := make(chan error, 1)
+	go func() { done <- st2.EnsureSchema(ctx) }()
+	time.Sleep(500 * time.Millisecond) // the schema transaction waits for the sidecar's lock
+	select {
+	case err := <-done:
+		t.Fatalf("the schema was applied while an old batch held the sidecar: %v", err)
+	default:
+	}
+	// The old batch's second round trip writes segments, then commits.
+	if _, err := tx.Exec(ctx, `LOCK TABLE queen.segments IN ROW EXCLUSIVE MODE`); err != nil {
+		t.Fatalf("the old batch's segment write: %v", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("schema after the old batch: %v", err)
+	}
+	var layout, index bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'queen.dedup_batches'::regclass
+		AND attname = 'layout' AND NOT attisdropped), to_regclass('queen.dedup_batches_unmarked') IS NOT NULL`).Scan(&layout, &index); err != nil {
+		t.Fatal(err)
+	}
+	if !layout || !index {
+		t.Fatalf("after the upgrade: layout column %v, its index %v", layout, index)
+	}
+}

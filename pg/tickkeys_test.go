@@ -22,6 +22,13 @@ func sdkKey(at int64) string {
 	return u.String()
 }
 
+// sameTimeKey is key i of keys that share u's UUIDv7 time (a producer
+// repeating one time): u with i in its last two bytes.
+func sameTimeKey(u uuid.UUID, i int) string {
+	u[14], u[15] = byte(i>>8), byte(i)
+	return u.String()
+}
+
 // sidecarKeys is every key of the sidecar rows.
 func sidecarKeys(t *testing.T, s *pg.Store) []int64 {
 	t.Helper()
@@ -124,11 +131,7 @@ func TestDedupUUIDv7CrowdedTick(t *testing.T) {
 	b := setup(t)
 	t0 := now()
 	u, _ := uuid.Parse(sdkKey(t0))
-	key := func(i int) string { // one time, distinct keys
-		v := u
-		v[14], v[15] = byte(i>>8), byte(i)
-		return v.String()
-	}
+	key := func(i int) string { return sameTimeKey(u, i) }
 	const batches = pg.MaxTickRows + 4
 	var firsts []pg.ProjectItem
 	for i := range batches {
@@ -229,11 +232,7 @@ func TestDedupUUIDv7CrowdedTickOtherBroker(t *testing.T) {
 	x := setupBrokers(t, nil)
 	t0 := now()
 	u, _ := uuid.Parse(sdkKey(t0))
-	key := func(i int) string { // one time, distinct keys
-		v := u
-		v[14], v[15] = byte(i>>8), byte(i)
-		return v.String()
-	}
+	key := func(i int) string { return sameTimeKey(u, i) }
 	var last pg.ProjectItem
 	for i := range pg.MaxTickRows + 1 {
 		last = at("c", "P", key(i))

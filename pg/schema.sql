@@ -2,6 +2,30 @@
 -- statement is idempotent.
 CREATE SCHEMA IF NOT EXISTS queen;
 
+-- ddl_once runs ddl when missing is true. CREATE INDEX IF NOT EXISTS, ADD
+-- COLUMN IF NOT EXISTS and DROP CONSTRAINT IF EXISTS take their table's
+-- lock before they find nothing to do (SHARE, which holds up writes;
+-- ACCESS EXCLUSIVE, which holds up reads too), until the schema
+-- transaction commits: at every broker start, every other broker's
+-- batches and pops would wait for it. Such statements below run through
+-- this, behind a look at the catalog (measured: with a reader holding
+-- queen.segments, the DROP CONSTRAINT IF EXISTS waited for it).
+CREATE OR REPLACE FUNCTION queen.ddl_once(missing boolean, ddl text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    IF missing THEN
+        EXECUTE ddl;
+    END IF;
+END
+$$;
+-- column_missing: table tbl has no column col.
+CREATE OR REPLACE FUNCTION queen.column_missing(tbl regclass, col text)
+RETURNS boolean
+LANGUAGE sql STABLE
+AS $$ SELECT NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = tbl AND attname = col AND NOT attisdropped) $$;
+
 -- Upgrading a sidecar of an earlier version (queen.dedup_batches.layout,
 -- described with the table below) comes first, before this transaction
 -- holds any other table's lock: its ACCESS EXCLUSIVE lock waits for the
@@ -302,7 +326,8 @@ CREATE TABLE IF NOT EXISTS queen.segments (
 -- CASCADE did, the statement trigger below does: a deleted partition's
 -- segments go with it (a queue delete cascades to its partitions, which
 -- fires it), whichever broker version deletes it.
-ALTER TABLE queen.segments DROP CONSTRAINT IF EXISTS segments_partition_id_fkey;
+SELECT queen.ddl_once(EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = 'queen.segments'::regclass
+    AND conname = 'segments_partition_id_fkey'), 'ALTER TABLE queen.segments DROP CONSTRAINT segments_partition_id_fkey');
 -- Its plan is pinned as the projector's are: the planner knows nothing of
 -- the transition table, and a hash join would read every segment of every
 -- queue to delete one queue's; an index probe per deleted partition is
@@ -317,15 +342,22 @@ BEGIN
     RETURN NULL;
 END
 $$;
-CREATE OR REPLACE TRIGGER partitions_delete_segments AFTER DELETE ON queen.partitions
-    REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION queen.delete_partition_segments();
+-- Created once (CREATE OR REPLACE TRIGGER locks queen.partitions against
+-- writes until the schema transaction commits, even when nothing changes).
+SELECT queen.ddl_once(NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'queen.partitions'::regclass
+    AND tgname = 'partitions_delete_segments'),
+    'CREATE TRIGGER partitions_delete_segments AFTER DELETE ON queen.partitions
+        REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION queen.delete_partition_segments()');
 -- A segment body is larger than TOAST's 2 kB threshold, so every insert
 -- compresses it: lz4 rather than the default pglz (measured with 8 x 100
 -- pushes of 256-byte payloads: the segment insert took 5.1 ms of PostgreSQL
 -- time per 800-message batch with pglz). Existing bodies keep their method;
--- a server built without lz4 keeps pglz.
+-- a server built without lz4 keeps pglz. Set only while the column has
+-- another method (the ALTER takes an ACCESS EXCLUSIVE lock).
 DO $$ BEGIN
-    ALTER TABLE queen.segments ALTER COLUMN body SET COMPRESSION lz4;
+    IF (SELECT attcompression FROM pg_attribute WHERE attrelid = 'queen.segments'::regclass AND attname = 'body') IS DISTINCT FROM 'l' THEN
+        ALTER TABLE queen.segments ALTER COLUMN body SET COMPRESSION lz4;
+    END IF;
 EXCEPTION WHEN feature_not_supported THEN NULL;
 END $$;
 
@@ -353,8 +385,10 @@ CREATE TABLE IF NOT EXISTS queen.dedup_batches (
     base_offsets  bigint[] NOT NULL,
     key_hashes    bigint[] NOT NULL
 );
-CREATE INDEX IF NOT EXISTS dedup_batches_keys ON queen.dedup_batches USING gin (key_hashes) WITH (fastupdate = off);
-CREATE INDEX IF NOT EXISTS dedup_batches_expires_at ON queen.dedup_batches (expires_at);
+SELECT queen.ddl_once(to_regclass('queen.dedup_batches_keys') IS NULL,
+    'CREATE INDEX dedup_batches_keys ON queen.dedup_batches USING gin (key_hashes) WITH (fastupdate = off)');
+SELECT queen.ddl_once(to_regclass('queen.dedup_batches_expires_at') IS NULL,
+    'CREATE INDEX dedup_batches_expires_at ON queen.dedup_batches (expires_at)');
 ALTER TABLE queen.dedup_batches ALTER COLUMN key_hashes SET STATISTICS 0,
     ALTER COLUMN partition_ids SET STATISTICS 0, ALTER COLUMN base_offsets SET STATISTICS 0;
 -- key_hashes (random 64-bit hashes) and partition_ids (random UUIDs) never
@@ -424,9 +458,12 @@ CREATE TABLE IF NOT EXISTS queen.dedup (
     accepted_at    timestamptz NOT NULL,
     PRIMARY KEY (partition_id, transaction_id)
 );
-CREATE INDEX IF NOT EXISTS dedup_accepted_at ON queen.dedup (accepted_at);
-ALTER TABLE queen.dedup DROP CONSTRAINT IF EXISTS dedup_partition_id_fkey;
-ALTER TABLE queen.dedup ADD COLUMN IF NOT EXISTS spilled boolean NOT NULL DEFAULT false;
+SELECT queen.ddl_once(to_regclass('queen.dedup_accepted_at') IS NULL,
+    'CREATE INDEX dedup_accepted_at ON queen.dedup (accepted_at)');
+SELECT queen.ddl_once(EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = 'queen.dedup'::regclass
+    AND conname = 'dedup_partition_id_fkey'), 'ALTER TABLE queen.dedup DROP CONSTRAINT dedup_partition_id_fkey');
+SELECT queen.ddl_once(queen.column_missing('queen.dedup', 'spilled'),
+    'ALTER TABLE queen.dedup ADD COLUMN spilled boolean NOT NULL DEFAULT false');
 
 -- The dedup probes. The planner settings are pinned because the sidecar
 -- grows fast from empty: until autovacuum analyzes it, the planner
@@ -663,14 +700,16 @@ CREATE TABLE IF NOT EXISTS queen.projector_checkpoints (
 );
 -- CRC-32C of the WAL record at wal_index: tells a WAL directory that is not
 -- the one this checkpoint was written from (see pg.Checkpoint).
-ALTER TABLE queen.projector_checkpoints ADD COLUMN IF NOT EXISTS record_crc32c bigint;
+SELECT queen.ddl_once(queen.column_missing('queen.projector_checkpoints', 'record_crc32c'),
+    'ALTER TABLE queen.projector_checkpoints ADD COLUMN record_crc32c bigint');
 -- A WAL record with more items than one projection transaction takes (a push
 -- of a million tiny items) is projected in pieces, each its own transaction:
 -- then the first partial_items items of record partial_index (always
 -- wal_index + 1; any other value is stale and means nothing) are committed
 -- too, and partial_crc32c is that record's CRC-32C (see pg.Checkpoint).
-ALTER TABLE queen.projector_checkpoints ADD COLUMN IF NOT EXISTS partial_index bigint,
-    ADD COLUMN IF NOT EXISTS partial_items bigint, ADD COLUMN IF NOT EXISTS partial_crc32c bigint;
+SELECT queen.ddl_once(queen.column_missing('queen.projector_checkpoints', 'partial_crc32c'),
+    'ALTER TABLE queen.projector_checkpoints ADD COLUMN IF NOT EXISTS partial_index bigint,
+        ADD COLUMN IF NOT EXISTS partial_items bigint, ADD COLUMN IF NOT EXISTS partial_crc32c bigint');
 
 -- System flags such as maintenance_mode ({"enabled": bool}).
 CREATE TABLE IF NOT EXISTS queen.system_state (
@@ -719,7 +758,8 @@ DO $$ BEGIN
         ALTER TABLE queen.consumer_cursors SET (fillfactor = 50);
     END IF;
 END $$;
-CREATE UNIQUE INDEX IF NOT EXISTS consumer_cursors_lease_key ON queen.consumer_cursors (lease_key);
+SELECT queen.ddl_once(to_regclass('queen.consumer_cursors_lease_key') IS NULL,
+    'CREATE UNIQUE INDEX consumer_cursors_lease_key ON queen.consumer_cursors (lease_key)');
 DROP INDEX IF EXISTS queen.consumer_cursors_lease;
 
 -- Subscriptions of named consumer groups: where a group starts in a
@@ -745,7 +785,8 @@ CREATE TABLE IF NOT EXISTS queen.dead_letters (
     retry_count    integer NOT NULL DEFAULT 0,
     failed_at      timestamptz NOT NULL DEFAULT now()
 );
-CREATE INDEX IF NOT EXISTS dead_letters_partition ON queen.dead_letters (partition_id, consumer_group);
+SELECT queen.ddl_once(to_regclass('queen.dead_letters_partition') IS NULL,
+    'CREATE INDEX dead_letters_partition ON queen.dead_letters (partition_id, consumer_group)');
 
 -- Message traces (POST /api/v1/traces, pg/traces.go): processing events a
 -- consumer records against a stored message, keyed like Queen's by
@@ -768,8 +809,10 @@ CREATE TABLE IF NOT EXISTS queen.message_traces (
     trace_names    text[] NOT NULL DEFAULT '{}',
     created_at     timestamptz NOT NULL DEFAULT clock_timestamp()
 );
-CREATE INDEX IF NOT EXISTS message_traces_message ON queen.message_traces (partition_id, transaction_id, seq);
-CREATE INDEX IF NOT EXISTS message_traces_names ON queen.message_traces USING gin (trace_names);
+SELECT queen.ddl_once(to_regclass('queen.message_traces_message') IS NULL,
+    'CREATE INDEX message_traces_message ON queen.message_traces (partition_id, transaction_id, seq)');
+SELECT queen.ddl_once(to_regclass('queen.message_traces_names') IS NULL,
+    'CREATE INDEX message_traces_names ON queen.message_traces USING gin (trace_names)');
 
 -- Segments by commit time: GET /api/v1/messages walks the segments of a
 -- time window newest first and stops once it has its page (pg/messages.go),
@@ -777,7 +820,8 @@ CREATE INDEX IF NOT EXISTS message_traces_names ON queen.message_traces USING gi
 -- matching partitions. The retention pass's age conditions and the
 -- timestamp seeks filter on created_at too. One entry per segment (a
 -- projector batch per partition), not per message.
-CREATE INDEX IF NOT EXISTS segments_created_at ON queen.segments (created_at, partition_id, base_offset);
+SELECT queen.ddl_once(to_regclass('queen.segments_created_at') IS NULL,
+    'CREATE INDEX segments_created_at ON queen.segments (created_at, partition_id, base_offset)');
 
 -- Streams (pg/streams.go): the query registry and the per-shard state of
 -- Queen's stream runtime (/streams/v1/*). A query is registered by name
@@ -806,7 +850,8 @@ CREATE TABLE IF NOT EXISTS queen.stream_state (
     updated_at   timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (query_id, partition_id, key)
 );
-CREATE INDEX IF NOT EXISTS stream_state_partition ON queen.stream_state (partition_id);
+SELECT queen.ddl_once(to_regclass('queen.stream_state_partition') IS NULL,
+    'CREATE INDEX stream_state_partition ON queen.stream_state (partition_id)');
 
 -- Tombstones (pg/tombstone.go): single messages deleted by DELETE
 -- /api/v1/messages/:partitionId/:transactionId. Messages are packed in

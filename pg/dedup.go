@@ -116,9 +116,14 @@ var keyHash = func(pid uuid.UUID, txid string) int64 {
 // 0xff 0xfe and tick as 8 big-endian bytes (10 bytes; a client key hashes
 // 16 bytes of partition id and its transactionId, mintedPartKey 25 bytes).
 // A variable so that tests can force collisions.
-var mintedKey = func(tick int64) int64 {
+var mintedKey = func(tick int64) int64 { return tickHash(0xfe, tick) }
+
+// tickHash is XXH64 (seed 0) of the bytes 0xff, tag and tick as 8
+// big-endian bytes: the sidecar keys of a tick (mintedKey, hashedTickKey),
+// one tag each.
+func tickHash(tag byte, tick int64) int64 {
 	var b [10]byte
-	b[0], b[1] = 0xff, 0xfe
+	b[0], b[1] = 0xff, tag
 	binary.BigEndian.PutUint64(b[2:], uint64(tick))
 	return int64(xxhash.Sum64(b[:]))
 }
@@ -132,12 +137,7 @@ var mintedKey = func(tick int64) int64 {
 // layout remains: dedup_batches.layout) checks these marks of their ticks
 // instead (assert_tick_rows). A variable so that tests can force
 // collisions.
-var hashedTickKey = func(tick int64) int64 {
-	var b [10]byte
-	b[0], b[1] = 0xff, 0xfd
-	binary.BigEndian.PutUint64(b[2:], uint64(tick))
-	return int64(xxhash.Sum64(b[:]))
-}
+var hashedTickKey = func(tick int64) int64 { return tickHash(0xfd, tick) }
 
 // rowLayout is the queen.dedup_batches.layout of the rows this version
 // writes: every minted-form client key kept under its own keyHash has its
@@ -741,13 +741,17 @@ func sidecarOffsets(ctx context.Context, tx pgx.Tx, pid uuid.UUID, txid string) 
 	return offs, nil
 }
 
+// rowQuerier is what the sidecar's looks need: a pool, a connection or a
+// transaction.
+type rowQuerier interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}
+
 // refreshLegacy records whether older versions' sidecar tables hold
 // entries: exact entries of queen.dedup that were not spilled, or rows of
 // queen.dedup_runs (see the sidecar description above); and whether
 // queen.dedup_batches holds rows of an earlier layout (unmarkedRows).
-func (s *Store) refreshLegacy(ctx context.Context, q interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-}) error {
+func (s *Store) refreshLegacy(ctx context.Context, q rowQuerier) error {
 	var exact, runs bool
 	if err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM queen.dedup WHERE NOT spilled),
 		to_regclass('queen.dedup_runs') IS NOT NULL`).Scan(&exact, &runs); err != nil {
@@ -766,9 +770,7 @@ func (s *Store) refreshLegacy(ctx context.Context, q interface {
 // refreshUnmarked records whether queen.dedup_batches holds rows of an
 // earlier layout (unmarkedRows; one look at the partial index
 // dedup_batches_unmarked).
-func (s *Store) refreshUnmarked(ctx context.Context, q interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-}) error {
+func (s *Store) refreshUnmarked(ctx context.Context, q rowQuerier) error {
 	var unmarked bool
 	if err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM queen.dedup_batches WHERE layout IS NULL)`).Scan(&unmarked); err != nil {
 		return fmt.Errorf("pg: dedup rows of an earlier layout: %w", err)

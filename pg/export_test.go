@@ -29,15 +29,16 @@ func SetMintedKey(f func(tick int64) int64) (restore func()) {
 func KeyHash(pid uuid.UUID, txid string) int64 { return keyHash(pid, txid) }
 func MintedKey(tick int64) int64               { return mintedKey(tick) }
 
+func MintedPartKey(pid uuid.UUID, tick int64) int64 { return mintedPartKey(pid, tick) }
+func MintedMillis(u uuid.UUID) int64                { return mintedMillis(u) }
+
 // HashedTickKey is the mark of a tick whose minted-form keys a row keeps
 // under their own key hash.
 func HashedTickKey(tick int64) int64 { return hashedTickKey(tick) }
 
 // UnmarkedRows reports whether s takes the sidecar for one that may hold
 // rows of an earlier layout (and so probes minted-form keys by key hash).
-func UnmarkedRows(s *Store) bool                    { return s.unmarkedRows.Load() }
-func MintedPartKey(pid uuid.UUID, tick int64) int64 { return mintedPartKey(pid, tick) }
-func MintedMillis(u uuid.UUID) int64                { return mintedMillis(u) }
+func UnmarkedRows(s *Store) bool { return s.unmarkedRows.Load() }
 
 // MaxTickRows is how many of a Store's rows may hold a tick's key for
 // client keys.

@@ -251,24 +251,22 @@ func (s *Store) projectTx(ctx context.Context, conn batcher, begin bool, items [
 			s.predicted.Add(1)
 			return out, learned, nil
 		case errors.Is(err, errNoPrediction):
-		case isCode(err, codeUnmarkedRows):
-			// A broker of an earlier version wrote a sidecar row since the
-			// last look: probe minted-form keys by their keyHash again
-			// until the sweep's look finds none (refreshUnmarked).
-			s.unmarkedRows.Store(true)
-			s.predictedMiss.Add(1)
-			s.log.Debug("pg: one-round-trip projection batch rolled back: the dedup sidecar holds rows of an earlier version; projecting it the long way", "err", err)
-			if _, rerr := conn.Exec(ctx, "ROLLBACK"); rerr != nil {
-				return nil, batchLearned{}, errors.Join(err, rerr)
-			}
-		case isCode(err, codeOffsetsStale) || isCode(err, codeKeysNotNew):
+		case isCode(err, codeOffsetsStale) || isCode(err, codeKeysNotNew) || isCode(err, codeUnmarkedRows):
 			s.predictedMiss.Add(1)
 			s.log.Debug("pg: one-round-trip projection batch rolled back; projecting it the long way", "err", err)
-			// Rolled back before anything was written (another broker, a
-			// transactional push or a queue delete moved a partition, or
-			// the sidecar knows a key): the long way, and no predictions
-			// for these partitions for a while.
-			s.holdOffsets(ids)
+			// Rolled back before anything was written: the long way.
+			if isCode(err, codeUnmarkedRows) {
+				// A broker of an earlier version wrote a sidecar row since
+				// the last look: probe minted-form keys by their keyHash
+				// again until the sweep's look finds none
+				// (refreshUnmarked).
+				s.unmarkedRows.Store(true)
+			} else {
+				// Another broker, a transactional push or a queue delete
+				// moved a partition, or the sidecar knows a key: no
+				// predictions for these partitions for a while.
+				s.holdOffsets(ids)
+			}
 			if _, rerr := conn.Exec(ctx, "ROLLBACK"); rerr != nil {
 				return nil, batchLearned{}, errors.Join(err, rerr)
 			}

@@ -661,8 +661,6 @@ $$;
 -- assert_known_rows). Either error rolls the batch back to the long way.
 -- Under the batch's partition locks, so a row of another broker committed
 -- before them is seen, and one committed after them probes this batch's.
--- Its last check is assert_known_rows' own, written out rather than
--- called: one function call and one plan less per batch.
 CREATE OR REPLACE FUNCTION queen.assert_tick_rows(ticks bigint[], marks bigint[], parts uuid[], pids uuid[], bases bigint[])
 RETURNS void
 LANGUAGE plpgsql STABLE
@@ -680,15 +678,7 @@ BEGIN
     IF FOUND THEN
         RAISE EXCEPTION 'queen: the dedup sidecar holds a key of the batch''s ticks under its own hash' USING ERRCODE = 'QN002';
     END IF;
-    PERFORM 1 FROM queen.dedup_batches d
-    WHERE d.key_hashes && ticks
-      AND d.partition_ids && parts
-      AND NOT EXISTS (SELECT 1 FROM unnest(pids, bases) AS k(pid, base)
-                      WHERE k.pid = d.partition_ids[1] AND k.base = d.base_offsets[1])
-    LIMIT 1;
-    IF FOUND THEN
-        RAISE EXCEPTION 'queen: the dedup sidecar holds a row of the batch''s ticks that its broker does not know' USING ERRCODE = 'QN002';
-    END IF;
+    PERFORM queen.assert_known_rows(ticks, parts, pids, bases);
 END
 $$;
 

@@ -661,6 +661,9 @@ $$;
 -- assert_known_rows). Either error rolls the batch back to the long way.
 -- Under the batch's partition locks, so a row of another broker committed
 -- before them is seen, and one committed after them probes this batch's.
+-- Its last check is assert_known_rows' own, written out rather than
+-- called: calling it measured 0.4-0.7 µs of PostgreSQL CPU a message more
+-- in 2 of 3 pairs at 8 x 100 with UUIDv7 keys (docs/decisions.md).
 CREATE OR REPLACE FUNCTION queen.assert_tick_rows(ticks bigint[], marks bigint[], parts uuid[], pids uuid[], bases bigint[])
 RETURNS void
 LANGUAGE plpgsql STABLE
@@ -678,7 +681,15 @@ BEGIN
     IF FOUND THEN
         RAISE EXCEPTION 'queen: the dedup sidecar holds a key of the batch''s ticks under its own hash' USING ERRCODE = 'QN002';
     END IF;
-    PERFORM queen.assert_known_rows(ticks, parts, pids, bases);
+    PERFORM 1 FROM queen.dedup_batches d
+    WHERE d.key_hashes && ticks
+      AND d.partition_ids && parts
+      AND NOT EXISTS (SELECT 1 FROM unnest(pids, bases) AS k(pid, base)
+                      WHERE k.pid = d.partition_ids[1] AND k.base = d.base_offsets[1])
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'queen: the dedup sidecar holds a row of the batch''s ticks that its broker does not know' USING ERRCODE = 'QN002';
+    END IF;
 END
 $$;
 

@@ -348,7 +348,8 @@ func TestHostileClients(t *testing.T) {
 }
 
 // TestMetricsEndpoint: /metrics serves Prometheus text with the push
-// verdict counters, without a token (a default skip path).
+// verdict counters and the queued push's two stage times, without a token
+// (a default skip path).
 func TestMetricsEndpoint(t *testing.T) {
 	t.Parallel()
 	s := authSetup(t, nil)
@@ -356,7 +357,9 @@ func TestMetricsEndpoint(t *testing.T) {
 		[]byte(`{"items":[{"queue":"met","payload":1}]}`))
 	code, b := do(t, "GET", s.base+"/metrics", "", nil)
 	if code != 200 || !strings.Contains(string(b), `queen_push_items_total{status="queued"} 1`) ||
-		!strings.Contains(string(b), "queen_wal_fsync_seconds_bucket") {
+		!strings.Contains(string(b), "queen_wal_fsync_seconds_bucket") ||
+		!strings.Contains(string(b), `queen_push_stage_seconds_count{stage="wal"} 1`) ||
+		!strings.Contains(string(b), `queen_push_stage_seconds_count{stage="projection"} 1`) {
 		t.Fatalf("metrics: %d %.400s", code, b)
 	}
 }

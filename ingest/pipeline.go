@@ -81,6 +81,19 @@ type Pipeline struct {
 	// MaxItems is the most items one push may carry (0 = no limit); a
 	// longer push is a *ValidationError.
 	MaxItems int
+	// ObserveStages, when set, is called once per push answered with its
+	// verdicts (queued or duplicate items; not for a push answered
+	// buffered or failed), from the push's goroutine, with the time its
+	// two stages took: wal, from Push's start (the body handed in) until
+	// the WAL writer reported the record fsynced (parse, encode, the wait
+	// for a group commit and its fsync); projection, from then until the
+	// verdicts reached the push (the wait for the projector, the
+	// transaction that stored the record, and the hand-over). A push whose
+	// verdicts arrived before the writer's report reached it (the writer
+	// reports a group commit's records one after another, after the
+	// durable index moved) is not observed: its split is not known.
+	// Must not block.
+	ObserveStages func(wal, projection time.Duration)
 }
 
 // Push validates body and runs it through the WAL and the projector.
@@ -98,6 +111,7 @@ type Pipeline struct {
 // Nothing Push returns aliases body: the caller may reuse body once Push
 // has returned.
 func (p *Pipeline) Push(ctx context.Context, body []byte, producerSub *string) ([]Result, error) {
+	start := time.Now()
 	sc := getScratch()
 	defer putScratch(sc)
 	parsed, err := parseBodyInto(sc.parsed, body, p.MaxItems)
@@ -192,12 +206,16 @@ func (p *Pipeline) Push(ctx context.Context, body []byte, producerSub *string) (
 		}
 	}
 	failed := w.failed
+	durableAt := w.durableAt.Load()
 	w.done()
 	if failed {
 		return setAll(res, StatusFailed), nil
 	}
 	if len(verdicts) != len(res) {
 		return setAll(res, StatusBuffered), nil
+	}
+	if p.ObserveStages != nil && durableAt != 0 {
+		p.ObserveStages(time.Duration(durableAt-monoSince(start)), time.Duration(monoSince(time.Now())-durableAt))
 	}
 	for i, v := range verdicts {
 		if v.Duplicate {

@@ -209,3 +209,59 @@ func TestPipelinePushWALFull(t *testing.T) {
 	}
 	t.Fatal("the WAL never reached its cap")
 }
+
+// TestPipelineObserveStages: a push answered with verdicts is observed
+// once, with its wal stage ending when the record was fsynced and its
+// projection stage covering the stand-in projector's delay (30 ms, from
+// the record's durability to its verdicts); both stages fit inside the
+// push's own duration. A push answered buffered (the gate closed) is not
+// observed.
+func TestPipelineObserveStages(t *testing.T) {
+	const delay = 30 * time.Millisecond
+	l := openTestWAL(t)
+	reg := NewRegistry()
+	stop := startStandInProjector(l, reg, func(index uint64) ([]Verdict, bool) {
+		time.Sleep(delay)
+		return []Verdict{{}}, true
+	})
+	defer stop()
+	type obs struct{ wal, projection time.Duration }
+	var got []obs
+	p := &Pipeline{WAL: l, Registry: reg, Gate: openGate{}, Maintenance: func() bool { return false },
+		VerdictTimeout: 10 * time.Second,
+		ObserveStages:  func(w, pr time.Duration) { got = append(got, obs{w, pr}) }}
+	start := time.Now()
+	res, err := p.Push(context.Background(), []byte(`{"items":[{"queue":"q","payload":1}]}`), nil)
+	total := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Status != StatusQueued {
+		t.Fatalf("status %q", res[0].Status)
+	}
+	if len(got) != 1 {
+		t.Fatalf("%d observations, want 1", len(got))
+	}
+	o := got[0]
+	if o.wal <= 0 || o.wal >= delay {
+		t.Errorf("wal stage %v: want above 0 and below the projector's delay %v", o.wal, delay)
+	}
+	if o.projection < delay {
+		t.Errorf("projection stage %v: want at least the projector's delay %v", o.projection, delay)
+	}
+	if o.wal+o.projection > total {
+		t.Errorf("stages %v + %v exceed the push's %v", o.wal, o.projection, total)
+	}
+
+	p.Gate = closedGate{}
+	res, err = p.Push(context.Background(), []byte(`{"items":[{"queue":"q","payload":2}]}`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Status != StatusBuffered {
+		t.Fatalf("status with the gate closed %q, want buffered", res[0].Status)
+	}
+	if len(got) != 1 {
+		t.Errorf("a buffered push was observed: %d observations", len(got))
+	}
+}

@@ -76,12 +76,25 @@ type waiter struct {
 	// refs counts who still uses w: the push, and the WAL writer from the
 	// append until written returns. The last one puts w back in the pool.
 	refs atomic.Int32
+	// durableAt is when written learned that the record is fsynced
+	// (monoSince; 0 before that, or after a failed write), for the push's
+	// stage timing (Pipeline.ObserveStages). Atomic: a verdict can reach
+	// the push before the writer's report does.
+	durableAt atomic.Int64
 	// assign is w.register and onWritten w.written as func values, made
 	// once per waiter: the WAL writer calls assign with the record's index
 	// before the record is written, onWritten with the outcome after.
 	assign    func(uint64)
 	onWritten func(uint64, error)
 }
+
+// monoBase is the process's reference instant for monoSince.
+var monoBase = time.Now()
+
+// monoSince returns t as nanoseconds since monoBase on the monotonic
+// clock (wall-clock steps do not move it), at least 1 so that 0 can mean
+// "not yet".
+func monoSince(t time.Time) int64 { return max(int64(t.Sub(monoBase)), 1) }
 
 // NewRegistry returns an empty Registry.
 func NewRegistry() *Registry {
@@ -101,6 +114,7 @@ func (r *Registry) newWaiter() *waiter {
 	w.deadline, w.index, w.taken = time.Time{}, 0, false
 	w.durable, w.held, w.failed = false, false, false
 	w.pipe, w.timeout = nil, 0
+	w.durableAt.Store(0)
 	w.refs.Store(1)
 	return w
 }
@@ -122,6 +136,11 @@ func (w *waiter) unref() {
 // reference.
 func (w *waiter) written(_ uint64, err error) {
 	r := w.r
+	var now time.Time
+	if err == nil {
+		now = time.Now()
+		w.durableAt.Store(monoSince(now))
+	}
 	open := err == nil && !r.draining.Load() && (w.pipe == nil || w.pipe.accepting())
 	send, kick := false, false
 	r.mu.Lock()
@@ -144,7 +163,7 @@ func (w *waiter) written(_ uint64, err error) {
 		w.taken, send = true, true
 	default:
 		w.durable = true
-		w.deadline = time.Now().Add(w.timeout)
+		w.deadline = now.Add(w.timeout)
 		kick = !r.wakeAt.IsZero() && w.deadline.Before(r.wakeAt)
 	}
 	r.mu.Unlock()

@@ -217,6 +217,7 @@ func Start(cfg Config) (*Broker, error) {
 	pc.Logger = cfg.Logger
 	b.Projector = projector.New(pc, w, store, reg)
 	b.pipeline = &ingest.Pipeline{WAL: w, Registry: reg, Gate: b.Projector, Maintenance: b.Maintenance.PushEnabled,
+		ObserveStages:  b.Metrics.ObservePushStages,
 		VerdictTimeout: cfg.VerdictTimeout, Now: cfg.Now, MaxItems: cfg.MaxPushItems}
 	if b.pipeline.MaxItems == 0 {
 		b.pipeline.MaxItems = ingest.DefaultMaxPushItems

@@ -4,6 +4,7 @@ package metrics
 
 import (
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -29,6 +30,15 @@ type Metrics struct {
 	ProjectorBatch *prometheus.HistogramVec
 	// ProjectorItems is the number of items per committed batch.
 	ProjectorItems prometheus.Histogram
+	// PushStage is a push's time in each of its two stages, seconds, by
+	// stage: "wal" (from the body handed to the pipeline to its record
+	// fsynced) and "projection" (from then to its verdicts); observed
+	// through ObservePushStages for pushes answered with verdicts
+	// (ingest.Pipeline.ObserveStages says which).
+	PushStage *prometheus.HistogramVec
+	// pushWAL and pushProjection are PushStage's two children, resolved
+	// once in New.
+	pushWAL, pushProjection prometheus.Observer
 	// Popped counts delivered messages; Acks counts acks by status and
 	// result (ok, rejected).
 	Popped prometheus.Counter
@@ -53,12 +63,16 @@ func New(walIndex, checkpoint, backlog, walBytes func() float64) *Metrics {
 			[]string{"outcome"}),
 		ProjectorItems: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "queen_projector_batch_items",
 			Help: "Items per committed projection batch.", Buckets: prometheus.ExponentialBuckets(1, 2, 16)}),
+		PushStage: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "queen_push_stage_seconds",
+			Help:    "Time of a push answered with verdicts in each stage: wal (body in to record fsynced), projection (fsynced to verdicts).",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 17)}, []string{"stage"}),
 		Popped: prometheus.NewCounter(prometheus.CounterOpts{Name: "queen_popped_messages_total",
 			Help: "Messages delivered by pops."}),
 		Acks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "queen_acks_total",
 			Help: "Acks by status and result."}, []string{"status", "result"}),
 	}
-	r.MustRegister(m.PushItems, m.WALFsync, m.ProjectorBatch, m.ProjectorItems, m.Popped, m.Acks,
+	m.pushWAL, m.pushProjection = m.PushStage.WithLabelValues("wal"), m.PushStage.WithLabelValues("projection")
+	r.MustRegister(m.PushItems, m.WALFsync, m.ProjectorBatch, m.ProjectorItems, m.PushStage, m.Popped, m.Acks,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "queen_wal_durable_index", Help: "Last fsynced WAL index."}, walIndex),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "queen_projector_checkpoint", Help: "Last WAL index committed to PostgreSQL."}, checkpoint),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "queen_projector_backlog", Help: "WAL records not yet in PostgreSQL."}, backlog),
@@ -91,6 +105,14 @@ func (m *Metrics) PushItemsFor(status string) prometheus.Counter {
 		return c
 	}
 	return m.PushItems.WithLabelValues(status)
+}
+
+// ObservePushStages records one push's two stage times (PushStage); the
+// push path calls it once per push answered with verdicts, without a
+// label lookup.
+func (m *Metrics) ObservePushStages(wal, projection time.Duration) {
+	m.pushWAL.Observe(wal.Seconds())
+	m.pushProjection.Observe(projection.Seconds())
 }
 
 // Handler serves the registry in Prometheus text format.

@@ -108,6 +108,7 @@ func WriteMarkdown(w io.Writer, results []*ScenarioResult, o MarkdownOptions) er
 		"(state upsert, sink push of closed windows, ack), latency is per cycle, CPU is per event and includes the pushes " +
 		"of the events. Rows ending -new or -existing push to a queue pre-built with that many partitions, " +
 		"to fresh partitions (every item creates one) or to the pre-built ones.\n")
+	writePipelineTable(&b, results)
 	var failed []*ScenarioResult
 	for _, r := range results {
 		if !r.OK() {
@@ -186,6 +187,29 @@ func markdownRow(r *ScenarioResult) []string {
 	}
 }
 
+// writePipelineTable writes the push rows' split of a push's time and
+// the projector's load (ScenarioResult.Pipeline), when any row has it.
+func writePipelineTable(b *bytes.Buffer, results []*ScenarioResult) {
+	var rows [][]string
+	for _, r := range results {
+		if p := r.Pipeline; p != nil {
+			rows = append(rows, []string{r.Scenario.Name, r.Scenario.TxIDs,
+				strconv.FormatFloat(p.PushWALMs, 'f', 2, 64), strconv.FormatFloat(p.PushProjectionMs, 'f', 2, 64),
+				strconv.FormatFloat(p.BatchMs, 'f', 2, 64), strconv.FormatFloat(p.BatchItems, 'f', 0, 64),
+				strconv.FormatFloat(p.ProjectorBusy*100, 'f', 0, 64)})
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	b.WriteString("\n### Where a push's time goes\n\n" +
+		"From the broker's `/metrics` over each push row's measured phase (docs/operations.md): the mean time of a push " +
+		"answered with verdicts from its body handed in to its record fsynced (wal) and from then to its verdicts " +
+		"(projection), the mean committed projection transaction and its items, and the share of the phase the " +
+		"projector spent in transactions. Near 100%, the one projector loop's transaction chain sets the row's rate.\n\n")
+	writeTable(b, []string{"scenario", "ids", "wal ms", "projection ms", "transaction ms", "items/transaction", "projector busy %"}, rows)
+}
+
 func failure(r *ScenarioResult) string {
 	if r.Error != "" {
 		return r.Error
@@ -222,6 +246,11 @@ func (r *ScenarioResult) WriteText(w io.Writer) error {
 	}
 	rows = append(rows, []string{"messages (per-message denominator)", strconv.FormatInt(r.Messages, 10)},
 		[]string{"broker / PostgreSQL / bench CPU s", fmt.Sprintf("%.2f / %.2f / %.2f", r.BrokerCPUSec, r.PGCPUSec, r.ClientCPUSec)})
+	if p := r.Pipeline; p != nil {
+		rows = append(rows, []string{"push stages: wal / projection ms", fmt.Sprintf("%.2f / %.2f", p.PushWALMs, p.PushProjectionMs)},
+			[]string{"projection transaction ms / items", fmt.Sprintf("%.2f / %.0f", p.BatchMs, p.BatchItems)},
+			[]string{"projector busy %", fmt.Sprintf("%.0f", p.ProjectorBusy*100)})
+	}
 	writeTable(&b, []string{"metric", "value"}, rows)
 	if r.Stream != nil {
 		b.WriteByte('\n')

@@ -137,6 +137,11 @@ type ScenarioResult struct {
 	// then partial.
 	Error string `json:"error,omitempty"`
 
+	// Pipeline is a push scenario's split of a push's time and the
+	// projector's load, from the broker's /metrics over the measured phase
+	// (nil for other kinds, or when /metrics could not be read).
+	Pipeline *PipelineFigures `json:"pipeline,omitempty"`
+
 	// Push is the full report of the pushes and consumers.
 	Push *Report `json:"push,omitempty"`
 	// Stream is a stream scenario's figures and exactly-once check; its
@@ -202,6 +207,8 @@ func runScenario(ctx context.Context, sc Scenario, o ScenarioOptions, res *Scena
 		}
 	}
 	var before cpuSample
+	var pipeBefore pipelineSample
+	var pipeErr error
 	backlog := startBacklogWatch(st.URL)
 	stopBacklog := sync.OnceFunc(backlog.stop)
 	defer stopBacklog()
@@ -227,6 +234,7 @@ func runScenario(ctx context.Context, sc Scenario, o ScenarioOptions, res *Scena
 		if before, err = sampleCPU(st); err != nil {
 			return err
 		}
+		pipeBefore, pipeErr = readPipeline(ctx, st.URL)
 	} else {
 		cfg.Consumers, cfg.Groups, cfg.QueueMode = sc.Consumers, sc.Groups, sc.Groups == 0
 		cfg.PopBatch, cfg.AutoAck, cfg.Prefill = sc.PopBatch, sc.AutoAck, true
@@ -256,6 +264,12 @@ func runScenario(ctx context.Context, sc Scenario, o ScenarioOptions, res *Scena
 		res.Messages, res.Latency = r.Accepted, r.Latency
 		if r.WallSec > 0 {
 			res.MsgPerSec = float64(r.Accepted) / r.WallSec
+		}
+		if pipeErr == nil {
+			if after, err := readPipeline(ctx, st.URL); err == nil {
+				f := pipelineFigures(pipeBefore, after)
+				res.Pipeline = &f
+			}
 		}
 	} else if r.Consume != nil {
 		res.Messages, res.Latency, res.MsgPerSec = r.Consume.Delivered, r.Consume.PopLatency, r.Consume.MsgPerSec

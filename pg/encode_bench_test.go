@@ -82,8 +82,10 @@ func benchArgOID(b *testing.B, a any) (uint32, int16) {
 		return pgtype.Int4ArrayOID, pgtype.BinaryFormatCode
 	case []bool:
 		return pgtype.BoolArrayOID, pgtype.BinaryFormatCode
-	case [][]byte, segmentBodies:
+	case [][]byte:
 		return pgtype.ByteaArrayOID, pgtype.BinaryFormatCode
+	case segmentPack:
+		return pgtype.ByteaOID, pgtype.BinaryFormatCode
 	case []string:
 		return pgtype.TextArrayOID, pgtype.BinaryFormatCode
 	case string:

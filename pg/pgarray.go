@@ -2,6 +2,7 @@ package pg
 
 import (
 	"encoding/binary"
+	"fmt"
 	"slices"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -23,25 +24,28 @@ import (
 //     12 bytes an element, into a buffer grown once;
 //   - uuid[] from []pgtype.UUID (partition ids);
 //   - bytea[] from [][]byte, grown once to its exact size;
-//   - bytea[] from segmentBodies: every partition's segment body is encoded
-//     (EncodeSegment's layout) straight into pgx's parameter buffer, so a
-//     payload is copied once on its way from the WAL record into the bind
-//     message, not into a body of its own first; and pgx's parameter
-//     buffer, which restarts at 256 bytes for every statement, is first
-//     moved into a buffer of the connection's own, kept from batch to batch
-//     (up to wbufKeepMax, as the connection's write buffer: pg/wbuf.go).
+//   - bytea from segmentPack (a batch's segment bodies one after another,
+//     not an array: see segmentPack): every partition's segment body is
+//     encoded (EncodeSegment's layout) straight into pgx's parameter
+//     buffer, so a payload is copied once on its way from the WAL record
+//     into the bind message, not into a body of its own first; and pgx's
+//     parameter buffer, which restarts at 256 bytes for every statement,
+//     is first moved into a buffer of the connection's own, kept from
+//     batch to batch (up to wbufKeepMax, as the connection's write buffer:
+//     pg/wbuf.go).
 //
 // The bytes are PostgreSQL's binary array format exactly as pgx writes it
 // (one dimension, lower bound 1, the has-null flag; a nil slice is NULL),
 // which TestFastArrayCodecsMatchPgx checks byte for byte against pgx.
 // registerFastArrays installs them on each new pool connection
 // (Store.Open's AfterConnect); a connection without them still encodes
-// every one of these values correctly through pgx (segmentBodies is also a
-// pgtype.ArrayGetter), only more slowly.
+// every one of these values correctly through pgx (segmentPack is also a
+// pgtype.BytesValuer), only more slowly.
 
 // registerFastArrays replaces the codecs of bigint[], uuid[] and bytea[] in
-// m (a connection's type map) by fastArrayCodec wrappers of pgx's own,
-// with one kept parameter buffer for the connection.
+// m (a connection's type map) by fastArrayCodec wrappers of pgx's own, and
+// bytea's by a fastByteaCodec one, with one kept parameter buffer for the
+// connection.
 func registerFastArrays(m *pgtype.Map) {
 	kept := newKeptBuffer()
 	for _, oid := range []uint32{pgtype.Int8ArrayOID, pgtype.UUIDArrayOID, pgtype.ByteaArrayOID} {
@@ -54,6 +58,9 @@ func registerFastArrays(m *pgtype.Map) {
 			continue
 		}
 		m.RegisterType(&pgtype.Type{Name: t.Name, OID: oid, Codec: &fastArrayCodec{ArrayCodec: ac, kept: kept}})
+	}
+	if t, ok := m.TypeForOID(pgtype.ByteaOID); ok {
+		m.RegisterType(&pgtype.Type{Name: t.Name, OID: pgtype.ByteaOID, Codec: &fastByteaCodec{Codec: t.Codec, kept: kept}})
 	}
 }
 
@@ -81,11 +88,8 @@ func (c *fastArrayCodec) PlanEncode(m *pgtype.Map, oid uint32, format int16, val
 				return encodeUUIDArray{}
 			}
 		case pgtype.ByteaOID:
-			switch value.(type) {
-			case [][]byte:
+			if _, ok := value.([][]byte); ok {
 				return encodeByteaArray{}
-			case segmentBodies:
-				return encodeSegmentBodies{kept: c.kept}
 			}
 		}
 	}
@@ -174,50 +178,102 @@ func (encodeByteaArray) Encode(value any, buf []byte) ([]byte, error) {
 	return buf, nil
 }
 
-// segmentBodies is a bytea[] parameter whose i-th element is the segment
-// body (EncodeSegment) of the messages [i], encoded when the parameter is.
-// The messages' strings and payloads must stay unchanged until the batch
-// holding the parameter is sent.
+// segmentBodies is the segment bodies of a projection batch: element i
+// is the messages of segment i, encoded (EncodeSegment) only when the
+// batch is sent, as parameters of store_segments_packed: layout, where
+// each body lies (two integer[]), and segmentPack, the bodies one after
+// another (a single bytea). The messages' strings and payloads must
+// stay unchanged until the batch holding the parameters is sent.
 type segmentBodies [][]Message
 
-// encodeSegmentBodies is the plan of segmentBodies; kept (nil: none) is
-// the connection's parameter buffer (fastArrayCodec).
-type encodeSegmentBodies struct{ kept *keptBuffer }
+// layout returns where each segment's body lies in segmentPack's bytes:
+// its byte offset (0-based) and its length (SegmentLen), in order, the
+// integer[] parameters that cut the pack apart.
+func (s segmentBodies) layout() (offsets, lens []int32) {
+	offsets, lens = make([]int32, len(s)), make([]int32, len(s))
+	at := 0
+	for i, msgs := range s {
+		n := SegmentLen(msgs)
+		offsets[i], lens[i] = int32(at), int32(n)
+		at += n
+	}
+	return offsets, lens
+}
 
-func (e encodeSegmentBodies) Encode(value any, buf []byte) ([]byte, error) {
-	segs := value.(segmentBodies)
+// segmentPack is a bytea parameter: the bodies of a segmentBodies, each
+// EncodeSegment's bytes, one after another, without separators (layout
+// cuts it apart: store_segments_packed in pg/schema.sql).
+//
+// Why one bytea rather than a bytea[] of the bodies: PostgreSQL builds a
+// received array anew (array_recv: a zeroed allocation of the array's
+// size, every element copied in), and for a batch's bodies, tens to
+// hundreds of KiB, that allocation is fresh memory each time (page faults,
+// then the zeroing): array_recv was 22% of the projector backend's CPU at
+// 8 x 100 pushes over 10 partitions (perf of the backend). A bytea
+// parameter is copied once; each body is then cut out of it with
+// substring (one copy of its own, which the array's unnest did not
+// need). Measured in docs/decisions.md ("Segment bodies as one bytea").
+type segmentPack segmentBodies
+
+// encodeSegmentPack is the binary plan of segmentPack; kept (nil: none) is
+// the connection's parameter buffer (fastByteaCodec).
+type encodeSegmentPack struct{ kept *keptBuffer }
+
+func (e encodeSegmentPack) Encode(value any, buf []byte) ([]byte, error) {
+	segs := value.(segmentPack)
 	if segs == nil {
 		return nil, nil
 	}
-	n := arrayHeaderLen
+	n := 0
 	for _, msgs := range segs {
-		n += 4 + SegmentLen(msgs)
+		n += SegmentLen(msgs)
 	}
 	if e.kept != nil {
 		buf = reserve(buf, n, e.kept)
 	}
 	buf = slices.Grow(buf, n)
-	buf = appendArrayHeader(buf, pgtype.ByteaOID, len(segs), false)
-	for _, msgs := range segs {
+	for i, msgs := range segs {
 		at := len(buf)
-		buf = encodeSegmentGrown(append(buf, 0, 0, 0, 0), msgs)
-		binary.BigEndian.PutUint32(buf[at:], uint32(len(buf)-at-4))
+		buf = encodeSegmentGrown(buf, msgs)
+		if got, want := len(buf)-at, SegmentLen(msgs); got != want {
+			// layout would cut the pack apart in the wrong places.
+			return nil, fmt.Errorf("pg: segment %d encoded to %d bytes, SegmentLen says %d", i, got, want)
+		}
 	}
 	return buf, nil
 }
 
-// Dimensions, Index and IndexType make segmentBodies a pgtype.ArrayGetter,
-// so that a type map without registerFastArrays encodes it too (each body
-// built on its own by EncodeSegment).
-func (s segmentBodies) Dimensions() []pgtype.ArrayDimension {
+// BytesValue makes segmentPack a pgtype.BytesValuer, so that a type map
+// without registerFastArrays encodes it too (the bodies built into one
+// slice first).
+func (s segmentPack) BytesValue() ([]byte, error) {
 	if s == nil {
-		return nil
+		return nil, nil
 	}
-	return []pgtype.ArrayDimension{{Length: int32(len(s)), LowerBound: 1}}
+	n := 0
+	for _, msgs := range s {
+		n += SegmentLen(msgs)
+	}
+	out := make([]byte, 0, n)
+	for _, msgs := range s {
+		out = EncodeSegment(out, msgs)
+	}
+	return out, nil
 }
 
-// Index implements pgtype.ArrayGetter: segment i's body.
-func (s segmentBodies) Index(i int) any { return EncodeSegment(nil, s[i]) }
+// fastByteaCodec is pgx's ByteaCodec with segmentPack's binary plan in
+// front; every other value is pgx's.
+type fastByteaCodec struct {
+	pgtype.Codec
+	// kept: as fastArrayCodec.kept (the same buffer: a statement encodes
+	// one parameter at a time).
+	kept *keptBuffer
+}
 
-// IndexType implements pgtype.ArrayGetter.
-func (s segmentBodies) IndexType() any { return []byte(nil) }
+// PlanEncode implements pgtype.Codec.
+func (c *fastByteaCodec) PlanEncode(m *pgtype.Map, oid uint32, format int16, value any) pgtype.EncodePlan {
+	if _, ok := value.(segmentPack); ok && format == pgtype.BinaryFormatCode {
+		return encodeSegmentPack{kept: c.kept}
+	}
+	return c.Codec.PlanEncode(m, oid, format, value)
+}

@@ -13,11 +13,12 @@ import (
 
 // TestFastArrayCodecsMatchPgx: for every shape registerFastArrays takes
 // over (bigint[] from []int64, uuid[] from []pgtype.UUID, bytea[] from
-// [][]byte and from segmentBodies), nil, empty, one element, NULL elements
-// and many, the bytes are exactly what pgx's own ArrayCodec writes (for
-// segmentBodies: what it writes for the bodies EncodeSegment builds,
-// through segmentBodies' ArrayGetter fallback and as [][]byte), and the
-// plan is the fast one; other shapes (text format, []int32) still encode.
+// [][]byte, bytea from segmentPack), nil, empty, one element, NULL
+// elements and many, the bytes are exactly what pgx's own codecs write
+// (for segmentPack: what they write for the bodies EncodeSegment builds,
+// joined, both as []byte and through segmentPack's BytesValuer fallback),
+// and the plan is the fast one; other shapes (text format, []int32) still
+// encode.
 func TestFastArrayCodecsMatchPgx(t *testing.T) {
 	plain, fast := pgtype.NewMap(), pgtype.NewMap()
 	registerFastArrays(fast)
@@ -60,10 +61,10 @@ func TestFastArrayCodecsMatchPgx(t *testing.T) {
 		{"bytea nil", pgtype.ByteaArrayOID, [][]byte(nil), nil, encodeByteaArray{}},
 		{"bytea empty", pgtype.ByteaArrayOID, [][]byte{}, nil, encodeByteaArray{}},
 		{"bytea with null and empty", pgtype.ByteaArrayOID, [][]byte{[]byte("a"), nil, {}, bytes.Repeat([]byte{0}, 1000)}, nil, encodeByteaArray{}},
-		{"segments", pgtype.ByteaArrayOID, segs, bodies, encodeSegmentBodies{}},
-		{"segments nil", pgtype.ByteaArrayOID, segmentBodies(nil), [][]byte(nil), encodeSegmentBodies{}},
-		{"segments empty", pgtype.ByteaArrayOID, segmentBodies{}, [][]byte{}, encodeSegmentBodies{}},
-		{"segments via ArrayGetter", pgtype.ByteaArrayOID, segs, segs, encodeSegmentBodies{}},
+		{"segment pack", pgtype.ByteaOID, segmentPack(segs), bytes.Join(bodies, nil), encodeSegmentPack{}},
+		{"segment pack nil", pgtype.ByteaOID, segmentPack(nil), []byte(nil), encodeSegmentPack{}},
+		{"segment pack empty", pgtype.ByteaOID, segmentPack{}, []byte{}, encodeSegmentPack{}},
+		{"segment pack via BytesValuer", pgtype.ByteaOID, segmentPack(segs), segmentPack(segs), encodeSegmentPack{}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -97,6 +98,8 @@ func TestFastArrayCodecsMatchPgx(t *testing.T) {
 		{pgtype.Int8ArrayOID, pgtype.TextFormatCode, []int64{1, 2}},
 		{pgtype.Int8ArrayOID, pgtype.BinaryFormatCode, []int32{1, 2}},
 		{pgtype.ByteaArrayOID, pgtype.TextFormatCode, [][]byte{[]byte("a")}},
+		{pgtype.ByteaOID, pgtype.BinaryFormatCode, []byte("abc")},
+		{pgtype.ByteaOID, pgtype.TextFormatCode, []byte("abc")},
 	} {
 		exp, err := plain.Encode(v.oid, v.format, v.value, nil)
 		if err != nil {
@@ -106,6 +109,32 @@ func TestFastArrayCodecsMatchPgx(t *testing.T) {
 		if err != nil || !bytes.Equal(got, exp) {
 			t.Fatalf("%T in format %d: %q, %v; want %q", v.value, v.format, got, err, exp)
 		}
+	}
+}
+
+// TestSegmentLayout: layout's offsets and lengths cut segmentPack's
+// bytes back into each segment's EncodeSegment body.
+func TestSegmentLayout(t *testing.T) {
+	segs := segmentBodies{nil, {{ID: uuid.New(), Payload: []byte("a")}},
+		{{ID: uuid.New(), TransactionID: "t", Payload: bytes.Repeat([]byte{'p'}, 300)}, {ID: uuid.New(), Payload: []byte("{}")}}}
+	pack, err := segmentPack(segs).BytesValue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	offsets, lens := segs.layout()
+	if len(offsets) != len(segs) || len(lens) != len(segs) {
+		t.Fatalf("layout of %d segments: %d offsets, %d lengths", len(segs), len(offsets), len(lens))
+	}
+	end := 0
+	for i := range segs {
+		got := pack[offsets[i] : offsets[i]+lens[i]]
+		if want := EncodeSegment(nil, segs[i]); !bytes.Equal(got, want) {
+			t.Fatalf("segment %d: cut %x, want %x", i, got, want)
+		}
+		end = int(offsets[i] + lens[i])
+	}
+	if end != len(pack) {
+		t.Fatalf("layout ends at %d, the pack is %d bytes", end, len(pack))
 	}
 }
 

@@ -97,8 +97,8 @@ func TestWbufReserveEncode(t *testing.T) {
 func TestSegmentBodiesKeptBuffer(t *testing.T) {
 	m := pgtype.NewMap()
 	registerFastArrays(m)
-	typ, _ := m.TypeForOID(pgtype.ByteaArrayOID)
-	kept := typ.Codec.(*fastArrayCodec).kept
+	typ, _ := m.TypeForOID(pgtype.ByteaOID)
+	kept := typ.Codec.(*fastByteaCodec).kept
 	items, _ := benchItems(50, 1, false)
 	msgs := make([]Message, len(items))
 	for i := range items {
@@ -107,11 +107,11 @@ func TestSegmentBodiesKeptBuffer(t *testing.T) {
 	want := EncodeSegment(nil, msgs)
 	var first *byte
 	for round := 0; round < 3; round++ {
-		got, err := m.Encode(pgtype.ByteaArrayOID, pgtype.BinaryFormatCode, segmentBodies{msgs}, []byte("params"))
+		got, err := m.Encode(pgtype.ByteaOID, pgtype.BinaryFormatCode, segmentPack{msgs}, []byte("params"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if string(got[:6]) != "params" || !bytes.Equal(got[6+arrayHeaderLen+4:], want) {
+		if string(got[:6]) != "params" || !bytes.Equal(got[6:], want) {
 			t.Fatalf("round %d: encoding differs", round)
 		}
 		if cap(kept.b) == 0 || &got[0] != &kept.b[:1][0] {

@@ -428,7 +428,7 @@ func (s *Store) projectTx(ctx context.Context, conn batcher, begin bool, items [
 // (unmarkedRows), also by its key hash and its partition and tick's older
 // mintedPartKey instead of the mark. The
 // offsets are allocated from the predictions, every item
-// stored. In the pipeline, store_segments locks the partitions in id order
+// stored. In the pipeline, store_segments_packed locks the partitions in id order
 // and checks every prediction under the lock, the offsets per partition
 // and the encryption flags per queue (predictedEncryption) (SQLSTATE QN001
 // if another broker, a transactional push or a queue delete moved or
@@ -614,7 +614,7 @@ func (s *Store) buildPredicted(items []ProjectItem, ids, lockIDs []uuid.UUID, pa
 // predictedEncryption lists the queues of a predicted batch (items, their
 // partition ids ids, the partitions' predictions in parts) once each, in
 // first-seen order, with the encryptionEnabled the batch's segments are
-// built for, for store_segments to check (one queue probe per queue
+// built for, for store_segments_packed to check (one queue probe per queue
 // instead of one per partition). ok is false when two partitions of one
 // queue predict different flags (guesses learned at different times):
 // one of them is wrong, and the long way, which reads the flags under the
@@ -642,7 +642,7 @@ func predictedEncryption(items []ProjectItem, ids []uuid.UUID, parts map[uuid.UU
 // errNoPrediction: projectPredicted does not apply to the batch.
 var errNoPrediction = errors.New("pg: batch offsets not predictable")
 
-// SQLSTATEs of the projection functions (pg/schema.sql): store_segments
+// SQLSTATEs of the projection functions (pg/schema.sql): store_segments_packed
 // raises codeOffsetsStale when a partition is gone or not in the state the
 // batch was built for, assert_new_keys codeKeysNotNew when the sidecar
 // names an offset for one of the keys.
@@ -923,10 +923,10 @@ type batchWrites struct {
 	segPID   []uuid.UUID
 	segBase  []int64
 	segCount []int32
-	segBody  segmentBodies // encoded as the batch is sent (pg/pgarray.go)
+	segBody  segmentBodies // encoded as the batch is sent (segmentPack, pg/pgarray.go)
 	// encQueues, encValues: the queues of the batch's partitions and the
 	// encryptionEnabled their segments were built for (predictedEncryption),
-	// checked by store_segments; nil: no check.
+	// checked by store_segments_packed; nil: no check.
 	encQueues []string
 	encValues []bool
 	runs      dedupRuns
@@ -948,13 +948,14 @@ type batchWrites struct {
 }
 
 // queue appends the batch's writes to b: the segments with their
-// partitions' offsets (store_segments), the sidecar rows and the pg_notify
+// partitions' offsets (store_segments_packed), the sidecar rows and the pg_notify
 // of the queues that items stores messages in (out: their outcomes).
 func (w *batchWrites) queue(b *pgx.Batch, items []ProjectItem, out []Outcome) {
 	if len(w.segPID) > 0 {
 		// The bodies last: see store_segments (pg/schema.sql).
-		b.Queue(`SELECT queen.store_segments($1::uuid[], $2::bigint[], $3::integer[], $4::text[], $5::boolean[], $6::bytea[])`,
-			pgUUIDs(w.segPID), w.segBase, w.segCount, w.encQueues, w.encValues, w.segBody)
+		offsets, lens := w.segBody.layout()
+		b.Queue(`SELECT queen.store_segments_packed($1::uuid[], $2::bigint[], $3::integer[], $4::text[], $5::boolean[], $6::integer[], $7::integer[], $8::bytea)`,
+			pgUUIDs(w.segPID), w.segBase, w.segCount, w.encQueues, w.encValues, offsets, lens, segmentPack(w.segBody))
 	}
 	if len(w.newKeys) > 0 {
 		b.Queue(`SELECT queen.assert_new_keys($1::bigint[])`, w.newKeys)
@@ -1021,7 +1022,7 @@ func (s *Store) buildWrites(lockIDs []uuid.UUID, parts map[uuid.UUID]*partState)
 // gets the lookup's next_offset and encryption flag as its guess
 // (learnOffsets' map), so that the batch naming it for the first time can
 // go the one round trip way (projectPredicted): the guess is read without
-// a lock, and store_segments checks it under the lock, so a partition
+// a lock, and store_segments_packed checks it under the lock, so a partition
 // another broker moved since is refused (QN001) and the batch goes the
 // long way; a guess this Store learned from its own commit is never
 // replaced by a lookup. Transactional and stream pushes pass false: they

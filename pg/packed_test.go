@@ -15,8 +15,9 @@ import (
 // (queen.store_segments_packed); the bytea[] form that brokers of the
 // version before call (queen.store_segments) still writes beside it. Each
 // stores the bodies it was given at the offsets it was given, one after
-// the other on the same partition, and a layout that does not cover the
-// bytes it comes with is refused before anything is written.
+// the other on the same partition; a call without segments does nothing;
+// and a layout that does not cover the bytes it comes with is refused
+// before anything is written.
 func TestStoreSegmentsBothForms(t *testing.T) {
 	x := setupBrokers(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -27,6 +28,13 @@ func TestStoreSegmentsBothForms(t *testing.T) {
 	one := pg.EncodeSegment(nil, []pg.Message{at("packed", "P", "").Message})
 	two := pg.EncodeSegment(nil, []pg.Message{at("packed", "P", "").Message, at("packed", "P", "").Message})
 
+	// No segments: nothing to do, in either form.
+	if _, err := pool.Exec(ctx, `SELECT queen.store_segments('{}'::uuid[], '{}'::bigint[], '{}'::integer[], NULL::text[], NULL::boolean[], '{}'::bytea[])`); err != nil {
+		t.Fatalf("store_segments of nothing: %v", err)
+	}
+	if _, err := pool.Exec(ctx, `SELECT queen.store_segments_packed('{}'::uuid[], '{}'::bigint[], '{}'::integer[], NULL::text[], NULL::boolean[], '{}'::integer[], '{}'::integer[], ''::bytea)`); err != nil {
+		t.Fatalf("store_segments_packed of nothing: %v", err)
+	}
 	// The older form: offset 1.
 	if _, err := pool.Exec(ctx, `SELECT queen.store_segments($1::uuid[], '{1}'::bigint[], '{1}'::integer[], NULL::text[], NULL::boolean[], $2::bytea[])`,
 		ids, [][]byte{one}); err != nil {

@@ -952,7 +952,7 @@ type batchWrites struct {
 // of the queues that items stores messages in (out: their outcomes).
 func (w *batchWrites) queue(b *pgx.Batch, items []ProjectItem, out []Outcome) {
 	if len(w.segPID) > 0 {
-		// The bodies last: see store_segments (pg/schema.sql).
+		// The bodies last: see store_segments_packed (pg/schema.sql).
 		offsets, lens := w.segBody.layout()
 		b.Queue(`SELECT queen.store_segments_packed($1::uuid[], $2::bigint[], $3::integer[], $4::text[], $5::boolean[], $6::integer[], $7::integer[], $8::bytea)`,
 			pgUUIDs(w.segPID), w.segBase, w.segCount, w.encQueues, w.encValues, offsets, lens, segmentPack(w.segBody))

@@ -254,8 +254,10 @@ END
 $$;
 
 -- store_segments is write_segments with the encryption check per queue
--- instead of per partition (pg/project.go calls it; write_segments stays
--- for brokers of the versions before): it moves partition ids[i] from
+-- instead of per partition (brokers of the version before call it, and
+-- write_segments stays for those before them; pg/project.go calls
+-- store_segments_packed, the same with the bodies in one bytea, which
+-- this form now packs them into): it moves partition ids[i] from
 -- next_offset bases[i] to bases[i] + counts[i] and stores bodies[i] as its
 -- segment, as write_segments does, locking in id order by the update;
 -- then, where queues is not NULL, checks that queue queues[j] has
@@ -274,35 +276,24 @@ $$;
 CREATE OR REPLACE FUNCTION queen.store_segments(ids uuid[], bases bigint[], counts integer[], queues text[], encrypt boolean[], bodies bytea[])
 RETURNS void
 LANGUAGE plpgsql VOLATILE
-SET enable_hashjoin = off SET enable_mergejoin = off SET enable_seqscan = off SET enable_bitmapscan = off SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
-    moved bigint;
+    offs integer[];
+    lens integer[];
+    pack bytea;
 BEGIN
-    -- In id order, as write_segments (see there). The arrays are unnested
-    -- in the select list, not in FROM: a set-returning function in FROM is
-    -- a Function Scan, which copies every row it returns into a
-    -- tuplestore before the first is read (for the insert below, every
-    -- body once more), where the select list's ProjectSet hands them on
-    -- one at a time. The arrays are of one length, so the two forms give
-    -- the same rows (PostgreSQL runs select-list functions in lockstep).
-    UPDATE queen.partitions p SET next_offset = v.base + v.n, last_message_at = now()
-    FROM (SELECT unnest(ids) AS id, unnest(bases) AS base, unnest(counts) AS n ORDER BY 1) AS v
-    WHERE p.id = v.id AND p.next_offset = v.base;
-    GET DIAGNOSTICS moved = ROW_COUNT;
-    IF moved <> cardinality(ids) THEN
-        RAISE EXCEPTION 'queen: % of % partitions gone or not at the predicted offset', cardinality(ids) - moved, cardinality(ids)
-            USING ERRCODE = 'QN001';
-    END IF;
-    IF queues IS NOT NULL AND EXISTS (
-        SELECT 1 FROM unnest(queues, encrypt) AS k(q, e)
-        WHERE NOT EXISTS (SELECT 1 FROM queen.queues x WHERE x.name = k.q AND x.encryption_enabled = k.e)) THEN
-        RAISE EXCEPTION 'queen: the encryption of a queue of the batch is not the predicted one'
-            USING ERRCODE = 'QN001';
-    END IF;
-    INSERT INTO queen.segments (partition_id, base_offset, last_offset, body)
-    SELECT v.id, v.base, v.base + v.n - 1, v.body
-    FROM (SELECT unnest(ids) AS id, unnest(bases) AS base, unnest(counts) AS n, unnest(bodies) AS body) AS v;
+    -- The bodies packed into one bytea with their offsets and lengths, and
+    -- everything else done by store_segments_packed (below): the same
+    -- checks, locks, order and SQLSTATEs. Only brokers of the version
+    -- before call this form; the pack costs them one more copy of the
+    -- bodies.
+    SELECT array_agg(u.o ORDER BY u.i), array_agg(u.l ORDER BY u.i), string_agg(u.b, ''::bytea ORDER BY u.i)
+    INTO offs, lens, pack
+    FROM (SELECT i, b, octet_length(b) AS l,
+                 coalesce(sum(octet_length(b)) OVER (ORDER BY i ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)::integer AS o
+          FROM unnest(bodies) WITH ORDINALITY AS x(b, i)) AS u;
+    PERFORM queen.store_segments_packed(ids, bases, counts, queues, encrypt,
+        coalesce(offs, '{}'), coalesce(lens, '{}'), coalesce(pack, ''::bytea));
 END
 $$;
 
@@ -310,13 +301,15 @@ $$;
 -- SQLSTATEs) with the bodies sent as one bytea, bodies, instead of a
 -- bytea[]: segment i's body is the body_lens[i] bytes at byte offset
 -- body_offsets[i] (0-based) of bodies. pg/project.go calls it;
--- store_segments stays for brokers of the versions before. PostgreSQL
+-- store_segments, which brokers of the version before call, packs its
+-- bytea[] and calls it. PostgreSQL
 -- builds a received bytea[] anew (a zeroed allocation of the whole array,
 -- then every element copied in: 22% of the projector backend's CPU at
 -- 8 x 100 pushes over 10 partitions), where a bytea is copied once and
 -- each body cut out of it by substring (docs/decisions.md, "Segment
--- bodies as one bytea"). bodies comes last for the reason store_segments
--- gives.
+-- bodies as one bytea"). bodies comes last: the broker encodes it into a
+-- buffer sized for it (pg/pgarray.go), which a parameter after it would
+-- outgrow.
 CREATE OR REPLACE FUNCTION queen.store_segments_packed(ids uuid[], bases bigint[], counts integer[], queues text[], encrypt boolean[],
     body_offsets integer[], body_lens integer[], bodies bytea)
 RETURNS void
@@ -326,7 +319,13 @@ AS $$
 DECLARE
     moved bigint;
 BEGIN
-    -- As store_segments (see there and write_segments).
+    -- In id order, as write_segments (see there). The arrays are unnested
+    -- in the select list, not in FROM: a set-returning function in FROM is
+    -- a Function Scan, which copies every row it returns into a
+    -- tuplestore before the first is read, where the select list's
+    -- ProjectSet hands them on one at a time. The arrays are of one
+    -- length, so the two forms give the same rows (PostgreSQL runs
+    -- select-list functions in lockstep).
     UPDATE queen.partitions p SET next_offset = v.base + v.n, last_message_at = now()
     FROM (SELECT unnest(ids) AS id, unnest(bases) AS base, unnest(counts) AS n ORDER BY 1) AS v
     WHERE p.id = v.id AND p.next_offset = v.base;
@@ -345,7 +344,7 @@ BEGIN
     -- bodies: refused (the broker computes it from the same lengths it
     -- encodes, pg/pgarray.go).
     IF cardinality(body_offsets) IS DISTINCT FROM cardinality(ids) OR cardinality(body_lens) IS DISTINCT FROM cardinality(ids)
-        OR (SELECT sum(l) FROM unnest(body_lens) AS l) IS DISTINCT FROM octet_length(bodies)::bigint THEN
+        OR coalesce((SELECT sum(l) FROM unnest(body_lens) AS l), 0) IS DISTINCT FROM octet_length(bodies)::bigint THEN
         RAISE EXCEPTION 'queen: segment bodies do not match their layout';
     END IF;
     INSERT INTO queen.segments (partition_id, base_offset, last_offset, body)

@@ -88,11 +88,13 @@ type Pipeline struct {
 	// the WAL writer reported the record fsynced (parse, encode, the wait
 	// for a group commit and its fsync); projection, from then until the
 	// verdicts reached the push (the wait for the projector, the
-	// transaction that stored the record, and the hand-over). A push whose
-	// verdicts arrived before the writer's report reached it (the writer
-	// reports a group commit's records one after another, after the
-	// durable index moved) is not observed: its split is not known.
-	// Must not block.
+	// transaction that stored the record, and the hand-over). The end of
+	// the wal stage is when the WAL writer reported the fsync to this push
+	// (it reports a group commit's records one after another, after the
+	// durable index moved), so it can trail the fsync by that loop. A push
+	// whose verdicts reached it before that report (the projector was
+	// faster than the writer's loop) is not observed: its split is not
+	// known. Must not block.
 	ObserveStages func(wal, projection time.Duration)
 }
 
@@ -205,6 +207,7 @@ func (p *Pipeline) Push(ctx context.Context, body []byte, producerSub *string) (
 			}
 		}
 	}
+	received := time.Now()
 	failed := w.failed
 	durableAt := w.durableAt.Load()
 	w.done()
@@ -214,8 +217,8 @@ func (p *Pipeline) Push(ctx context.Context, body []byte, producerSub *string) (
 	if len(verdicts) != len(res) {
 		return setAll(res, StatusBuffered), nil
 	}
-	if p.ObserveStages != nil && durableAt != 0 {
-		p.ObserveStages(time.Duration(durableAt-monoSince(start)), time.Duration(monoSince(time.Now())-durableAt))
+	if at := monoSince(received); p.ObserveStages != nil && durableAt != 0 && durableAt <= at {
+		p.ObserveStages(time.Duration(durableAt-monoSince(start)), time.Duration(at-durableAt))
 	}
 	for i, v := range verdicts {
 		if v.Duplicate {

@@ -84,7 +84,9 @@ func TestStoreSegmentsBothForms(t *testing.T) {
 }
 
 // TestStoreSegmentsPackedCutsBodies: several partitions' bodies in one
-// pack, of different lengths, each stored as its own segment.
+// pack, of different lengths, each stored as its own segment; layouts
+// whose lengths do not add up to the pack, hold a negative length or are
+// too short are refused.
 func TestStoreSegmentsPackedCutsBodies(t *testing.T) {
 	x := setupBrokers(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -106,8 +108,23 @@ func TestStoreSegmentsPackedCutsBodies(t *testing.T) {
 		offsets, lens = append(offsets, int32(len(pack))), append(lens, int32(len(bodies[i])))
 		pack = append(pack, bodies[i]...)
 	}
-	if _, err := x.a.Pool().Exec(ctx, `SELECT queen.store_segments_packed($1::uuid[], '{1,1,1}'::bigint[], '{1,2,3}'::integer[], NULL::text[], NULL::boolean[], $2::integer[], $3::integer[], $4::bytea)`,
-		ids, offsets, lens, pack); err != nil {
+	const call = `SELECT queen.store_segments_packed($1::uuid[], '{1,1,1}'::bigint[], '{1,2,3}'::integer[], NULL::text[], NULL::boolean[], $2::integer[], $3::integer[], $4::bytea)`
+	// Layouts the function refuses before anything is written: lengths
+	// that do not add up to the pack, a negative length (the sum right),
+	// too few offsets or lengths.
+	for _, bad := range []struct{ offsets, lens []int32 }{
+		{offsets, []int32{lens[0], lens[1], lens[2] + 1}},
+		{offsets, []int32{lens[0], lens[1], lens[2] - 1}},
+		{[]int32{0, lens[0] + lens[1], lens[0]}, []int32{lens[0] + lens[1], -lens[1], lens[1] + lens[2]}},
+		{offsets[:2], lens},
+		{offsets, lens[:2]},
+	} {
+		if _, err := x.a.Pool().Exec(ctx, call, ids, bad.offsets, bad.lens, pack); err == nil ||
+			!strings.Contains(err.Error(), "do not match their layout") || !strings.Contains(err.Error(), "22023") {
+			t.Fatalf("layout %v %v: %v, want refused with 22023", bad.offsets, bad.lens, err)
+		}
+	}
+	if _, err := x.a.Pool().Exec(ctx, call, ids, offsets, lens, pack); err != nil {
 		t.Fatalf("store_segments_packed: %v", err)
 	}
 	for i, id := range ids {

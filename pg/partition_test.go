@@ -120,9 +120,11 @@ func TestPartitionLookupScalesWithPartitions(t *testing.T) {
 		t.Fatalf("looked up %d of 1000 partitions: %v", len(ids), err)
 	}
 	nexts := make([]int64, len(ids))
-	counts, bodies := make([]int32, len(ids)), make([][]byte, len(ids))
+	counts, offsets, lens := make([]int32, len(ids)), make([]int32, len(ids)), make([]int32, len(ids))
+	var pack []byte
 	for i := range ids {
-		counts[i], bodies[i] = 1, []byte("body")
+		counts[i], offsets[i], lens[i] = 1, int32(len(pack)), 4
+		pack = append(pack, "body"...)
 	}
 	for _, stats := range []string{"stale", "analyzed"} {
 		if stats == "analyzed" {
@@ -145,7 +147,7 @@ func TestPartitionLookupScalesWithPartitions(t *testing.T) {
 			// The segment store: the offset update probes each partition
 			// in id order from the sorted arrays, and neither statement
 			// copies the arrays into a Function Scan's tuplestore.
-			{"segment store", `SELECT queen.store_segments($1, $2, $3, NULL, NULL, $4)`, []any{ids, nexts, counts, bodies},
+			{"segment store", `SELECT queen.store_segments_packed($1, $2, $3, NULL, NULL, $4, $5, $6)`, []any{ids, nexts, counts, offsets, lens, pack},
 				[]string{"Index Cond: (id = v.id)", "Sort Key: (unnest(", "Insert on segments", "ProjectSet"}},
 		} {
 			plans := nestedPlans(t, url, c.sql, c.args...)

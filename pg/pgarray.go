@@ -2,6 +2,7 @@ package pg
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -44,8 +45,8 @@ import (
 
 // registerFastArrays replaces the codecs of bigint[], uuid[] and bytea[] in
 // m (a connection's type map) by fastArrayCodec wrappers of pgx's own, and
-// bytea's by a fastByteaCodec one, with one kept parameter buffer for the
-// connection.
+// bytea's by a fastByteaCodec one, which holds the connection's kept
+// parameter buffer.
 func registerFastArrays(m *pgtype.Map) {
 	kept := newKeptBuffer()
 	for _, oid := range []uint32{pgtype.Int8ArrayOID, pgtype.UUIDArrayOID, pgtype.ByteaArrayOID} {
@@ -57,7 +58,7 @@ func registerFastArrays(m *pgtype.Map) {
 		if !ok {
 			continue
 		}
-		m.RegisterType(&pgtype.Type{Name: t.Name, OID: oid, Codec: &fastArrayCodec{ArrayCodec: ac, kept: kept}})
+		m.RegisterType(&pgtype.Type{Name: t.Name, OID: oid, Codec: &fastArrayCodec{ArrayCodec: ac}})
 	}
 	if t, ok := m.TypeForOID(pgtype.ByteaOID); ok {
 		m.RegisterType(&pgtype.Type{Name: t.Name, OID: pgtype.ByteaOID, Codec: &fastByteaCodec{Codec: t.Codec, kept: kept}})
@@ -68,11 +69,6 @@ func registerFastArrays(m *pgtype.Map) {
 // shapes above in front.
 type fastArrayCodec struct {
 	*pgtype.ArrayCodec
-	// kept is the connection's parameter buffer for segment bodies: used
-	// only by that connection's type map, one statement at a time, and
-	// only through encodeSegmentBodies, which never writes below the
-	// parameters already in pgx's buffer.
-	kept *keptBuffer
 }
 
 // PlanEncode implements pgtype.Codec.
@@ -265,15 +261,30 @@ func (s segmentPack) BytesValue() ([]byte, error) {
 // front; every other value is pgx's.
 type fastByteaCodec struct {
 	pgtype.Codec
-	// kept: as fastArrayCodec.kept (the same buffer: a statement encodes
-	// one parameter at a time).
+	// kept is the connection's parameter buffer for segment bodies: used
+	// only by that connection's type map, one statement at a time, and
+	// only through encodeSegmentPack, which never writes below the
+	// parameters already in pgx's buffer.
 	kept *keptBuffer
 }
 
-// PlanEncode implements pgtype.Codec.
+// PlanEncode implements pgtype.Codec. A segmentPack goes in binary only:
+// pgx tries the text format when a binary encode fails, and text (pgx's
+// hex through BytesValue) would send the bodies without the length check
+// that failed, so that plan is refused.
 func (c *fastByteaCodec) PlanEncode(m *pgtype.Map, oid uint32, format int16, value any) pgtype.EncodePlan {
-	if _, ok := value.(segmentPack); ok && format == pgtype.BinaryFormatCode {
-		return encodeSegmentPack{kept: c.kept}
+	if _, ok := value.(segmentPack); ok {
+		if format == pgtype.BinaryFormatCode {
+			return encodeSegmentPack{kept: c.kept}
+		}
+		return refuseSegmentPack{}
 	}
 	return c.Codec.PlanEncode(m, oid, format, value)
+}
+
+// refuseSegmentPack is the plan of a segmentPack in text format: an error.
+type refuseSegmentPack struct{}
+
+func (refuseSegmentPack) Encode(any, []byte) ([]byte, error) {
+	return nil, errors.New("pg: segment bodies are sent in binary format only")
 }

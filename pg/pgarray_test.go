@@ -112,6 +112,22 @@ func TestFastArrayCodecsMatchPgx(t *testing.T) {
 	}
 }
 
+// TestSegmentPackBinaryOnly: the fast codec refuses to send a segmentPack
+// in text format, which pgx falls back to when a binary encode fails (and
+// which would skip the binary plan's length check), and sends it in
+// binary.
+func TestSegmentPackBinaryOnly(t *testing.T) {
+	fast := pgtype.NewMap()
+	registerFastArrays(fast)
+	pack := segmentPack{{{ID: uuid.New(), Payload: []byte("{}")}}}
+	if _, err := fast.Encode(pgtype.ByteaOID, pgtype.TextFormatCode, pack, nil); err == nil {
+		t.Fatal("a segment pack in text format was encoded")
+	}
+	if _, err := fast.Encode(pgtype.ByteaOID, pgtype.BinaryFormatCode, pack, nil); err != nil {
+		t.Fatalf("binary: %v", err)
+	}
+}
+
 // TestSegmentLayout: layout's offsets and lengths cut segmentPack's
 // bytes back into each segment's EncodeSegment body.
 func TestSegmentLayout(t *testing.T) {

@@ -318,6 +318,9 @@ SET enable_hashjoin = off SET enable_mergejoin = off SET enable_seqscan = off SE
 AS $$
 DECLARE
     moved bigint;
+    total bigint;
+    least integer;
+    nulls bigint;
 BEGIN
     -- In id order, as write_segments (see there). The arrays are unnested
     -- in the select list, not in FROM: a set-returning function in FROM is
@@ -340,12 +343,19 @@ BEGIN
         RAISE EXCEPTION 'queen: the encryption of a queue of the batch is not the predicted one'
             USING ERRCODE = 'QN001';
     END IF;
-    -- A layout that does not cover bodies exactly would store wrong
-    -- bodies: refused (the broker computes it from the same lengths it
-    -- encodes, pg/pgarray.go).
-    IF cardinality(body_offsets) IS DISTINCT FROM cardinality(ids) OR cardinality(body_lens) IS DISTINCT FROM cardinality(ids)
-        OR coalesce((SELECT sum(l) FROM unnest(body_lens) AS l), 0) IS DISTINCT FROM octet_length(bodies)::bigint THEN
-        RAISE EXCEPTION 'queen: segment bodies do not match their layout';
+    -- The layout is the broker's (pg/pgarray.go: the offsets are running
+    -- sums of the lengths, and its encoder refuses a body that does not
+    -- come out at its length). Checked here, cheaply: one offset and one
+    -- length per partition, no length below 0, the lengths adding up to
+    -- bodies. A layout that fails it would store wrong bytes as some
+    -- segment's body: refused (22023, not QN001: the batch is not retried
+    -- the long way). (A check of every offset, generate_subscripts over
+    -- the arrays, took 0.5 ms a 1,000 segments.)
+    SELECT coalesce(sum(l), 0), min(l), count(*) - count(l) INTO total, least, nulls FROM (SELECT unnest(body_lens) AS l) AS t;
+    IF coalesce(cardinality(body_offsets), 0) <> coalesce(cardinality(ids), 0)
+        OR coalesce(cardinality(body_lens), 0) <> coalesce(cardinality(ids), 0)
+        OR total <> coalesce(octet_length(bodies), 0) OR least < 0 OR nulls > 0 THEN
+        RAISE EXCEPTION 'queen: segment bodies do not match their layout' USING ERRCODE = '22023';
     END IF;
     INSERT INTO queen.segments (partition_id, base_offset, last_offset, body)
     SELECT v.id, v.base, v.base + v.n - 1, substring(bodies FROM v.o + 1 FOR v.l)

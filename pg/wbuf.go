@@ -161,10 +161,11 @@ func reserve(dst []byte, need int, kept *keptBuffer) []byte {
 func (w *batchWrites) wireLen() int {
 	n := 0
 	for _, msgs := range w.segBody {
-		n += 4 + SegmentLen(msgs)
+		n += SegmentLen(msgs) // segmentPack: the bodies one after another
 	}
-	// uuid[] 20 bytes an element; bigint[], integer[], boolean[] at most 12.
-	n += 20*len(w.segPID) + 12*3*len(w.segBase)
+	// uuid[] 20 bytes an element; bigint[], integer[], boolean[] at most 12
+	// (bases, counts, and the bodies' offsets and lengths).
+	n += 20*len(w.segPID) + 12*5*len(w.segBase)
 	n += 12 * (len(w.newKeys) + len(w.runs.hashes) + len(w.runs.base) + len(w.knownTicks) + len(w.knownRows))
 	n += 20 * (len(w.knownRows) + len(w.knownParts))
 	n += 20 * len(w.runs.pid)

@@ -23,6 +23,8 @@ import (
 //
 //   - bigint[] from []int64 (sidecar key hashes, offsets): written at once,
 //     12 bytes an element, into a buffer grown once;
+//   - integer[] from []int32 (message counts per segment, the segment
+//     bodies' offsets and lengths): the same, 8 bytes an element;
 //   - uuid[] from []pgtype.UUID (partition ids);
 //   - bytea[] from [][]byte, grown once to its exact size;
 //   - bytea from segmentPack (a batch's segment bodies one after another,
@@ -43,13 +45,13 @@ import (
 // every one of these values correctly through pgx (segmentPack is also a
 // pgtype.BytesValuer), only more slowly.
 
-// registerFastArrays replaces the codecs of bigint[], uuid[] and bytea[] in
+// registerFastArrays replaces the codecs of bigint[], integer[], uuid[] and bytea[] in
 // m (a connection's type map) by fastArrayCodec wrappers of pgx's own, and
 // bytea's by a fastByteaCodec one, which holds the connection's kept
 // parameter buffer.
 func registerFastArrays(m *pgtype.Map) {
 	kept := newKeptBuffer()
-	for _, oid := range []uint32{pgtype.Int8ArrayOID, pgtype.UUIDArrayOID, pgtype.ByteaArrayOID} {
+	for _, oid := range []uint32{pgtype.Int8ArrayOID, pgtype.Int4ArrayOID, pgtype.UUIDArrayOID, pgtype.ByteaArrayOID} {
 		t, ok := m.TypeForOID(oid)
 		if !ok {
 			continue
@@ -78,6 +80,10 @@ func (c *fastArrayCodec) PlanEncode(m *pgtype.Map, oid uint32, format int16, val
 		case pgtype.Int8OID:
 			if _, ok := value.([]int64); ok {
 				return encodeInt8Array{}
+			}
+		case pgtype.Int4OID:
+			if _, ok := value.([]int32); ok {
+				return encodeInt4Array{}
 			}
 		case pgtype.UUIDOID:
 			if _, ok := value.([]pgtype.UUID); ok {
@@ -121,6 +127,22 @@ func (encodeInt8Array) Encode(value any, buf []byte) ([]byte, error) {
 	for _, v := range a {
 		buf = binary.BigEndian.AppendUint32(buf, 8)
 		buf = binary.BigEndian.AppendUint64(buf, uint64(v))
+	}
+	return buf, nil
+}
+
+type encodeInt4Array struct{}
+
+func (encodeInt4Array) Encode(value any, buf []byte) ([]byte, error) {
+	a := value.([]int32)
+	if a == nil {
+		return nil, nil
+	}
+	buf = slices.Grow(buf, arrayHeaderLen+8*len(a))
+	buf = appendArrayHeader(buf, pgtype.Int4OID, len(a), false)
+	for _, v := range a {
+		buf = binary.BigEndian.AppendUint32(buf, 4)
+		buf = binary.BigEndian.AppendUint32(buf, uint32(v))
 	}
 	return buf, nil
 }

@@ -12,13 +12,13 @@ import (
 )
 
 // TestFastArrayCodecsMatchPgx: for every shape registerFastArrays takes
-// over (bigint[] from []int64, uuid[] from []pgtype.UUID, bytea[] from
-// [][]byte, bytea from segmentPack), nil, empty, one element, NULL
-// elements and many, the bytes are exactly what pgx's own codecs write
-// (for segmentPack: what they write for the bodies EncodeSegment builds,
-// joined, both as []byte and through segmentPack's BytesValuer fallback),
-// and the plan is the fast one; other shapes (text format, []int32) still
-// encode.
+// over (bigint[] from []int64, integer[] from []int32, uuid[] from
+// []pgtype.UUID, bytea[] from [][]byte, bytea from segmentPack), nil,
+// empty, one element, NULL elements and many, the bytes are exactly what
+// pgx's own codecs write (for segmentPack: what they write for the bodies
+// EncodeSegment builds, joined, both as []byte and through segmentPack's
+// BytesValuer fallback), and the plan is the fast one; other shapes (text
+// format, a []int32 as bigint[], a []int64 as integer[]) still encode.
 func TestFastArrayCodecsMatchPgx(t *testing.T) {
 	plain, fast := pgtype.NewMap(), pgtype.NewMap()
 	registerFastArrays(fast)
@@ -55,6 +55,9 @@ func TestFastArrayCodecsMatchPgx(t *testing.T) {
 		{"int8 empty", pgtype.Int8ArrayOID, []int64{}, nil, encodeInt8Array{}},
 		{"int8 one", pgtype.Int8ArrayOID, []int64{-1}, nil, encodeInt8Array{}},
 		{"int8 many", pgtype.Int8ArrayOID, []int64{0, 1, 255, 256, math.MaxInt64, math.MinInt64, -7}, nil, encodeInt8Array{}},
+		{"int4 nil", pgtype.Int4ArrayOID, []int32(nil), nil, encodeInt4Array{}},
+		{"int4 empty", pgtype.Int4ArrayOID, []int32{}, nil, encodeInt4Array{}},
+		{"int4 many", pgtype.Int4ArrayOID, []int32{0, 1, -1, 255, 256, math.MaxInt32, math.MinInt32}, nil, encodeInt4Array{}},
 		{"uuid nil", pgtype.UUIDArrayOID, []pgtype.UUID(nil), nil, encodeUUIDArray{}},
 		{"uuid empty", pgtype.UUIDArrayOID, []pgtype.UUID{}, nil, encodeUUIDArray{}},
 		{"uuid with null", pgtype.UUIDArrayOID, []pgtype.UUID{{Bytes: uuid.New(), Valid: true}, {}, {Bytes: uuid.New(), Valid: true}}, nil, encodeUUIDArray{}},
@@ -97,6 +100,8 @@ func TestFastArrayCodecsMatchPgx(t *testing.T) {
 	}{
 		{pgtype.Int8ArrayOID, pgtype.TextFormatCode, []int64{1, 2}},
 		{pgtype.Int8ArrayOID, pgtype.BinaryFormatCode, []int32{1, 2}},
+		{pgtype.Int4ArrayOID, pgtype.BinaryFormatCode, []int64{1, 2}},
+		{pgtype.Int4ArrayOID, pgtype.TextFormatCode, []int32{1, 2}},
 		{pgtype.ByteaArrayOID, pgtype.TextFormatCode, [][]byte{[]byte("a")}},
 		{pgtype.ByteaOID, pgtype.BinaryFormatCode, []byte("abc")},
 		{pgtype.ByteaOID, pgtype.TextFormatCode, []byte("abc")},

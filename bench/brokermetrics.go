@@ -3,7 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
-	"net/http"
+	"io"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
@@ -48,22 +48,17 @@ type PipelineFigures struct {
 // readPipeline reads a pipelineSample from base's GET /metrics.
 func readPipeline(ctx context.Context, base string) (pipelineSample, error) {
 	s := pipelineSample{at: time.Now()}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+	var fams map[string]*dto.MetricFamily
+	err := getMetrics(ctx, base, func(r io.Reader) error {
+		p := expfmt.NewTextParser(model.UTF8Validation)
+		var err error
+		if fams, err = p.TextToMetricFamilies(r); err != nil {
+			return fmt.Errorf("bench: parse /metrics: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
 		return s, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return s, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return s, fmt.Errorf("bench: GET /metrics: %s", resp.Status)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return s, fmt.Errorf("bench: parse /metrics: %w", err)
 	}
 	if f := fams["queen_push_stage_seconds"]; f != nil {
 		for _, m := range f.GetMetric() {

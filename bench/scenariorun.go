@@ -386,20 +386,30 @@ var errNoBacklog = errors.New("bench: no queen_projector_backlog in /metrics")
 
 // readBacklog reads the broker's projector backlog (WAL records not yet
 // in PostgreSQL) from GET /metrics.
-func readBacklog(ctx context.Context, base string) (int64, error) {
+func readBacklog(ctx context.Context, base string) (n int64, err error) {
+	err = getMetrics(ctx, base, func(r io.Reader) error {
+		n, err = parseBacklog(r)
+		return err
+	})
+	return n, err
+}
+
+// getMetrics GETs base's /metrics and hands the body of a 200 answer to
+// parse; parse's error, or the request's, is returned.
+func getMetrics(ctx context.Context, base string, parse func(io.Reader) error) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("bench: GET /metrics: %s", resp.Status)
+		return fmt.Errorf("bench: GET /metrics: %s", resp.Status)
 	}
-	return parseBacklog(resp.Body)
+	return parse(resp.Body)
 }
 
 func parseBacklog(r io.Reader) (int64, error) {

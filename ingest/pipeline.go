@@ -113,7 +113,10 @@ type Pipeline struct {
 // Nothing Push returns aliases body: the caller may reuse body once Push
 // has returned.
 func (p *Pipeline) Push(ctx context.Context, body []byte, producerSub *string) ([]Result, error) {
-	start := time.Now()
+	var start time.Time // only for ObserveStages
+	if p.ObserveStages != nil {
+		start = time.Now()
+	}
 	sc := getScratch()
 	defer putScratch(sc)
 	parsed, err := parseBodyInto(sc.parsed, body, p.MaxItems)
@@ -207,7 +210,10 @@ func (p *Pipeline) Push(ctx context.Context, body []byte, producerSub *string) (
 			}
 		}
 	}
-	received := time.Now()
+	var received time.Time
+	if p.ObserveStages != nil {
+		received = time.Now()
+	}
 	failed := w.failed
 	durableAt := w.durableAt.Load()
 	w.done()
@@ -217,8 +223,8 @@ func (p *Pipeline) Push(ctx context.Context, body []byte, producerSub *string) (
 	if len(verdicts) != len(res) {
 		return setAll(res, StatusBuffered), nil
 	}
-	if at := monoSince(received); p.ObserveStages != nil && durableAt != 0 && durableAt <= at {
-		p.ObserveStages(time.Duration(durableAt-monoSince(start)), time.Duration(at-durableAt))
+	if p.ObserveStages != nil && durableAt != 0 && durableAt <= monoSince(received) {
+		p.ObserveStages(time.Duration(durableAt-monoSince(start)), time.Duration(monoSince(received)-durableAt))
 	}
 	for i, v := range verdicts {
 		if v.Duplicate {

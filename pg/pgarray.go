@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"unsafe"
 
 	"github.com/jackc/pgx/v5/pgtype"
 )
@@ -118,33 +119,33 @@ func appendArrayHeader(buf []byte, elemOID uint32, n int, hasNull bool) []byte {
 type encodeInt8Array struct{}
 
 func (encodeInt8Array) Encode(value any, buf []byte) ([]byte, error) {
-	a := value.([]int64)
-	if a == nil {
-		return nil, nil
-	}
-	buf = slices.Grow(buf, arrayHeaderLen+12*len(a))
-	buf = appendArrayHeader(buf, pgtype.Int8OID, len(a), false)
-	for _, v := range a {
-		buf = binary.BigEndian.AppendUint32(buf, 8)
-		buf = binary.BigEndian.AppendUint64(buf, uint64(v))
-	}
-	return buf, nil
+	return appendIntArray(buf, value.([]int64), pgtype.Int8OID), nil
 }
 
 type encodeInt4Array struct{}
 
 func (encodeInt4Array) Encode(value any, buf []byte) ([]byte, error) {
-	a := value.([]int32)
+	return appendIntArray(buf, value.([]int32), pgtype.Int4OID), nil
+}
+
+// appendIntArray appends a as a binary one-dimensional array of elemOID
+// (int4 for int32, int8 for int64), grown once; a nil a is NULL (nil).
+func appendIntArray[T int32 | int64](buf []byte, a []T, elemOID uint32) []byte {
 	if a == nil {
-		return nil, nil
+		return nil
 	}
-	buf = slices.Grow(buf, arrayHeaderLen+8*len(a))
-	buf = appendArrayHeader(buf, pgtype.Int4OID, len(a), false)
+	size := int(unsafe.Sizeof(T(0)))
+	buf = slices.Grow(buf, arrayHeaderLen+(4+size)*len(a))
+	buf = appendArrayHeader(buf, elemOID, len(a), false)
 	for _, v := range a {
-		buf = binary.BigEndian.AppendUint32(buf, 4)
-		buf = binary.BigEndian.AppendUint32(buf, uint32(v))
+		buf = binary.BigEndian.AppendUint32(buf, uint32(size))
+		if size == 8 {
+			buf = binary.BigEndian.AppendUint64(buf, uint64(v))
+		} else {
+			buf = binary.BigEndian.AppendUint32(buf, uint32(v))
+		}
 	}
-	return buf, nil
+	return buf
 }
 
 type encodeUUIDArray struct{}

@@ -35,18 +35,12 @@ AS $$ SELECT NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = tbl AND att
 -- with the segments lock below). Only when missing: ADD COLUMN IF NOT
 -- EXISTS and CREATE INDEX IF NOT EXISTS take their locks even when there
 -- is nothing to do.
-DO $$
-BEGIN
-    IF to_regclass('queen.dedup_batches') IS NOT NULL THEN
-        IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'queen.dedup_batches'::regclass
-                       AND attname = 'layout' AND NOT attisdropped) THEN
-            ALTER TABLE queen.dedup_batches ADD COLUMN layout smallint;
-        END IF;
-        IF to_regclass('queen.dedup_batches_unmarked') IS NULL THEN
-            CREATE INDEX dedup_batches_unmarked ON queen.dedup_batches (expires_at) WHERE layout IS NULL;
-        END IF;
-    END IF;
-END $$;
+-- (On a new database the table does not exist yet: both look false, and
+-- the same two statements follow its CREATE TABLE below.)
+SELECT queen.ddl_once(to_regclass('queen.dedup_batches') IS NOT NULL AND queen.column_missing(to_regclass('queen.dedup_batches'), 'layout'),
+    'ALTER TABLE queen.dedup_batches ADD COLUMN layout smallint');
+SELECT queen.ddl_once(to_regclass('queen.dedup_batches') IS NOT NULL AND to_regclass('queen.dedup_batches_unmarked') IS NULL,
+    'CREATE INDEX dedup_batches_unmarked ON queen.dedup_batches (expires_at) WHERE layout IS NULL');
 
 -- One row per queue with every /configure option (a full replace).
 CREATE TABLE IF NOT EXISTS queen.queues (
@@ -479,16 +473,10 @@ END $$;
 -- lock, until the schema transaction commits, which would hold up every
 -- broker's batches at every start. An upgraded database got both at the
 -- top of this file; this adds them to a table created just above.
-DO $$
-BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'queen.dedup_batches'::regclass
-                   AND attname = 'layout' AND NOT attisdropped) THEN
-        ALTER TABLE queen.dedup_batches ADD COLUMN layout smallint;
-    END IF;
-    IF to_regclass('queen.dedup_batches_unmarked') IS NULL THEN
-        CREATE INDEX dedup_batches_unmarked ON queen.dedup_batches (expires_at) WHERE layout IS NULL;
-    END IF;
-END $$;
+SELECT queen.ddl_once(queen.column_missing('queen.dedup_batches', 'layout'),
+    'ALTER TABLE queen.dedup_batches ADD COLUMN layout smallint');
+SELECT queen.ddl_once(to_regclass('queen.dedup_batches_unmarked') IS NULL,
+    'CREATE INDEX dedup_batches_unmarked ON queen.dedup_batches (expires_at) WHERE layout IS NULL');
 
 -- queen.dedup_runs is the sidecar layout before queen.dedup_batches (one
 -- row per partition and batch, indexed by a GIN on key_hashes and a btree

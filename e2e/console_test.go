@@ -244,8 +244,23 @@ func (p *page) click(sel string) {
 	})()`, sel))
 }
 
+// setValue sets the value of the element sel. A poll can re-render the
+// element between chromedp's look-up and its write ("could not set value
+// on node N": the node it found is gone); that is retried on the new node,
+// up to three times, before the test fails.
 func (p *page) setValue(sel, v string) {
 	p.t.Helper()
+	for range 2 {
+		ctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
+		err := chromedp.Do(ctx, chromedp.SetValue(chromedp.CSS(sel), v))
+		cancel()
+		if err == nil {
+			return
+		}
+		if !strings.Contains(err.Error(), "could not set value on node") {
+			break
+		}
+	}
 	p.run("set "+sel, chromedp.SetValue(chromedp.CSS(sel), v))
 }
 

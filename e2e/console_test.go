@@ -244,24 +244,30 @@ func (p *page) click(sel string) {
 	})()`, sel))
 }
 
-// setValue sets the value of the element sel. A poll can re-render the
-// element between chromedp's look-up and its write ("could not set value
-// on node N": the node it found is gone); that is retried on the new node,
-// up to three times, before the test fails.
+// setValue sets the value of the element sel as a user's input would end
+// (the value, then input and change events), found anew by the page's own
+// querySelector at each try: chromedp's SetValue writes to the node it
+// looked up, which a poll that re-rendered the element meanwhile has
+// replaced ("could not set value on node N", seen under the race detector
+// with the whole suite running). It fails the test when the element is
+// not there within 10 s.
 func (p *page) setValue(sel, v string) {
 	p.t.Helper()
-	for range 2 {
-		ctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
-		err := chromedp.Do(ctx, chromedp.SetValue(chromedp.CSS(sel), v))
-		cancel()
-		if err == nil {
+	js := fmt.Sprintf(`(() => { const e = document.querySelector(%q); if (!e) return false;
+		e.value = %q; e.dispatchEvent(new Event('input', {bubbles: true})); e.dispatchEvent(new Event('change', {bubbles: true}));
+		return e.value === %q })()`, sel, v, v)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ok, err := eval[bool](p, js)
+		if err == nil && ok {
 			return
 		}
-		if !strings.Contains(err.Error(), "could not set value on node") {
-			break
+		if time.Now().After(deadline) {
+			p.shot("failed-set-" + sel)
+			p.t.Fatalf("set %s to %q: %v (set: %v)", sel, v, err, ok)
 		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	p.run("set "+sel, chromedp.SetValue(chromedp.CSS(sel), v))
 }
 
 func (p *page) type_(sel, v string) {

@@ -146,13 +146,15 @@ func TestErrorSamplesBounded(t *testing.T) {
 
 func TestPayloadAndTxID(t *testing.T) {
 	t.Parallel()
-	for _, size := range []int{0, 10, 30, 256, 4096} {
-		b := appendPayload(nil, 3, 12345, size, noStamp)
-		if !json.Valid(b) {
-			t.Errorf("size %d: invalid JSON %s", size, b)
-		}
-		if size >= 30 && len(b) != size {
-			t.Errorf("size %d: got %d bytes", size, len(b))
+	for _, random := range []bool{false, true} {
+		for _, size := range []int{0, 10, 30, 256, 4096} {
+			b := appendPayload(nil, 3, 12345, payloadShape{size, random}, noStamp)
+			if !json.Valid(b) {
+				t.Errorf("size %d random %v: invalid JSON %s", size, random, b)
+			}
+			if size >= 30 && len(b) != size {
+				t.Errorf("size %d random %v: got %d bytes", size, random, len(b))
+			}
 		}
 	}
 	tx := string(appendTxID(nil, "rabc", 7, 42))
@@ -225,7 +227,7 @@ func stored(l *Ledger, p, seq int, offset int64) pg.StoredMessage {
 	return pg.StoredMessage{
 		Queue: l.Queue, Partition: string(appendPartition(nil, partitionIndex(p, seq, l.Partitions))), Offset: offset,
 		Message: pg.Message{TransactionID: string(appendTxID(nil, l.RunID, p, seq)),
-			Payload: appendPayload(nil, p, seq, l.PayloadBytes, l.sentAt(p, seq))},
+			Payload: appendPayload(nil, p, seq, l.shape(), l.sentAt(p, seq))},
 	}
 }
 

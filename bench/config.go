@@ -82,6 +82,10 @@ type Config struct {
 	FreshPartitions bool
 	// PayloadBytes is each payload's size in bytes (default DefaultPayloadBytes).
 	PayloadBytes int
+	// RandomPayload pads every payload with random characters, which do
+	// not compress, instead of 'x' bytes, which compress about tenfold in
+	// PostgreSQL's segments (see payloadShape). Default false.
+	RandomPayload bool
 	// Duration is how long producers keep starting requests (default
 	// DefaultDuration). Requests in flight at the end are completed.
 	Duration time.Duration
@@ -204,4 +208,9 @@ func (c Config) groupNames() []string {
 		names[i] = groupPrefix + strconv.Itoa(i)
 	}
 	return names
+}
+
+// payloadShape is how the run makes its payloads.
+func (c Config) payloadShape() payloadShape {
+	return payloadShape{bytes: c.PayloadBytes, random: c.RandomPayload}
 }

@@ -273,7 +273,7 @@ func (c *consumer) run(ctx context.Context) {
 			if m.Queue != c.cfg.Queue {
 				c.addError(&c.counts.popErrors, fmt.Sprintf("pop: message of queue %q", m.Queue))
 			}
-			d, sent, ours := examine(itemIDs{run: c.cfg.RunID, minted: c.cfg.MintedIDs, uuid7: c.cfg.UUID7IDs}, c.cfg.PayloadBytes, m.TransactionID, m.Partition, m.Offset, m.Data, &scratch)
+			d, sent, ours := examine(itemIDs{run: c.cfg.RunID, minted: c.cfg.MintedIDs, uuid7: c.cfg.UUID7IDs}, c.cfg.payloadShape(), m.TransactionID, m.Partition, m.Offset, m.Data, &scratch)
 			if !ours {
 				c.counts.foreign++
 				continue

@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/url"
 	"strings"
 	"sync/atomic"
@@ -17,13 +18,13 @@ func TestStampedPayload(t *testing.T) {
 
 	// Without a send time the payload is what runs without consumers
 	// always sent.
-	if got, want := string(appendPayload(nil, 3, 12, 30, noStamp)), `{"p":3,"s":12,"pad":"xxxxxxx"}`; got != want {
+	if got, want := string(appendPayload(nil, 3, 12, payloadShape{bytes: 30}, noStamp)), `{"p":3,"s":12,"pad":"xxxxxxx"}`; got != want {
 		t.Errorf("unstamped payload %s, want %s", got, want)
 	}
 
 	const now = int64(1767225600123456789)
 	for _, size := range []int{0, 10, 60, 256, 4096} {
-		b, at := appendPayloadAt(nil, 3, 12345, size, now)
+		b, at := appendPayloadAt(nil, 3, 12345, payloadShape{size, size%2 == 0}, now)
 		if !json.Valid(b) {
 			t.Errorf("size %d: invalid JSON %s", size, b)
 		}
@@ -42,7 +43,7 @@ func TestStampedPayload(t *testing.T) {
 		}
 		// Patching the stamp in place gives the payload built with it.
 		putStamp(b[at:at+stampWidth], 42)
-		if want := appendPayload(nil, 3, 12345, size, 42); !bytes.Equal(b, want) {
+		if want := appendPayload(nil, 3, 12345, payloadShape{size, size%2 == 0}, 42); !bytes.Equal(b, want) {
 			t.Errorf("size %d: patched %s, want %s", size, b, want)
 		}
 	}
@@ -72,10 +73,16 @@ func TestParsePartition(t *testing.T) {
 
 func TestExamine(t *testing.T) {
 	t.Parallel()
-	const size, sent = 128, int64(1767225600000000000)
-	good := appendPayload(nil, 2, 17, size, sent)
+	for _, random := range []bool{false, true} {
+		t.Run(fmt.Sprintf("random=%v", random), func(t *testing.T) { testExamine(t, payloadShape{128, random}) })
+	}
+}
+
+func testExamine(t *testing.T, shape payloadShape) {
+	const sent = int64(1767225600000000000)
+	good := appendPayload(nil, 2, 17, shape, sent)
 	tampered := bytes.Clone(good)
-	tampered[len(tampered)-3] = 'y'
+	tampered[len(tampered)-3] = '.' // in neither pad
 	tests := []struct {
 		name        string
 		txid, part  string
@@ -90,13 +97,13 @@ func TestExamine(t *testing.T) {
 		{"other run", "rx-2-17", "p9", good, false, noStamp, false, 0, 0},
 		{"bad id", "rt-2", "p9", good, true, noStamp, true, -1, 9},
 		{"padding changed", "rt-2-17", "p9", tampered, true, noStamp, true, 2, 9},
-		{"no send time", "rt-2-17", "p9", appendPayload(nil, 2, 17, size, noStamp), true, noStamp, true, 2, 9},
+		{"no send time", "rt-2-17", "p9", appendPayload(nil, 2, 17, shape, noStamp), true, noStamp, true, 2, 9},
 		{"another item's payload", "rt-2-18", "p9", good, true, noStamp, true, 2, 9},
 		{"foreign partition", "rt-2-17", "P9", good, true, sent, false, 2, -1},
 	}
 	var scratch []byte
 	for _, tt := range tests {
-		d, s, ours := examine(itemIDs{run: "rt"}, size, tt.txid, tt.part, 5, tt.data, &scratch)
+		d, s, ours := examine(itemIDs{run: "rt"}, shape, tt.txid, tt.part, 5, tt.data, &scratch)
 		if ours != tt.wantOurs || s != tt.wantSent {
 			t.Errorf("%s: ours %v sent %d, want %v %d", tt.name, ours, s, tt.wantOurs, tt.wantSent)
 			continue
@@ -345,7 +352,7 @@ func TestCheckStampedLedger(t *testing.T) {
 	if v := check(l, msgs); !v.OK() {
 		t.Fatalf("stamped: %q", v.Problems)
 	}
-	msgs[3].Payload = appendPayload(nil, 1, 1, l.PayloadBytes, 99)
+	msgs[3].Payload = appendPayload(nil, 1, 1, l.shape(), 99)
 	if v := check(l, msgs); v.PayloadMismatch != 1 {
 		t.Errorf("wrong send time: PayloadMismatch = %d", v.PayloadMismatch)
 	}

@@ -34,7 +34,11 @@
 // where <unix ns> is the wall clock just before the request is written,
 // right-aligned in 19 bytes (leading spaces are JSON whitespace), so the
 // payload is still PayloadBytes long. The Ledger keeps each request's send
-// time, so the payload can still be recomputed byte for byte.
+// time, so the payload can still be recomputed byte for byte. With
+// Config.RandomPayload (scenarios ending -random) the pad is base64url
+// characters drawn from a generator seeded by (p, seq) instead of 'x'
+// bytes: the same recomputation, but nothing for PostgreSQL's compression
+// to shrink.
 //
 // # Outcomes
 //

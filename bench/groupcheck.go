@@ -26,10 +26,10 @@ type delivery struct {
 }
 
 // examine turns one popped message into a delivery for a run whose items
-// ids identifies, with payloads of size bytes. sent is the send time the payload
+// ids identifies, with payloads made as shape says. sent is the send time the payload
 // carries, noStamp when its payload is wrong; ours is false for a message
 // of another run. scratch is reused between calls.
-func examine(ids itemIDs, size int, txid, partition string, offset int64, data []byte, scratch *[]byte) (d delivery, sent int64, ours bool) {
+func examine(ids itemIDs, shape payloadShape, txid, partition string, offset int64, data []byte, scratch *[]byte) (d delivery, sent int64, ours bool) {
 	p, seq, ours, ok := ids.identify(txid, data)
 	if !ours {
 		return delivery{}, noStamp, false
@@ -54,7 +54,7 @@ func examine(ids itemIDs, size int, txid, partition string, offset int64, data [
 		d.badPayload = true
 		return d, noStamp, true
 	}
-	want := appendPayload((*scratch)[:0], p, seq, size, sent)
+	want := appendPayload((*scratch)[:0], p, seq, shape, sent)
 	*scratch = want
 	if !bytes.Equal(data, want) {
 		d.badPayload = true

@@ -53,6 +53,9 @@ type Ledger struct {
 	Queue        string
 	Partitions   int
 	PayloadBytes int
+	// RandomPayload: the payloads were padded with random characters
+	// (see payloadShape).
+	RandomPayload bool
 	// MintedIDs: the items carried no transactionId; the broker minted
 	// each one's (its message id) and messages are traced by payload.
 	MintedIDs bool
@@ -75,6 +78,10 @@ type Ledger struct {
 }
 
 func (l *Ledger) ids() itemIDs { return itemIDs{run: l.RunID, minted: l.MintedIDs, uuid7: l.UUID7IDs} }
+
+func (l *Ledger) shape() payloadShape {
+	return payloadShape{bytes: l.PayloadBytes, random: l.RandomPayload}
+}
 
 // sentAt is the send time item seq of producer p carries, noStamp when
 // payloads carry none.
@@ -283,17 +290,32 @@ const noStamp int64 = -1
 // spaces (JSON whitespace), so the payload's size does not depend on it.
 const stampWidth = 19
 
+// payloadShape is how a run's payloads are made: their size and what pads
+// them to it.
+type payloadShape struct {
+	// bytes is each payload's size (more only when the fixed part alone
+	// is longer).
+	bytes int
+	// random pads with characters of the base64url alphabet drawn from a
+	// generator seeded by the item (producer, sequence number), which
+	// LZ4 cannot compress (6 bits of entropy per byte, no repeats), so
+	// PostgreSQL stores every byte; false pads with 'x', which compresses
+	// about tenfold. Both are deterministic, so Verify and the consumers
+	// rebuild the payload and compare it byte for byte.
+	random bool
+}
+
 // appendPayload appends item seq of producer p's payload, a JSON object of
-// size bytes (more only when the fixed part alone is longer). A payload
-// with a send time (sent >= 0, unix nanoseconds) carries it as "t".
-func appendPayload(dst []byte, p, seq, size int, sent int64) []byte {
-	dst, _ = appendPayloadAt(dst, p, seq, size, sent)
+// shape.bytes bytes (more only when the fixed part alone is longer). A
+// payload with a send time (sent >= 0, unix nanoseconds) carries it as "t".
+func appendPayload(dst []byte, p, seq int, shape payloadShape, sent int64) []byte {
+	dst, _ = appendPayloadAt(dst, p, seq, shape, sent)
 	return dst
 }
 
 // appendPayloadAt is appendPayload that also returns where in dst the send
 // time's stampWidth bytes are (for putStamp), -1 without a send time.
-func appendPayloadAt(dst []byte, p, seq, size int, sent int64) ([]byte, int) {
+func appendPayloadAt(dst []byte, p, seq int, shape payloadShape, sent int64) ([]byte, int) {
 	start := len(dst)
 	dst = appendPayloadPrefix(dst, p, seq, sent >= 0)
 	at := -1
@@ -304,10 +326,43 @@ func appendPayloadAt(dst []byte, p, seq, size int, sent int64) ([]byte, int) {
 		dst = append(dst, ',')
 	}
 	dst = append(dst, `"pad":"`...)
-	for n := size - (len(dst) - start) - 2; n > 0; n-- {
-		dst = append(dst, 'x')
+	n := max(shape.bytes-(len(dst)-start)-2, 0)
+	if shape.random {
+		dst = appendRandomPad(dst, p, seq, n)
+	} else {
+		for range n {
+			dst = append(dst, 'x')
+		}
 	}
 	return append(dst, `"}`...), at
+}
+
+// padAlphabet is the characters of a random pad: base64url, none of which
+// JSON escapes.
+const padAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+
+// appendRandomPad appends n characters of padAlphabet from a xorshift64
+// generator seeded (through splitmix64's finaliser) by producer p and
+// sequence number seq: the same item always gets the same pad, different
+// items different ones.
+func appendRandomPad(dst []byte, p, seq, n int) []byte {
+	x := uint64(p)<<40 ^ uint64(seq) + 0x9E3779B97F4A7C15
+	x = (x ^ x>>30) * 0xBF58476D1CE4E5B9
+	x = (x ^ x>>27) * 0x94D049BB133111EB
+	x ^= x >> 31
+	if x == 0 {
+		x = 1 // xorshift's one fixed point
+	}
+	for n > 0 {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		// Ten characters of six bits from each draw.
+		for i := 0; i < 10 && n > 0; i, n = i+1, n-1 {
+			dst = append(dst, padAlphabet[x>>(58-6*i)&63])
+		}
+	}
+	return dst
 }
 
 // appendPayloadPrefix appends the payload's bytes before its send time

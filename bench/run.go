@@ -80,7 +80,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	var total counts
 	var lat Latency
 	ledger := &Ledger{RunID: cfg.RunID, Queue: cfg.Queue, Partitions: cfg.Partitions, MintedIDs: cfg.MintedIDs, UUID7IDs: cfg.UUID7IDs,
-		PayloadBytes: cfg.PayloadBytes, Outcomes: make([][]Outcome, len(prods)), Batch: cfg.Batch,
+		PayloadBytes: cfg.PayloadBytes, RandomPayload: cfg.RandomPayload, Outcomes: make([][]Outcome, len(prods)), Batch: cfg.Batch,
 		FreshPartitions: cfg.FreshPartitions}
 	if cfg.Consumers > 0 {
 		ledger.SentAt = make([][]int64, len(prods))
@@ -230,9 +230,9 @@ func (p *producer) run(ctx context.Context, deadline time.Time) {
 			}
 			body = append(body, `","payload":`...)
 			if p.stamped {
-				body, stamps[i] = appendPayloadAt(body, p.id, s, cfg.PayloadBytes, 0)
+				body, stamps[i] = appendPayloadAt(body, p.id, s, cfg.payloadShape(), 0)
 			} else {
-				body = appendPayload(body, p.id, s, cfg.PayloadBytes, noStamp)
+				body = appendPayload(body, p.id, s, cfg.payloadShape(), noStamp)
 			}
 			body = append(body, '}')
 		}

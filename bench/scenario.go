@@ -80,6 +80,8 @@ type Scenario struct {
 	//   push-<C>x<N>-p<P>[k|M]-<new|existing>  P pre-built partitions (k: ×1000, M: ×1,000,000);
 	//                                      pushes to fresh partitions or to the pre-built ones
 	//   stream-w<W>-b<B>                   W stream workers, pop batch B, map → window → sink
+	// A push, pop or fan-out name may end in -random: its payloads are
+	// padded with random characters, which do not compress (RandomPayload).
 	Name string `json:"name"`
 	// Kind is KindPush, KindPop, KindFanout, KindPartitions or KindStream.
 	Kind string `json:"kind"`
@@ -104,6 +106,11 @@ type Scenario struct {
 	// Window is a KindStream scenario's tumbling window, in offsets of a
 	// source partition.
 	Window int `json:"window,omitempty"`
+	// RandomPayload: the payloads (the prefill's, for pop and fan-out)
+	// are padded with random characters instead of 'x' bytes, so that
+	// PostgreSQL's compression of the segments saves nothing (see
+	// Config.RandomPayload).
+	RandomPayload bool `json:"random_payload,omitempty"`
 }
 
 // Connections is the scenario's client connections doing the measured
@@ -116,9 +123,9 @@ func (s Scenario) Connections() int {
 }
 
 var (
-	pushName   = regexp.MustCompile(`^push-([0-9]+)x([0-9]+)-p([0-9]+)(?:-(client|minted|uuid7))?$`)
-	popName    = regexp.MustCompile(`^pop-c([0-9]+)-b([0-9]+)$`)
-	fanoutName = regexp.MustCompile(`^fanout-g([0-9]+)-c([0-9]+)-b([0-9]+)(-autoack)?$`)
+	pushName   = regexp.MustCompile(`^push-([0-9]+)x([0-9]+)-p([0-9]+)(?:-(client|minted|uuid7))?(-random)?$`)
+	popName    = regexp.MustCompile(`^pop-c([0-9]+)-b([0-9]+)(-random)?$`)
+	fanoutName = regexp.MustCompile(`^fanout-g([0-9]+)-c([0-9]+)-b([0-9]+)(-autoack)?(-random)?$`)
 	partsName  = regexp.MustCompile(`^push-([0-9]+)x([0-9]+)-p([0-9]+)([kM]?)-(new|existing)$`)
 	streamName = regexp.MustCompile(`^stream-w([0-9]+)-b([0-9]+)$`)
 )
@@ -146,21 +153,29 @@ var (
 	// plots: partition lookup and creation on a queue of 1 M partitions, a
 	// stream query, and the autoAck fan-out with 10 consumers per group.
 	extraScenarios = []string{"push-16x100-p1M-new", "push-16x100-p1M-existing", "stream-w4-b100", "fanout-g5-c10-b100-autoack"}
+	// randomScenarios are rows of the table again with payloads that do
+	// not compress: what PostgreSQL pays when it has to store every byte.
+	randomScenarios = []string{
+		"push-8x100-p10-minted-random", "push-8x100-p10-uuid7-random", "push-50x10-p1001-minted-random",
+		"push-16x100-p10000-minted-random", "pop-c10-b100-random", "fanout-g5-c2-b100-random",
+	}
 	// smokeScenarios check the tool end to end in CI.
 	smokeScenarios = []string{"push-8x100-p10", "push-8x100-p10-uuid7", "push-64x1-p10-minted", "pop-c10-b100", "fanout-g5-c2-b100", "fanout-g5-c2-b100-autoack", "stream-w4-b100"}
 )
 
 // ScenarioSets names the sets ParseScenarios accepts besides single names.
 var ScenarioSets = map[string][]string{
-	"rows":  rowScenarios,
-	"sweep": sweepScenarios,
-	"smoke": smokeScenarios,
-	"all":   slices.Concat(rowScenarios, sweepScenarios, extraScenarios),
+	"rows":   rowScenarios,
+	"sweep":  sweepScenarios,
+	"smoke":  smokeScenarios,
+	"random": randomScenarios,
+	"all":    slices.Concat(rowScenarios, sweepScenarios, extraScenarios, randomScenarios),
 }
 
 // ParseScenarios turns a comma-separated list of scenario names and set
-// names (rows, sweep, smoke, all) into scenarios, in order, each once. A
-// push name without its -client/-minted suffix expands to the variants
+// names (rows, sweep, smoke, random, all) into scenarios, in order, each
+// once. A push name without its -client/-minted suffix (before any
+// -random) expands to the variants
 // txids says (TxIDClient, TxIDMinted or TxIDBoth; TxIDUUID7 the UUIDv7
 // one); a set's push name with a suffix is left out when txids names one
 // other variant, and a name given on its own always stands. Errors wrap
@@ -196,7 +211,7 @@ func ParseScenarios(list, txids string) ([]Scenario, error) {
 			}
 			if m != nil && m[4] == "" {
 				for _, v := range variants {
-					s, err := ParseScenario(name + "-" + v)
+					s, err := ParseScenario(strings.TrimSuffix(name, m[5]) + "-" + v + m[5])
 					if err != nil {
 						return nil, err
 					}
@@ -242,7 +257,8 @@ func ParseScenario(name string) (Scenario, error) {
 		if m[4] == "" {
 			return bad("a push scenario needs -client, -minted or -uuid7")
 		}
-		return Scenario{Name: name, Kind: KindPush, Producers: n[0], Batch: n[1], Partitions: n[2], TxIDs: m[4]}, nil
+		return Scenario{Name: name, Kind: KindPush, Producers: n[0], Batch: n[1], Partitions: n[2], TxIDs: m[4],
+			RandomPayload: m[5] != ""}, nil
 	}
 	if m := popName.FindStringSubmatch(name); m != nil {
 		n, ok := nums(m[1:3])
@@ -250,7 +266,7 @@ func ParseScenario(name string) (Scenario, error) {
 			return bad(fmt.Sprintf("consumers must be at least 1, batch 1..%d", MaxPopBatch))
 		}
 		return Scenario{Name: name, Kind: KindPop, Producers: prefillProducers, Batch: prefillBatch, Partitions: DefaultPartitions,
-			TxIDs: TxIDMinted, Consumers: n[0], PopBatch: n[1], AutoAck: true}, nil
+			TxIDs: TxIDMinted, Consumers: n[0], PopBatch: n[1], AutoAck: true, RandomPayload: m[3] != ""}, nil
 	}
 	if m := fanoutName.FindStringSubmatch(name); m != nil {
 		n, ok := nums(m[1:4])
@@ -258,7 +274,7 @@ func ParseScenario(name string) (Scenario, error) {
 			return bad(fmt.Sprintf("groups and consumers must be at least 1, batch 1..%d", MaxPopBatch))
 		}
 		return Scenario{Name: name, Kind: KindFanout, Producers: prefillProducers, Batch: prefillBatch, Partitions: DefaultPartitions,
-			TxIDs: TxIDMinted, Groups: n[0], Consumers: n[1], PopBatch: n[2], AutoAck: m[4] != ""}, nil
+			TxIDs: TxIDMinted, Groups: n[0], Consumers: n[1], PopBatch: n[2], AutoAck: m[4] != "", RandomPayload: m[5] != ""}, nil
 	}
 	if m := partsName.FindStringSubmatch(name); m != nil {
 		n, ok := nums(m[1:4])
@@ -280,6 +296,7 @@ func ParseScenario(name string) (Scenario, error) {
 		return Scenario{Name: name, Kind: KindStream, Producers: streamProducers, Batch: streamBatch, Partitions: streamPartitions,
 			TxIDs: TxIDMinted, Consumers: n[0], PopBatch: n[1], Window: streamWindow}, nil
 	}
-	return bad("unknown; want push-<C>x<N>-p<P>[-client|-minted], pop-c<C>-b<B>, fanout-g<G>-c<C>-b<B>, " +
-		"push-<C>x<N>-p<P>[k|M]-<new|existing>, stream-w<W>-b<B> or a set: rows, sweep, smoke, all")
+	return bad("unknown; want push-<C>x<N>-p<P>[-client|-minted|-uuid7][-random], pop-c<C>-b<B>[-random], " +
+		"fanout-g<G>-c<C>-b<B>[-autoack][-random], push-<C>x<N>-p<P>[k|M]-<new|existing>, stream-w<W>-b<B> " +
+		"or a set: rows, sweep, smoke, random, all")
 }

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"compress/flate"
 	"errors"
 	"image/png"
 	"os"
@@ -100,6 +101,87 @@ func TestParseScenarios(t *testing.T) {
 	if _, err := ParseScenarios("rows", "sometimes"); !errors.Is(err, ErrConfig) {
 		t.Errorf("bad -txid: %v", err)
 	}
+
+	// -random: incompressible payloads, on push, pop and fan-out names;
+	// a push name's variant goes before it.
+	rnd, err := ParseScenarios("push-8x100-p10-random,pop-c10-b100-random,fanout-g5-c2-b100-autoack-random,push-8x1-p10", TxIDBoth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := scenarioNames(rnd), []string{"push-8x100-p10-minted-random", "push-8x100-p10-client-random",
+		"pop-c10-b100-random", "fanout-g5-c2-b100-autoack-random", "push-8x1-p10-minted", "push-8x1-p10-client"}; !slices.Equal(got, want) {
+		t.Errorf("names %q, want %q", got, want)
+	}
+	for i, s := range rnd {
+		if s.RandomPayload != (i < 4) {
+			t.Errorf("%s: RandomPayload %v", s.Name, s.RandomPayload)
+		}
+	}
+	if s := rnd[3]; s.Kind != KindFanout || !s.AutoAck || s.Groups != 5 {
+		t.Errorf("random fan-out %+v", s)
+	}
+	set, _ := ParseScenarios("random", TxIDBoth)
+	for _, s := range set {
+		if !s.RandomPayload {
+			t.Errorf("random set: %s", s.Name)
+		}
+	}
+	for _, bad := range []string{"push-8x100-p10-random-minted", "fanout-g5-c2-b100-random-autoack", "stream-w4-b100-random", "push-16x100-p1M-new-random"} {
+		if _, err := ParseScenario(bad); !errors.Is(err, ErrConfig) {
+			t.Errorf("%q: err %v, want ErrConfig", bad, err)
+		}
+	}
+}
+
+// TestRandomPad checks what -random promises: a pad of the base64url
+// alphabet, the same for the same item, another for every other item,
+// and bytes that a compressor cannot shrink the way it shrinks 'x' pads.
+func TestRandomPad(t *testing.T) {
+	t.Parallel()
+	a := appendPayload(nil, 1, 7, payloadShape{4096, true}, noStamp)
+	if b := appendPayload(nil, 1, 7, payloadShape{4096, true}, noStamp); !bytes.Equal(a, b) {
+		t.Fatal("the same item got two pads")
+	}
+	pad := a[bytes.Index(a, []byte(`"pad":"`))+7 : len(a)-2]
+	chars := map[byte]bool{}
+	for _, c := range pad {
+		if !strings.ContainsRune(padAlphabet, rune(c)) {
+			t.Fatalf("pad byte %q is not base64url", c)
+		}
+		chars[c] = true
+	}
+	if len(chars) != 64 {
+		t.Errorf("a 4 kB pad uses %d of 64 characters", len(chars))
+	}
+	seen := map[string]bool{}
+	for p := range 4 {
+		for seq := range 250 {
+			b := appendPayload(nil, p, seq, payloadShape{64, true}, noStamp)
+			k := string(b[bytes.Index(b, []byte(`"pad":"`)):])
+			if seen[k] {
+				t.Fatalf("producer %d seq %d repeats another item's pad %s", p, seq, k)
+			}
+			seen[k] = true
+		}
+	}
+	// A segment's worth of payloads, compressed: random pads keep at
+	// least 70% of their bytes (six bits of eight), 'x' pads under 20%.
+	ratio := func(random bool) float64 {
+		var raw, z bytes.Buffer
+		for seq := range 100 {
+			raw.Write(appendPayload(nil, 0, seq, payloadShape{256, random}, noStamp))
+		}
+		w, _ := flate.NewWriter(&z, flate.BestSpeed)
+		w.Write(raw.Bytes())
+		w.Close()
+		return float64(z.Len()) / float64(raw.Len())
+	}
+	if r := ratio(true); r < 0.7 {
+		t.Errorf("random payloads compress to %.2f of their size", r)
+	}
+	if r := ratio(false); r > 0.2 {
+		t.Errorf("'x' payloads compress to %.2f of their size", r)
+	}
 }
 
 func TestParsePayloadID(t *testing.T) {
@@ -109,8 +191,8 @@ func TestParsePayloadID(t *testing.T) {
 		p, seq int
 		ok     bool
 	}{
-		{string(appendPayload(nil, 3, 1234, 64, noStamp)), 3, 1234, true},
-		{string(appendPayload(nil, 0, 0, 64, 1700000000000000000)), 0, 0, true},
+		{string(appendPayload(nil, 3, 1234, payloadShape{bytes: 64}, noStamp)), 3, 1234, true},
+		{string(appendPayload(nil, 0, 0, payloadShape{64, true}, 1700000000000000000)), 0, 0, true},
 		{`{"p":1,"s":2}`, 0, 0, false},
 		{`{"p":01,"s":2,`, 0, 0, false},
 		{`{"s":2,"p":1,`, 0, 0, false},

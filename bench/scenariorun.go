@@ -197,6 +197,7 @@ func runScenario(ctx context.Context, sc Scenario, o ScenarioOptions, res *Scena
 		URL: st.URL, Producers: sc.Producers, Batch: sc.Batch, Partitions: sc.Partitions,
 		PayloadBytes: o.PayloadBytes, Duration: o.Duration, RequestTimeout: o.RequestTimeout,
 		BrokerPID: st.BrokerPID, MintedIDs: sc.TxIDs == TxIDMinted, UUID7IDs: sc.TxIDs == TxIDUUID7, FreshPartitions: sc.FreshPartitions,
+		RandomPayload: sc.RandomPayload,
 	}
 	pushes := sc.Kind == KindPush || sc.Kind == KindPartitions
 	if sc.Kind == KindPartitions {

@@ -174,7 +174,7 @@ func check(l *Ledger, msgs []pg.StoredMessage) *VerifyResult {
 		if m.Partition != string(part) {
 			v.problem(&v.WrongPartition, "%s offset %d: %q was sent to partition %s", m.Partition, m.Offset, m.TransactionID, part)
 		}
-		want = appendPayload(want[:0], p, seq, l.PayloadBytes, l.sentAt(p, seq))
+		want = appendPayload(want[:0], p, seq, l.shape(), l.sentAt(p, seq))
 		if !bytes.Equal(m.Payload, want) {
 			v.problem(&v.PayloadMismatch, "%s offset %d: %q payload differs: stored %d bytes %.60q…", m.Partition, m.Offset,
 				m.TransactionID, len(m.Payload), m.Payload)

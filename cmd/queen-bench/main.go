@@ -63,6 +63,7 @@ func run(args []string) int {
 	fs.IntVar(&cfg.Batch, "batch", bench.DefaultBatch, "items per push")
 	fs.IntVar(&cfg.Partitions, "partitions", bench.DefaultPartitions, "partitions p0..pN-1, used round-robin")
 	fs.IntVar(&cfg.PayloadBytes, "payload", bench.DefaultPayloadBytes, "payload size in bytes (a JSON object)")
+	fs.BoolVar(&cfg.RandomPayload, "random-payload", false, "pad payloads with random characters, which do not compress, instead of 'x' bytes (scenarios: the -random suffix)")
 	fs.DurationVar(&cfg.Duration, "duration", bench.DefaultDuration, "how long to push")
 	fs.StringVar(&cfg.Queue, "queue", "", "queue name (default bench-<unix time>)")
 	fs.DurationVar(&cfg.RequestTimeout, "timeout", bench.DefaultRequestTimeout, "timeout of one push request")

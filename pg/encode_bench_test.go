@@ -63,6 +63,7 @@ func BenchmarkProjectEncode(b *testing.B) {
 					b.Fatal("the batch outgrew its reservation (batchWrites.wireLen)")
 				}
 				bytes = len(wbuf)
+				w.release()
 				putBatchMsgs(back)
 			}
 			b.SetBytes(int64(bytes))

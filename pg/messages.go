@@ -78,7 +78,8 @@ const (
 	// messagePage is how many segment headers one scan query returns.
 	messagePage = 256
 	// segmentPrefixBytes covers a segment body's version, count, first
-	// message id and first createdAt (1 + 10 + 16 + 10 bytes at most).
+	// message id and first createdAt (1 + 10 + 16 + 10 bytes at most), and
+	// a compressed body's version, count and first createdAt (pg/segment.go).
 	segmentPrefixBytes = 40
 )
 
@@ -405,10 +406,19 @@ func newestFirst(a, b ListedMessage) int {
 // first bytes of its body; false when the prefix does not hold it.
 func firstCreatedAt(prefix []byte) (int64, bool) {
 	rd := binenc.NewReader(prefix)
-	if rd.Byte() != segmentVersion || rd.Uvarint() == 0 {
+	switch rd.Byte() {
+	case segmentVersion:
+		if rd.Uvarint() == 0 {
+			return 0, false
+		}
+		rd.Fixed(16) // the first message's id
+	case segmentVersionS2:
+		if rd.Uvarint() == 0 {
+			return 0, false
+		}
+	default:
 		return 0, false
 	}
-	rd.Fixed(16)
 	v := rd.Varint()
 	return v, rd.Err() == nil
 }

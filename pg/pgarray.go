@@ -3,8 +3,8 @@ package pg
 import (
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"slices"
+	"sync"
 	"unsafe"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -198,30 +198,72 @@ func (encodeByteaArray) Encode(value any, buf []byte) ([]byte, error) {
 }
 
 // segmentBodies is the segment bodies of a projection batch: element i
-// is the messages of segment i, encoded (EncodeSegment) only when the
-// batch is sent, as parameters of store_segments_packed: layout, where
-// each body lies (two integer[]), and segmentPack, the bodies one after
-// another (a single bytea). The messages' strings and payloads must
-// stay unchanged until the batch holding the parameters is sent.
+// is the messages of segment i, encoded when the batch is queued
+// (packSegments) as parameters of store_segments_packed: where each
+// stored body lies (two integer[]) and segmentPack, the bodies one after
+// another (a single bytea). The messages' strings and payloads must stay
+// unchanged until then.
 type segmentBodies [][]Message
 
-// layout returns where each segment's body lies in segmentPack's bytes:
-// its byte offset (0-based) and its length (SegmentLen), in order, the
-// integer[] parameters that cut the pack apart.
-func (s segmentBodies) layout() (offsets, lens []int32) {
-	offsets, lens = make([]int32, len(s)), make([]int32, len(s))
-	at := 0
-	for i, msgs := range s {
-		n := SegmentLen(msgs)
-		offsets[i], lens[i] = int32(at), int32(n)
-		at += n
+// packBuf holds a projection batch's packed bodies (out) and the scratch
+// a body is encoded into before it is compressed (plain); pooled, so that
+// a batch's hundreds of KiB are not fresh memory every time.
+type packBuf struct{ plain, out []byte }
+
+var packBufs = sync.Pool{New: func() any { return new(packBuf) }}
+
+// maxPooledPack bounds the buffers packBufs keeps (bytes each): a batch
+// of larger bodies gets its own, which the collector takes back.
+const maxPooledPack = 4 << 20
+
+// packSegments encodes segs for store_segments_packed: each segment's
+// body to store (storeSegment: compressed where compress is set and it
+// pays, else version 1), one after another in pack.out, and where each
+// lies: its byte offset (0-based) and length, in order, the integer[]
+// parameters that cut the pack apart. Give pack back with putPackBuf once
+// the statement is sent.
+func packSegments(segs segmentBodies, compress bool) (pack *packBuf, offsets, lens []int32) {
+	pack = packBufs.Get().(*packBuf)
+	offsets, lens = make([]int32, len(segs)), make([]int32, len(segs))
+	n := 0
+	for _, msgs := range segs {
+		n += SegmentLen(msgs)
 	}
-	return offsets, lens
+	out := slices.Grow(pack.out[:0], n) // at most this: a stored body is never longer
+	for i, msgs := range segs {
+		at := len(out)
+		if plainLen := SegmentLen(msgs); !compress || plainLen < minCompressSegment || len(msgs) == 0 {
+			out = encodeSegmentGrown(slices.Grow(out, plainLen), msgs)
+		} else {
+			pack.plain = EncodeSegment(pack.plain[:0], msgs)
+			out = storeSegment(out, pack.plain, len(msgs), msgs[0].CreatedAtMicros, true)
+		}
+		offsets[i], lens[i] = int32(at), int32(len(out)-at)
+	}
+	pack.out = out
+	return pack, offsets, lens
 }
 
-// segmentPack is a bytea parameter: the bodies of a segmentBodies, each
-// EncodeSegment's bytes, one after another, without separators (layout
-// cuts it apart: store_segments_packed in pg/schema.sql).
+// putPackBuf gives a packBuf back to packBufs (nil: nothing), unless it
+// grew past maxPooledPack.
+func putPackBuf(p *packBuf) {
+	if p == nil || cap(p.out) > maxPooledPack || cap(p.plain) > maxPooledPack {
+		return
+	}
+	p.out, p.plain = p.out[:0], p.plain[:0]
+	packBufs.Put(p)
+}
+
+// release gives back w's packed bodies (packSegments) once its batch was
+// sent; w's statements must not be sent again after it.
+func (w *batchWrites) release() {
+	putPackBuf(w.pack)
+	w.pack = nil
+}
+
+// segmentPack is a bytea parameter: a batch's stored segment bodies one
+// after another, without separators (packSegments; its offsets and
+// lengths cut it apart: store_segments_packed in pg/schema.sql).
 //
 // Why one bytea rather than a bytea[] of the bodies: PostgreSQL builds a
 // received array anew (array_recv: a zeroed allocation of the array's
@@ -232,53 +274,27 @@ func (s segmentBodies) layout() (offsets, lens []int32) {
 // parameter is copied once; each body is then cut out of it with
 // substring (one copy of its own, which the array's unnest did not
 // need). Measured in docs/decisions.md ("Segment bodies as one bytea").
-type segmentPack segmentBodies
+type segmentPack []byte
 
 // encodeSegmentPack is the binary plan of segmentPack; kept (nil: none) is
-// the connection's parameter buffer (fastByteaCodec).
+// the connection's parameter buffer (fastByteaCodec), which the pack is
+// copied into instead of pgx's buffer grown by doubling.
 type encodeSegmentPack struct{ kept *keptBuffer }
 
 func (e encodeSegmentPack) Encode(value any, buf []byte) ([]byte, error) {
-	segs := value.(segmentPack)
-	if segs == nil {
+	pack := value.(segmentPack)
+	if pack == nil {
 		return nil, nil
 	}
-	n := 0
-	for _, msgs := range segs {
-		n += SegmentLen(msgs)
-	}
 	if e.kept != nil {
-		buf = reserve(buf, n, e.kept)
+		buf = reserve(buf, len(pack), e.kept)
 	}
-	buf = slices.Grow(buf, n)
-	for i, msgs := range segs {
-		at := len(buf)
-		buf = encodeSegmentGrown(buf, msgs)
-		if got, want := len(buf)-at, SegmentLen(msgs); got != want {
-			// layout would cut the pack apart in the wrong places.
-			return nil, fmt.Errorf("pg: segment %d encoded to %d bytes, SegmentLen says %d", i, got, want)
-		}
-	}
-	return buf, nil
+	return append(buf, pack...), nil
 }
 
 // BytesValue makes segmentPack a pgtype.BytesValuer, so that a type map
-// without registerFastArrays encodes it too (the bodies built into one
-// slice first).
-func (s segmentPack) BytesValue() ([]byte, error) {
-	if s == nil {
-		return nil, nil
-	}
-	n := 0
-	for _, msgs := range s {
-		n += SegmentLen(msgs)
-	}
-	out := make([]byte, 0, n)
-	for _, msgs := range s {
-		out = EncodeSegment(out, msgs)
-	}
-	return out, nil
-}
+// without registerFastArrays encodes it too.
+func (s segmentPack) BytesValue() ([]byte, error) { return s, nil }
 
 // fastByteaCodec is pgx's ByteaCodec with segmentPack's binary plan in
 // front; every other value is pgx's.
@@ -292,9 +308,9 @@ type fastByteaCodec struct {
 }
 
 // PlanEncode implements pgtype.Codec. A segmentPack goes in binary only:
-// pgx tries the text format when a binary encode fails, and text (pgx's
-// hex through BytesValue) would send the bodies without the length check
-// that failed, so that plan is refused.
+// in text, pgx would send a batch's hundreds of KiB of bodies as hex,
+// twice their size, through its own buffer grown by doubling; that plan is
+// refused rather than taken silently.
 func (c *fastByteaCodec) PlanEncode(m *pgtype.Map, oid uint32, format int16, value any) pgtype.EncodePlan {
 	if _, ok := value.(segmentPack); ok {
 		if format == pgtype.BinaryFormatCode {

@@ -2,6 +2,7 @@ package pg
 
 import (
 	"bytes"
+	"crypto/rand"
 	"fmt"
 	"math"
 	"strings"
@@ -64,10 +65,10 @@ func TestFastArrayCodecsMatchPgx(t *testing.T) {
 		{"bytea nil", pgtype.ByteaArrayOID, [][]byte(nil), nil, encodeByteaArray{}},
 		{"bytea empty", pgtype.ByteaArrayOID, [][]byte{}, nil, encodeByteaArray{}},
 		{"bytea with null and empty", pgtype.ByteaArrayOID, [][]byte{[]byte("a"), nil, {}, bytes.Repeat([]byte{0}, 1000)}, nil, encodeByteaArray{}},
-		{"segment pack", pgtype.ByteaOID, segmentPack(segs), bytes.Join(bodies, nil), encodeSegmentPack{}},
+		{"segment pack", pgtype.ByteaOID, segmentPack(bytes.Join(bodies, nil)), bytes.Join(bodies, nil), encodeSegmentPack{}},
 		{"segment pack nil", pgtype.ByteaOID, segmentPack(nil), []byte(nil), encodeSegmentPack{}},
 		{"segment pack empty", pgtype.ByteaOID, segmentPack{}, []byte{}, encodeSegmentPack{}},
-		{"segment pack via BytesValuer", pgtype.ByteaOID, segmentPack(segs), segmentPack(segs), encodeSegmentPack{}},
+		{"segment pack via BytesValuer", pgtype.ByteaOID, segmentPack(bodies[2]), segmentPack(bodies[2]), encodeSegmentPack{}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -118,13 +119,11 @@ func TestFastArrayCodecsMatchPgx(t *testing.T) {
 }
 
 // TestSegmentPackBinaryOnly: the fast codec refuses to send a segmentPack
-// in text format, which pgx falls back to when a binary encode fails (and
-// which would skip the binary plan's length check), and sends it in
-// binary.
+// in text format (hex, twice the bytes), and sends it in binary.
 func TestSegmentPackBinaryOnly(t *testing.T) {
 	fast := pgtype.NewMap()
 	registerFastArrays(fast)
-	pack := segmentPack{{{ID: uuid.New(), Payload: []byte("{}")}}}
+	pack := segmentPack(EncodeSegment(nil, []Message{{ID: uuid.New(), Payload: []byte("{}")}}))
 	if _, err := fast.Encode(pgtype.ByteaOID, pgtype.TextFormatCode, pack, nil); err == nil {
 		t.Fatal("a segment pack in text format was encoded")
 	}
@@ -133,29 +132,50 @@ func TestSegmentPackBinaryOnly(t *testing.T) {
 	}
 }
 
-// TestSegmentLayout: layout's offsets and lengths cut segmentPack's
-// bytes back into each segment's EncodeSegment body.
+// TestSegmentLayout: packSegments' offsets and lengths cut its bytes back
+// into each segment's stored body: version 1 (EncodeSegment's bytes)
+// without compression, for small segments and for ones that do not
+// compress; version 2 for a large compressible one; every body decodes to
+// the segment's messages. A pack given back and taken again is reused.
 func TestSegmentLayout(t *testing.T) {
+	noise := make([]byte, 3000)
+	rand.Read(noise)
 	segs := segmentBodies{nil, {{ID: uuid.New(), Payload: []byte("a")}},
-		{{ID: uuid.New(), TransactionID: "t", Payload: bytes.Repeat([]byte{'p'}, 300)}, {ID: uuid.New(), Payload: []byte("{}")}}}
-	pack, err := segmentPack(segs).BytesValue()
-	if err != nil {
-		t.Fatal(err)
-	}
-	offsets, lens := segs.layout()
-	if len(offsets) != len(segs) || len(lens) != len(segs) {
-		t.Fatalf("layout of %d segments: %d offsets, %d lengths", len(segs), len(offsets), len(lens))
-	}
-	end := 0
-	for i := range segs {
-		got := pack[offsets[i] : offsets[i]+lens[i]]
-		if want := EncodeSegment(nil, segs[i]); !bytes.Equal(got, want) {
-			t.Fatalf("segment %d: cut %x, want %x", i, got, want)
+		{{ID: uuid.New(), TransactionID: "t", Payload: bytes.Repeat([]byte{'p'}, 300)}, {ID: uuid.New(), Payload: []byte("{}")}},
+		{{ID: uuid.New(), TransactionID: "big", CreatedAtMicros: 1767225600000000, Payload: bytes.Repeat([]byte(`{"k":"v"},`), 400)}},
+		{{ID: uuid.New(), Payload: noise}}}
+	for _, compress := range []bool{false, true} {
+		pack, offsets, lens := packSegments(segs, compress)
+		if len(offsets) != len(segs) || len(lens) != len(segs) {
+			t.Fatalf("layout of %d segments: %d offsets, %d lengths", len(segs), len(offsets), len(lens))
 		}
-		end = int(offsets[i] + lens[i])
-	}
-	if end != len(pack) {
-		t.Fatalf("layout ends at %d, the pack is %d bytes", end, len(pack))
+		end := 0
+		for i := range segs {
+			got := pack.out[offsets[i] : offsets[i]+lens[i]]
+			plain := EncodeSegment(nil, segs[i])
+			wantV2 := compress && i == 3
+			if wantV2 {
+				if got[0] != segmentVersionS2 || len(got) >= len(plain)/2 {
+					t.Fatalf("segment %d: %d bytes of version %d, plain %d; want compressed", i, len(got), got[0], len(plain))
+				}
+			} else if !bytes.Equal(got, plain) {
+				t.Fatalf("compress %v segment %d: cut %x, want %x", compress, i, got, plain)
+			}
+			msgs, err := DecodeSegment(got)
+			if err != nil || len(msgs) != len(segs[i]) {
+				t.Fatalf("segment %d: decoded %d messages, %v", i, len(msgs), err)
+			}
+			for j := range msgs {
+				if !sameMessage(msgs[j], segs[i][j]) {
+					t.Fatalf("segment %d message %d: %+v, want %+v", i, j, msgs[j], segs[i][j])
+				}
+			}
+			end = int(offsets[i] + lens[i])
+		}
+		if end != len(pack.out) {
+			t.Fatalf("layout ends at %d, the pack is %d bytes", end, len(pack.out))
+		}
+		putPackBuf(pack)
 	}
 }
 

@@ -107,7 +107,7 @@ func TestSegmentBodiesKeptBuffer(t *testing.T) {
 	want := EncodeSegment(nil, msgs)
 	var first *byte
 	for round := 0; round < 3; round++ {
-		got, err := m.Encode(pgtype.ByteaOID, pgtype.BinaryFormatCode, segmentPack{msgs}, []byte("params"))
+		got, err := m.Encode(pgtype.ByteaOID, pgtype.BinaryFormatCode, segmentPack(want), []byte("params"))
 		if err != nil {
 			t.Fatal(err)
 		}

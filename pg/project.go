@@ -393,6 +393,7 @@ func (s *Store) projectTx(ctx context.Context, conn batcher, begin bool, items [
 	if err != nil {
 		return nil, batchLearned{}, err
 	}
+	defer w.release()
 	// The encryption flag was read under this transaction's lock:
 	// buildWrites asks for no check (a /configure committed since does
 	// not fail the batch).
@@ -473,6 +474,7 @@ func (s *Store) projectPredicted(ctx context.Context, conn batcher, items []Proj
 	if err != nil {
 		return nil, batchLearned{}, err
 	}
+	defer w.release()
 	var b pgx.Batch
 	b.Queue("BEGIN")
 	w.queue(&b, items, out)
@@ -923,7 +925,12 @@ type batchWrites struct {
 	segPID   []uuid.UUID
 	segBase  []int64
 	segCount []int32
-	segBody  segmentBodies // encoded as the batch is sent (segmentPack, pg/pgarray.go)
+	segBody  segmentBodies // encoded by queue (packSegments, pg/pgarray.go)
+	// compress: the bodies are stored compressed where that pays
+	// (storeSegment); pack holds them once queue has encoded them, until
+	// release.
+	compress bool
+	pack     *packBuf
 	// encQueues, encValues: the queues of the batch's partitions and the
 	// encryptionEnabled their segments were built for (predictedEncryption),
 	// checked by store_segments_packed; nil: no check.
@@ -953,9 +960,10 @@ type batchWrites struct {
 func (w *batchWrites) queue(b *pgx.Batch, items []ProjectItem, out []Outcome) {
 	if len(w.segPID) > 0 {
 		// The bodies last: see store_segments_packed (pg/schema.sql).
-		offsets, lens := w.segBody.layout()
+		var offsets, lens []int32
+		w.pack, offsets, lens = packSegments(w.segBody, w.compress)
 		b.Queue(`SELECT queen.store_segments_packed($1::uuid[], $2::bigint[], $3::integer[], $4::text[], $5::boolean[], $6::integer[], $7::integer[], $8::bytea)`,
-			pgUUIDs(w.segPID), w.segBase, w.segCount, w.encQueues, w.encValues, offsets, lens, segmentPack(w.segBody))
+			pgUUIDs(w.segPID), w.segBase, w.segCount, w.encQueues, w.encValues, offsets, lens, segmentPack(w.pack.out))
 	}
 	if len(w.newKeys) > 0 {
 		b.Queue(`SELECT queen.assert_new_keys($1::bigint[])`, w.newKeys)
@@ -989,7 +997,7 @@ func (w *batchWrites) queue(b *pgx.Batch, items []ProjectItem, out []Outcome) {
 // entry, also where the window is 0: the window governs the probe, so
 // turning dedup back on sees the history (docs/push.md, "Dedup").
 func (s *Store) buildWrites(lockIDs []uuid.UUID, parts map[uuid.UUID]*partState) (*batchWrites, error) {
-	w := &batchWrites{}
+	w := &batchWrites{compress: !s.plainSegments}
 	w.runs.crowded = s.ticks.crowded
 	for _, id := range lockIDs {
 		ps := parts[id]

@@ -399,17 +399,32 @@ SELECT queen.ddl_once(NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'quee
     AND tgname = 'partitions_delete_segments'),
     'CREATE TRIGGER partitions_delete_segments AFTER DELETE ON queen.partitions
         REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION queen.delete_partition_segments()');
--- A segment body is larger than TOAST's 2 kB threshold, so every insert
--- compresses it: lz4 rather than the default pglz (measured with 8 x 100
--- pushes of 256-byte payloads: the segment insert took 5.1 ms of PostgreSQL
--- time per 800-message batch with pglz). Existing bodies keep their method;
--- a server built without lz4 keeps pglz. Set only while the column has
--- another method (the ALTER takes an ACCESS EXCLUSIVE lock).
+-- Segment bodies were compressed by PostgreSQL (lz4 rather than the
+-- default pglz: with pglz the segment insert took 5.1 ms of PostgreSQL time
+-- per 800-message batch of 8 x 100 pushes of 256-byte payloads). The
+-- method stays set for the bodies stored that way; a server built without
+-- lz4 keeps pglz. Set only while the column has another method (the ALTER
+-- takes an ACCESS EXCLUSIVE lock).
 DO $$ BEGIN
     IF (SELECT attcompression FROM pg_attribute WHERE attrelid = 'queen.segments'::regclass AND attname = 'body') IS DISTINCT FROM 'l' THEN
         ALTER TABLE queen.segments ALTER COLUMN body SET COMPRESSION lz4;
     END IF;
 EXCEPTION WHEN feature_not_supported THEN NULL;
+END $$;
+-- Now the broker compresses a segment body itself where that pays (S2,
+-- version 2 of the body: pg/segment.go), and stores the others as they
+-- are, because they do not compress (payloads already compressed or
+-- encrypted) or are small. So PostgreSQL's own attempt is wasted work:
+-- the column is EXTERNAL, a body over TOAST's 2 kB threshold goes out of
+-- line without it (docs/decisions.md, "Segment bodies compressed by the
+-- broker"). A database from an older version gets the setting on its
+-- first start, for the rows written after it (no rewrite; bodies stored
+-- compressed by PostgreSQL stay so and read as before). Only then: SET
+-- STORAGE takes an ACCESS EXCLUSIVE lock.
+DO $$ BEGIN
+    IF (SELECT attstorage FROM pg_attribute WHERE attrelid = 'queen.segments'::regclass AND attname = 'body') <> 'e' THEN
+        ALTER TABLE queen.segments ALTER COLUMN body SET STORAGE EXTERNAL;
+    END IF;
 END $$;
 
 -- Dedup sidecar (pg/dedup.go): one row per projection batch. key_hashes

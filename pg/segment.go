@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/google/uuid"
+	"github.com/klauspost/compress/s2"
 
 	"github.com/queenmq/queen-go/internal/binenc"
 )
@@ -23,7 +24,93 @@ import (
 //	  producer_sub   bytes    only with bit0
 //	  trace_id       16 bytes only with bit1
 //	  payload        bytes    the pushed JSON value, verbatim
-const segmentVersion = 1
+//
+// A body the broker compressed (storeSegment) is version 2 instead:
+//
+//	version   byte     2
+//	count     uvarint  as in version 1
+//	first     varint   created_at of the first message, as in version 1
+//	                   (a prefix of the body still tells it: firstCreatedAt)
+//	length    uvarint  length of the version-1 body below, 1..maxPlainSegment
+//	block     bytes    that version-1 body as one S2 block
+//	                   (github.com/klauspost/compress/s2), to the end
+//
+// Every reader takes both (plainSegment); a version-1 body is what brokers
+// before version 2 wrote, and what a broker writes when compressing saves
+// too little or is turned off (QUEEN_SEGMENT_COMPRESSION=false).
+const (
+	segmentVersion   = 1
+	segmentVersionS2 = 2
+)
+
+// Compression of segment bodies (storeSegment): a body shorter than
+// minCompressSegment bytes is stored as it is (a message or two: little to
+// gain, and PostgreSQL keeps such a row inline anyway), and a compressed
+// body is kept only when it is at most compressKeep of the plain one
+// (payloads that are already compressed or encrypted save nothing, and
+// reading them back would pay the decompression for nothing).
+// maxPlainSegment bounds the length a version-2 header may announce
+// (PostgreSQL's largest bytea), so a damaged header cannot make a reader
+// allocate more.
+const (
+	minCompressSegment = 1024
+	compressKeep       = 0.875
+	maxPlainSegment    = 1 << 30
+)
+
+// storeSegment appends to dst the body to store for plain, a version-1
+// body (EncodeSegment) of count messages whose first was accepted at
+// first (Unix microseconds): with compress, and when it saves enough (see
+// minCompressSegment), the version-2 body holding plain compressed;
+// otherwise plain itself. plain is not kept.
+func storeSegment(dst, plain []byte, count int, first int64, compress bool) []byte {
+	if !compress || len(plain) < minCompressSegment {
+		return append(dst, plain...)
+	}
+	at := len(dst)
+	dst = append(dst, segmentVersionS2)
+	dst = binenc.AppendUvarint(dst, uint64(count))
+	dst = binenc.AppendVarint(dst, first)
+	dst = binenc.AppendUvarint(dst, uint64(len(plain)))
+	head := len(dst) - at
+	dst = slices.Grow(dst, s2.MaxEncodedLen(len(plain)))
+	block := s2.Encode(dst[len(dst):cap(dst)], plain)
+	if float64(head+len(block)) > compressKeep*float64(len(plain)) {
+		return append(dst[:at], plain...)
+	}
+	return dst[:len(dst)+len(block)]
+}
+
+// plainSegment returns the version-1 body that body holds: body itself
+// when it is one (or is not a version-2 body: the caller's decoder then
+// reports what it finds), else its block decompressed into new memory,
+// checked to announce the header's count and to be as long as the header
+// says. Errors wrap ErrBadSegment.
+func plainSegment(body []byte) ([]byte, error) {
+	if len(body) == 0 || body[0] != segmentVersionS2 {
+		return body, nil
+	}
+	rd := binenc.NewReader(body[1:])
+	count := rd.Uvarint()
+	rd.Varint()
+	n := rd.Uvarint()
+	if rd.Err() != nil || n == 0 || n > maxPlainSegment {
+		return nil, fmt.Errorf("%w: compressed header", ErrBadSegment)
+	}
+	block := body[len(body)-rd.Len():]
+	if got, err := s2.DecodedLen(block); err != nil || uint64(got) != n {
+		return nil, fmt.Errorf("%w: compressed block of %d bytes, header says %d", ErrBadSegment, got, n)
+	}
+	plain, err := s2.Decode(make([]byte, n), block)
+	if err != nil {
+		return nil, fmt.Errorf("%w: compressed block: %v", ErrBadSegment, err)
+	}
+	prd := binenc.NewReader(plain)
+	if v := prd.Byte(); v != segmentVersion || prd.Uvarint() != count || prd.Err() != nil {
+		return nil, fmt.Errorf("%w: compressed block does not hold the %d messages its header says", ErrBadSegment, count)
+	}
+	return plain, nil
+}
 
 // ErrBadSegment is returned by DecodeSegment for a body it cannot read.
 var ErrBadSegment = errors.New("pg: bad segment body")
@@ -106,8 +193,13 @@ func encodeSegmentGrown(dst []byte, msgs []Message) []byte {
 	return dst
 }
 
-// DecodeSegment decodes a segment body. Payloads alias b.
+// DecodeSegment decodes a segment body (either version). Payloads alias b,
+// or, for a compressed body, memory of their own.
 func DecodeSegment(b []byte) ([]Message, error) {
+	b, err := plainSegment(b)
+	if err != nil {
+		return nil, err
+	}
 	rd := binenc.NewReader(b)
 	if v := rd.Byte(); rd.Err() == nil && v != segmentVersion {
 		return nil, fmt.Errorf("%w: version %d", ErrBadSegment, v)
@@ -166,7 +258,8 @@ func decodeSegmentRange(pid uuid.UUID, base, last int64, body []byte) ([]Message
 // middle of a segment does not decode its head, nor one ending early its
 // tail (a damaged tail is reported by the pop that reaches it). Nothing is
 // allocated per message: payloads, transactionIds and producer subjects
-// alias body (which must not change afterwards), and the trace ids and
+// alias body (which must not change afterwards; a compressed body is
+// decompressed into memory of its own first, which they alias), and the trace ids and
 // producer subjects of one call share one backing array each. It checks
 // that the body holds exactly last-base+1 messages (ErrBadSegment); errors
 // name the partition and base offset.
@@ -189,6 +282,10 @@ func (m *StoredMessage) stored() *StoredMessage { return m }
 func decodeOffsets[T any, P storedIn[T]](out []T, pid uuid.UUID, base, last int64, body []byte, from, to int64) ([]T, error) {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("partition %s offset %d: %w: "+format, append([]any{pid, base, ErrBadSegment}, args...)...)
+	}
+	body, err := plainSegment(body)
+	if err != nil {
+		return nil, fmt.Errorf("partition %s offset %d: %w", pid, base, err)
 	}
 	rd := binenc.NewReader(body)
 	if v := rd.Byte(); rd.Err() == nil && v != segmentVersion {

@@ -50,6 +50,11 @@ type Config struct {
 	EncryptionKey *crypt.Key
 	// Logger receives warnings (default slog.Default()).
 	Logger *slog.Logger
+	// PlainSegments stores segment bodies as they are (version 1) instead
+	// of compressing them (version 2, pg/segment.go): for a rolling
+	// upgrade from a broker that cannot read compressed bodies
+	// (QUEEN_SEGMENT_COMPRESSION=false). Reading takes both either way.
+	PlainSegments bool
 }
 
 // Store is the broker's handle on PostgreSQL. Safe for concurrent use.
@@ -58,6 +63,8 @@ type Store struct {
 	key         *crypt.Key
 	log         *slog.Logger
 	warnedNoKey sync.Once
+	// plainSegments: Config.PlainSegments.
+	plainSegments bool
 
 	mu       sync.Mutex
 	partIDs  *partIDCache // (queue, partition) → partition id, bounded (pg/partcache.go)
@@ -127,7 +134,7 @@ func Open(cfg Config) (*Store, error) {
 		cfg.Logger = slog.Default()
 	}
 	return &Store{pool: pool, key: cfg.EncryptionKey, log: cfg.Logger, partIDs: newPartIDCache(maxPartitionIDs),
-		leases: newLeaseMemo(DefaultLeaseMemoBytes)}, nil
+		leases: newLeaseMemo(DefaultLeaseMemoBytes), plainSegments: cfg.PlainSegments}, nil
 }
 
 // Pool exposes the pool for tools and tests.

@@ -160,8 +160,12 @@ func reserve(dst []byte, need int, kept *keptBuffer) []byte {
 // framing that wbufSlack covers.
 func (w *batchWrites) wireLen() int {
 	n := 0
-	for _, msgs := range w.segBody {
-		n += SegmentLen(msgs) // segmentPack: the bodies one after another
+	if w.pack != nil {
+		n += len(w.pack.out) // segmentPack: the stored bodies one after another
+	} else {
+		for _, msgs := range w.segBody {
+			n += SegmentLen(msgs)
+		}
 	}
 	// uuid[] 20 bytes an element; bigint[], integer[], boolean[] at most 12
 	// (bases, counts, and the bodies' offsets and lengths).

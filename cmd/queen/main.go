@@ -129,6 +129,7 @@ func serve(cfg *config.Config, logger *slog.Logger, dev bool) error {
 		VerdictTimeout:    cfg.VerdictTimeout,
 		RetentionInterval: cfg.RetentionInterval,
 		PoolSize:          int32(cfg.PoolSize),
+		PlainSegments:     !cfg.SegmentCompression,
 		HTTP: fastapi.Config{MaxConns: cfg.MaxConns, Pprof: cfg.Pprof, ReadTimeout: cfg.ReadTimeout, MaxHeaderBytes: cfg.MaxHeaderBytes,
 			DBTimeout: cfg.DBTimeout, AdminDBTimeout: cfg.AdminDBTimeout},
 		Auth:          cfg.Auth,

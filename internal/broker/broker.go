@@ -62,6 +62,9 @@ type Config struct {
 	// default retention.DefaultInterval, 5 minutes).
 	RetentionInterval time.Duration
 	PoolSize          int32
+	// PlainSegments stores segment bodies uncompressed
+	// (QUEEN_SEGMENT_COMPRESSION=false; pg.Config.PlainSegments).
+	PlainSegments bool
 	// Auth configures JWT authentication (off unless Auth.Enabled).
 	Auth auth.Config
 	// Console configures the web console (QUEEN_CONSOLE,
@@ -183,7 +186,8 @@ func Start(cfg Config) (*Broker, error) {
 	}
 	b.WAL = w
 	b.walHealthy.Store(true)
-	store, err := pg.Open(pg.Config{URL: cfg.PGURL, PoolSize: cfg.PoolSize, EncryptionKey: cfg.EncryptionKey, Logger: cfg.Logger})
+	store, err := pg.Open(pg.Config{URL: cfg.PGURL, PoolSize: cfg.PoolSize, EncryptionKey: cfg.EncryptionKey, Logger: cfg.Logger,
+		PlainSegments: cfg.PlainSegments})
 	if err != nil {
 		w.Close()
 		return nil, err

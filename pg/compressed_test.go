@@ -44,7 +44,7 @@ func TestSegmentsStoredCompressed(t *testing.T) {
 
 	json := func(i int, random bool) []byte {
 		if random {
-			b := make([]byte, 300)
+			b := make([]byte, 600)
 			rand.Read(b)
 			return fmt.Appendf(nil, `{"i":%d,"blob":%q}`, i, base64.StdEncoding.EncodeToString(b))
 		}

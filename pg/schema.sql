@@ -337,9 +337,9 @@ BEGIN
         RAISE EXCEPTION 'queen: the encryption of a queue of the batch is not the predicted one'
             USING ERRCODE = 'QN001';
     END IF;
-    -- The layout is the broker's (pg/pgarray.go: the offsets are running
-    -- sums of the lengths, and its encoder refuses a body that does not
-    -- come out at its length). Checked here, cheaply: one offset and one
+    -- The layout is the broker's (pg/pgarray.go, packSegments: the offsets
+    -- are running sums of the lengths of the bodies as packed). Checked
+    -- here, cheaply: one offset and one
     -- length per partition, no length below 0, the lengths adding up to
     -- bodies. A layout that fails it would store wrong bytes as some
     -- segment's body: refused (22023, not QN001: the batch is not retried

@@ -52,13 +52,16 @@ const (
 // buffer of their own for it; random base64 text with a JSON key or two
 // per message saves about 7%, which is kept: 13 bytes a message of
 // 256-byte payloads, measured in docs/decisions.md).
-// maxPlainSegment bounds the length a version-2 header may announce
-// (PostgreSQL's largest bytea), so a damaged header cannot make a reader
-// allocate more.
+// maxPlainSegment bounds the length a version-2 header may announce, so a
+// damaged header cannot make a reader allocate more (the block's own
+// announced length is checked against it before anything is allocated);
+// a larger body is stored uncompressed (a segment of a projection batch
+// of at most 10,000 items is far below it unless its payloads are
+// megabytes each).
 const (
 	minCompressSegment = 1024
 	compressKeep       = 0.9375
-	maxPlainSegment    = 1 << 30
+	maxPlainSegment    = 256 << 20
 )
 
 // storeSegment appends to dst the body to store for plain, a version-1
@@ -67,7 +70,7 @@ const (
 // minCompressSegment), the version-2 body holding plain compressed;
 // otherwise plain itself. plain is not kept.
 func storeSegment(dst, plain []byte, count int, first int64, compress bool) []byte {
-	if !compress || len(plain) < minCompressSegment {
+	if !compress || len(plain) < minCompressSegment || len(plain) > maxPlainSegment {
 		return append(dst, plain...)
 	}
 	at := len(dst)
@@ -101,8 +104,12 @@ func plainSegment(body []byte) ([]byte, error) {
 		return nil, fmt.Errorf("%w: compressed header", ErrBadSegment)
 	}
 	block := body[len(body)-rd.Len():]
-	if got, err := s2.DecodedLen(block); err != nil || uint64(got) != n {
-		return nil, fmt.Errorf("%w: compressed block of %d bytes, header says %d", ErrBadSegment, got, n)
+	got, err := s2.DecodedLen(block)
+	if err != nil {
+		return nil, fmt.Errorf("%w: compressed block: %v", ErrBadSegment, err)
+	}
+	if uint64(got) != n {
+		return nil, fmt.Errorf("%w: compressed block holds %d bytes, header says %d", ErrBadSegment, got, n)
 	}
 	plain, err := s2.Decode(make([]byte, n), block)
 	if err != nil {

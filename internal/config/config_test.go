@@ -32,6 +32,7 @@ func TestDefaults(t *testing.T) {
 		{"wal dir", c.WALDir, "/var/lib/queen/buffers"},
 		{"segment", c.WALSegmentBytes, wal.DefaultSegmentSize},
 		{"preallocate", c.WALPreallocate, true},
+		{"segment compression", c.SegmentCompression, true},
 		{"wal retention", c.WALRetention(), 15 * time.Minute},
 		{"verdict", c.VerdictTimeout, 5 * time.Second},
 		{"log level", c.LogLevel, slog.LevelInfo},
@@ -54,6 +55,7 @@ func TestGoodValues(t *testing.T) {
 	c, err := Load(env(map[string]string{
 		"PORT": "0", "HOST": "127.0.0.1", "LOG_LEVEL": "DEBUG", "PG_HOST": "db", "PG_PORT": "6000",
 		"PG_PASSWORD": "p w", "PG_USE_SSL": "true", "QUEEN_WAL_RETENTION_SECONDS": "0", "QUEEN_WAL_PREALLOCATE": "false",
+		"QUEEN_SEGMENT_COMPRESSION": "false",
 		"QUEEN_ENCRYPTION_KEY": strings.Repeat("ab", 32), "QUEEN_PPROF": "true", "JWT_ENABLED": "true",
 		"JWT_SECRET": "s", " QUEEN_READ_TIMEOUT_MS": "x", "QUEEN_READ_TIMEOUT_MS": " 250 ",
 	}))
@@ -61,7 +63,8 @@ func TestGoodValues(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.Addr() != "127.0.0.1:0" || c.LogLevel != slog.LevelDebug || !c.Pprof || !c.Auth.Enabled ||
-		c.EncryptionKey == nil || c.WALRetention() >= 0 || c.ReadTimeout != 250*time.Millisecond || c.WALPreallocate {
+		c.EncryptionKey == nil || c.WALRetention() >= 0 || c.ReadTimeout != 250*time.Millisecond || c.WALPreallocate ||
+		c.SegmentCompression {
 		t.Errorf("config %+v", c)
 	}
 	if got, want := c.PGURL(), "postgres://postgres:p%20w@db:6000/postgres"; got != want {

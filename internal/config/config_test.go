@@ -56,7 +56,7 @@ func TestGoodValues(t *testing.T) {
 		"PORT": "0", "HOST": "127.0.0.1", "LOG_LEVEL": "DEBUG", "PG_HOST": "db", "PG_PORT": "6000",
 		"PG_PASSWORD": "p w", "PG_USE_SSL": "true", "QUEEN_WAL_RETENTION_SECONDS": "0", "QUEEN_WAL_PREALLOCATE": "false",
 		"QUEEN_SEGMENT_COMPRESSION": "false",
-		"QUEEN_ENCRYPTION_KEY": strings.Repeat("ab", 32), "QUEEN_PPROF": "true", "JWT_ENABLED": "true",
+		"QUEEN_ENCRYPTION_KEY":      strings.Repeat("ab", 32), "QUEEN_PPROF": "true", "JWT_ENABLED": "true",
 		"JWT_SECRET": "s", " QUEEN_READ_TIMEOUT_MS": "x", "QUEEN_READ_TIMEOUT_MS": " 250 ",
 	}))
 	if err != nil {

@@ -47,7 +47,7 @@ func WriteMarkdown(w io.Writer, results []*ScenarioResult, o MarkdownOptions) er
 		first.Started.Format("2006-01-02 15:04 UTC"), secs(first.DurationSec), first.PayloadBytes)
 	b.WriteString("A payload is a JSON object padded with 'x' bytes, which compress about tenfold in a segment of many; rows " +
 		"ending -random pad with random base64url characters instead, which do not compress, so PostgreSQL receives, logs " +
-		"and stores nearly every byte: the cost for payloads that are already compressed or encrypted.\n\n")
+		"and stores nearly every byte: the cost for payloads that are already compressed (a lower bound for encrypted ones).\n\n")
 	if !durable {
 		b.WriteString("**Some rows ran on a non-durable PostgreSQL (fsync, full_page_writes or synchronous_commit off); they are marked non-durable and are not headline figures.**\n\n")
 	}

@@ -293,7 +293,7 @@ var Vars = []Var{
 		"PostgreSQL connections in the pool.",
 		func(c *Config) *int { return &c.PoolSize }),
 	boolVar("QUEEN_SEGMENT_COMPRESSION", SectionPG, true,
-		"`true` stores a segment's messages compressed (S2) when that saves at least a sixteenth of a body of 1 KiB or more, so PostgreSQL receives, logs and stores fewer bytes; other bodies are stored as they are, and PostgreSQL does not try to compress them again. Every broker reads both forms. `false` stores every body uncompressed: only while brokers of a version before compression (which cannot read compressed bodies) share the database during a rolling upgrade.",
+		"`true` stores a segment's messages compressed (S2) when that saves at least a sixteenth of a body of 1 KiB or more, so PostgreSQL receives, logs and stores fewer bytes; other bodies are stored as they are. PostgreSQL's own compression of the column is off either way (STORAGE EXTERNAL), so `false` stores every body at its full size: use it only while brokers of a version before compression (which cannot read compressed bodies) share the database during a rolling upgrade, or before going back to such a version (docs/operations.md, \"Upgrading\"). Every broker of this version reads both forms.",
 		func(c *Config) *bool { return &c.SegmentCompression }),
 	durVar("RETENTION_INTERVAL", SectionPG, 300000, time.Millisecond, 100,
 		"Time between message retention passes (whole segments past their queue's retention are deleted).",

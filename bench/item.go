@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 
@@ -341,22 +342,13 @@ func appendPayloadAt(dst []byte, p, seq int, shape payloadShape, sent int64) ([]
 // JSON escapes.
 const padAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 
-// appendRandomPad appends n characters of padAlphabet from a xorshift64
-// generator seeded (through splitmix64's finaliser) by producer p and
-// sequence number seq: the same item always gets the same pad, different
-// items different ones.
+// appendRandomPad appends n characters of padAlphabet drawn from a PCG
+// generator (math/rand/v2) seeded by producer p and sequence number seq:
+// the same item always gets the same pad, different items different ones.
 func appendRandomPad(dst []byte, p, seq, n int) []byte {
-	x := uint64(p)<<40 ^ uint64(seq) + 0x9E3779B97F4A7C15
-	x = (x ^ x>>30) * 0xBF58476D1CE4E5B9
-	x = (x ^ x>>27) * 0x94D049BB133111EB
-	x ^= x >> 31
-	if x == 0 {
-		x = 1 // xorshift's one fixed point
-	}
+	src := rand.NewPCG(uint64(p), uint64(seq))
 	for n > 0 {
-		x ^= x << 13
-		x ^= x >> 7
-		x ^= x << 17
+		x := src.Uint64()
 		// Ten characters of six bits from each draw.
 		for i := 0; i < 10 && n > 0; i, n = i+1, n-1 {
 			dst = append(dst, padAlphabet[x>>(58-6*i)&63])

@@ -406,18 +406,12 @@ func newestFirst(a, b ListedMessage) int {
 // first bytes of its body; false when the prefix does not hold it.
 func firstCreatedAt(prefix []byte) (int64, bool) {
 	rd := binenc.NewReader(prefix)
-	switch rd.Byte() {
-	case segmentVersion:
-		if rd.Uvarint() == 0 {
-			return 0, false
-		}
-		rd.Fixed(16) // the first message's id
-	case segmentVersionS2:
-		if rd.Uvarint() == 0 {
-			return 0, false
-		}
-	default:
+	version := rd.Byte()
+	if (version != segmentVersion && version != segmentVersionS2) || rd.Uvarint() == 0 {
 		return 0, false
+	}
+	if version == segmentVersion {
+		rd.Fixed(16) // the first message's id; a compressed body's header has none
 	}
 	v := rd.Varint()
 	return v, rd.Err() == nil

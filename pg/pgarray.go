@@ -225,18 +225,25 @@ const maxPooledPack = 4 << 20
 func packSegments(segs segmentBodies, compress bool) (pack *packBuf, offsets, lens []int32) {
 	pack = packBufs.Get().(*packBuf)
 	offsets, lens = make([]int32, len(segs)), make([]int32, len(segs))
+	// lens holds each plain (version-1) length until its body is packed;
+	// out is grown once, for the most the bodies may take while packed.
 	n := 0
-	for _, msgs := range segs {
-		n += SegmentLen(msgs)
+	for i, msgs := range segs {
+		lens[i] = int32(SegmentLen(msgs))
+		if compress {
+			n += storedSegmentCap(int(lens[i]))
+		} else {
+			n += int(lens[i])
+		}
 	}
-	out := slices.Grow(pack.out[:0], n) // at most this: a stored body is never longer
+	out := slices.Grow(pack.out[:0], n)
 	for i, msgs := range segs {
 		at := len(out)
-		if plainLen := SegmentLen(msgs); !compress || plainLen < minCompressSegment || len(msgs) == 0 {
-			out = encodeSegmentGrown(slices.Grow(out, plainLen), msgs)
+		if plainLen := int(lens[i]); !compress || plainLen < minCompressSegment || len(msgs) == 0 {
+			out = encodeSegmentGrown(out, msgs) // small: stored as it is, encoded in place
 		} else {
 			pack.plain = EncodeSegment(pack.plain[:0], msgs)
-			out = storeSegment(out, pack.plain, len(msgs), msgs[0].CreatedAtMicros, true)
+			out = storeSegment(out, pack.plain, len(msgs), msgs[0].CreatedAtMicros)
 		}
 		offsets[i], lens[i] = int32(at), int32(len(out)-at)
 	}

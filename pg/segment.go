@@ -64,13 +64,24 @@ const (
 	maxPlainSegment    = 256 << 20
 )
 
+// storedSegmentCap is the most bytes storeSegment may need in dst,
+// compressed or not, for a version-1 body of plainLen bytes: the
+// version-2 header (four fields of at most 10 bytes) and S2's bound.
+func storedSegmentCap(plainLen int) int {
+	if plainLen < minCompressSegment || plainLen > maxPlainSegment {
+		return plainLen
+	}
+	return max(plainLen, 40+s2.MaxEncodedLen(plainLen))
+}
+
 // storeSegment appends to dst the body to store for plain, a version-1
 // body (EncodeSegment) of count messages whose first was accepted at
-// first (Unix microseconds): with compress, and when it saves enough (see
+// first (Unix microseconds): when it saves enough (see
 // minCompressSegment), the version-2 body holding plain compressed;
-// otherwise plain itself. plain is not kept.
-func storeSegment(dst, plain []byte, count int, first int64, compress bool) []byte {
-	if !compress || len(plain) < minCompressSegment || len(plain) > maxPlainSegment {
+// otherwise plain itself. plain is not kept. With storedSegmentCap bytes
+// free in dst, dst is not grown.
+func storeSegment(dst, plain []byte, count int, first int64) []byte {
+	if len(plain) < minCompressSegment || len(plain) > maxPlainSegment {
 		return append(dst, plain...)
 	}
 	at := len(dst)

@@ -2,6 +2,7 @@ package pg
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/google/uuid"
@@ -62,27 +63,24 @@ func BenchmarkSegmentCompress(b *testing.B) {
 	for _, random := range []bool{false, true} {
 		items, _ := benchItems(100, 1, true)
 		msgs := make([]Message, len(items))
-		rng := uint64(88172645463325252)
+		rng := rand.New(rand.NewPCG(1, 2))
 		for i := range items {
 			msgs[i] = items[i].Message
 			if random {
 				p := []byte(`{"p":"`)
 				for range 248 {
-					rng ^= rng << 13
-					rng ^= rng >> 7
-					rng ^= rng << 17
-					p = append(p, alphabet[rng>>58])
+					p = append(p, alphabet[rng.IntN(len(alphabet))])
 				}
 				msgs[i].Payload = append(p, `"}`...)
 			}
 		}
 		plain := EncodeSegment(nil, msgs)
-		stored := storeSegment(nil, plain, len(msgs), msgs[0].CreatedAtMicros, true)
+		stored := storeSegment(nil, plain, len(msgs), msgs[0].CreatedAtMicros)
 		b.Run(fmt.Sprintf("random=%v/store", random), func(b *testing.B) {
 			var buf []byte
 			b.SetBytes(int64(len(plain)))
 			for b.Loop() {
-				buf = storeSegment(buf[:0], plain, len(msgs), msgs[0].CreatedAtMicros, true)
+				buf = storeSegment(buf[:0], plain, len(msgs), msgs[0].CreatedAtMicros)
 			}
 			b.ReportMetric(float64(len(buf))/float64(len(plain)), "ratio")
 		})

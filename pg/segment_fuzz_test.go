@@ -47,7 +47,7 @@ func FuzzSegmentDecode(f *testing.F) {
 	for i := range 8 {
 		many = append(many, Message{ID: uuid.UUID{byte(i)}, TransactionID: "tx", CreatedAtMicros: 1e15 + int64(i), Payload: long})
 	}
-	v2 := storeSegment(nil, EncodeSegment(nil, many), len(many), 1e15, true)
+	v2 := storeSegment(nil, EncodeSegment(nil, many), len(many), 1e15)
 	if v2[0] != segmentVersionS2 {
 		f.Fatal("the compressed seed is not compressed")
 	}
@@ -158,7 +158,7 @@ func checkRoundTrip(t *testing.T, msgs []Message, from, to int64, per int) {
 	}
 	// Stored compressed (where that pays), it reads back the same.
 	if len(msgs) > 0 {
-		stored := storeSegment(nil, body, len(msgs), msgs[0].CreatedAtMicros, true)
+		stored := storeSegment(nil, body, len(msgs), msgs[0].CreatedAtMicros)
 		if stored[0] == segmentVersionS2 {
 			if first, ok := firstCreatedAt(stored[:min(len(stored), segmentPrefixBytes)]); !ok || first != msgs[0].CreatedAtMicros {
 				t.Fatalf("firstCreatedAt of the compressed body: %d %v, want %d", first, ok, msgs[0].CreatedAtMicros)

@@ -9,6 +9,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS = -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 BENCHTIME ?= 10s
+BENCHREPEAT ?= 3
 
 ## run: start the broker on :6632 (a throwaway PostgreSQL when none is configured)
 run:
@@ -33,10 +34,11 @@ soak:
 	bash scripts/soak.sh $(SOAKTIME)
 
 ## bench: every scenario for BENCHTIME each (fresh broker and durable PostgreSQL
-## per scenario); writes BENCHMARKS.md and docs/bench/ (see scripts/bench.sh).
-## BENCHSCENARIOS picks scenarios (default all), BENCHNOTE adds a warning line.
+## per scenario), the table's rows BENCHREPEAT times in all; writes
+## BENCHMARKS.md and docs/bench/ (see scripts/bench.sh). BENCHSCENARIOS picks
+## scenarios (default all), BENCHNOTE adds a warning line.
 bench:
-	BENCHTIME=$(BENCHTIME) bash scripts/bench.sh
+	BENCHTIME=$(BENCHTIME) BENCHREPEAT=$(BENCHREPEAT) bash scripts/bench.sh
 
 ## bench-smoke: the reduced scenario set for ~1 s each, report and plots into a
 ## temporary directory; fails when a scenario fails to run or verify (CI runs it)

@@ -25,7 +25,9 @@ type MarkdownOptions struct {
 
 // WriteMarkdown writes the report of a bench run: the machine, the
 // commit, PostgreSQL's version and settings, one table with a row per
-// scenario, and the plots.
+// scenario (a scenario that ran more than once shows its run of the
+// median msg/s, and the range over its runs follows), the split of a
+// push's time, the rows against the project's Targets, and the plots.
 func WriteMarkdown(w io.Writer, results []*ScenarioResult, o MarkdownOptions) error {
 	var b bytes.Buffer
 	b.WriteString("# Benchmarks\n\n")
@@ -37,6 +39,7 @@ func WriteMarkdown(w io.Writer, results []*ScenarioResult, o MarkdownOptions) er
 		_, err := w.Write(b.Bytes())
 		return err
 	}
+	groups := groupRuns(results)
 	first := results[0]
 	durable := true
 	for _, r := range results {
@@ -100,8 +103,8 @@ func WriteMarkdown(w io.Writer, results []*ScenarioResult, o MarkdownOptions) er
 		"p50 ms", "p99 ms", "p99.9 ms", "peak backlog", "catch-up s", "broker RSS MiB",
 		"broker µs/msg", "PG µs/msg", "total µs/msg", "segments B/msg", "dedup B/msg", "beyond payload B/msg", "verify"}
 	var rows [][]string
-	for _, r := range results {
-		rows = append(rows, markdownRow(r))
+	for _, g := range groups {
+		rows = append(rows, markdownRow(g.rep))
 	}
 	writeTable(&b, header, rows)
 	b.WriteString("\nPush rows: msg/s is accepted items per second; latency is per push request. " +
@@ -111,7 +114,9 @@ func WriteMarkdown(w io.Writer, results []*ScenarioResult, o MarkdownOptions) er
 		"(state upsert, sink push of closed windows, ack), latency is per cycle, CPU is per event and includes the pushes " +
 		"of the events. Rows ending -new or -existing push to a queue pre-built with that many partitions, " +
 		"to fresh partitions (every item creates one) or to the pre-built ones.\n")
-	writePipelineTable(&b, results)
+	writeRepeatsTable(&b, groups)
+	writePipelineTable(&b, representatives(groups))
+	writeTargetsTable(&b, groups)
 	var failed []*ScenarioResult
 	for _, r := range results {
 		if !r.OK() {
@@ -188,6 +193,46 @@ func markdownRow(r *ScenarioResult) []string {
 		f1(r.BrokerCPUPerMsgUs), pgCPU, total,
 		f0(r.SegmentsPerMsg), f0(r.DedupPerMsg), f0(r.OverheadPerMsg), verdict,
 	}
+}
+
+// writeRepeatsTable writes, when a scenario ran more than once (queen-bench
+// -repeat), each such scenario's runs: how many verified, and the range of
+// msg/s, total CPU per message, p99 and peak RSS over the verified ones.
+// The table above shows one whole run of each (runGroup.rep).
+func writeRepeatsTable(b *bytes.Buffer, groups []*runGroup) {
+	var rows [][]string
+	f0 := func(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) }
+	f1 := func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }
+	for _, g := range groups {
+		if len(g.runs) < 2 {
+			continue
+		}
+		row := []string{g.name, g.rep.Scenario.TxIDs, fmt.Sprintf("%d of %d", g.okRuns(), len(g.runs))}
+		for _, c := range []struct {
+			f    func(*ScenarioResult) float64
+			show func(float64) string
+		}{
+			{func(r *ScenarioResult) float64 { return r.MsgPerSec }, f0},
+			{func(r *ScenarioResult) float64 { return r.CPUPerMsgUs }, f1},
+			{func(r *ScenarioResult) float64 { return r.Latency.P99ms }, f1},
+			{func(r *ScenarioResult) float64 { return float64(r.BrokerPeakRSSBytes) / (1 << 20) }, f1},
+		} {
+			cell := "–"
+			if lo, hi, ok := spread(g.runs, c.f); ok {
+				cell = c.show(lo) + " – " + c.show(hi)
+			}
+			row = append(row, cell)
+		}
+		rows = append(rows, row)
+	}
+	if len(rows) == 0 {
+		return
+	}
+	b.WriteString("\n### Repeated runs\n\n" +
+		"Scenarios run more than once (`queen-bench -repeat`, in rounds: every scenario once, then again, so that " +
+		"the machine's load over time falls on every row alike). The table above shows, for each, the whole run " +
+		"of the median msg/s (a failed run instead, when one failed); here is the range over the verified runs.\n\n")
+	writeTable(b, []string{"scenario", "ids", "verified runs", "msg/s", "total µs/msg", "p99 ms", "broker RSS MiB"}, rows)
 }
 
 // writePipelineTable writes the push rows' split of a push's time and

@@ -393,7 +393,8 @@ func TestReportAndPlots(t *testing.T) {
 			t.Errorf("report lacks %q:\n%s", want, md)
 		}
 	}
-	if n := strings.Count(md, "\n| push-") + strings.Count(md, "\n| pop-") + strings.Count(md, "\n| fanout-"); n != len(results) {
+	table := resultsTable(t, md)
+	if n := strings.Count(table, "\n| push-") + strings.Count(table, "\n| pop-") + strings.Count(table, "\n| fanout-"); n != len(results) {
 		t.Errorf("%d table rows, want %d", n, len(results))
 	}
 }

@@ -26,6 +26,11 @@
 //	queen-bench -scenario rows -duration 10s -markdown BENCHMARKS.md -plots docs/bench
 //	queen-bench -scenario push-8x100-p10,pop-c10-b100 -txid minted -json
 //
+// With -repeat N, every scenario runs N times, in rounds; the report
+// shows each scenario's run of the median msg/s and the range over its
+// runs, and checks the rows against the project's targets
+// (docs/benchmarking.md).
+//
 // With -serve, it starts such a broker and cluster and keeps them for
 // another load generator (scripts/wrk-push.sh drives wrk with it).
 //
@@ -89,7 +94,8 @@ func run(args []string) int {
 	profileDir := fs.String("profile", "", "with -scenario: profile each measured phase into this directory (NAME.broker.pprof, a broker CPU profile; NAME.pgss.txt, PostgreSQL's top statements from pg_stat_statements); profiled figures are not report figures")
 	fs.StringVar(&sf.results, "results", "", "with -scenario: also write each result as a JSON line to this file")
 	fs.StringVar(&sf.madeWith, "made-with", "", "with -markdown: how the report was made, printed in it (default the queen-bench command line)")
-	fs.StringVar(&sf.from, "from", "", "render -markdown/-plots from a results file (JSON lines) instead of running")
+	fs.StringVar(&sf.from, "from", "", "render -markdown/-plots from results files (JSON lines; comma-separated, read in order) instead of running")
+	fs.IntVar(&sf.repeat, "repeat", 1, "with -scenario: run the list this many times, in rounds (every scenario once, then again); the report shows each scenario's run of the median msg/s and the range over its runs")
 	serveOnly := fs.Bool("serve", false, "start a fresh broker (-broker) on a fresh PostgreSQL (durable unless -durable=false), print {url, pg_url, broker_pid, postmaster_pid, durable} as one JSON line, and keep both until SIGINT or SIGTERM: for another load generator (scripts/wrk-push.sh)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -99,6 +105,10 @@ func run(args []string) int {
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "queen-bench: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	if sf.repeat < 1 {
+		fmt.Fprintln(os.Stderr, "queen-bench: -repeat must be at least 1")
 		return 2
 	}
 	if sf.listOnly {

@@ -24,7 +24,7 @@ type scenarioFlags struct {
 	markdown, plots, note, results string
 	madeWith                       string
 	from                           string
-	pgPID                          int
+	pgPID, repeat                  int
 	durable, asJSON, listOnly      bool
 	opts                           bench.ScenarioOptions
 }
@@ -70,10 +70,13 @@ func runScenarios(sf scenarioFlags) int {
 	var results []*bench.ScenarioResult
 	code := 0
 	if sf.from != "" {
-		var err error
-		if results, err = readResults(sf.from); err != nil {
-			fmt.Fprintln(os.Stderr, "queen-bench:", err)
-			return 1
+		for _, path := range strings.Split(sf.from, ",") {
+			rs, err := readResults(path)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "queen-bench:", err)
+				return 1
+			}
+			results = append(results, rs...)
 		}
 	} else {
 		txid := sf.txid
@@ -105,11 +108,17 @@ func runScenarios(sf scenarioFlags) int {
 		if sf.asJSON {
 			text = os.Stderr
 		}
-		for i, sc := range scs {
+		// Rounds: every scenario once, then again (-repeat), so that a
+		// change in the machine's load falls on every scenario alike.
+		runs := make([]bench.Scenario, 0, len(scs)*sf.repeat)
+		for range sf.repeat {
+			runs = append(runs, scs...)
+		}
+		for i, sc := range runs {
 			if ctx.Err() != nil {
 				break
 			}
-			fmt.Fprintf(os.Stderr, "queen-bench: scenario %d/%d %s (%s)\n", i+1, len(scs), sc.Name, sf.opts.Duration)
+			fmt.Fprintf(os.Stderr, "queen-bench: scenario %d/%d %s (%s)\n", i+1, len(runs), sc.Name, sf.opts.Duration)
 			r := bench.RunScenario(ctx, sc, sf.opts)
 			results = append(results, r)
 			_ = r.WriteText(text)

@@ -116,7 +116,6 @@ func WriteMarkdown(w io.Writer, results []*ScenarioResult, o MarkdownOptions) er
 		"to fresh partitions (every item creates one) or to the pre-built ones.\n")
 	writeRepeatsTable(&b, groups)
 	writePipelineTable(&b, representatives(groups))
-	writeTargetsTable(&b, groups)
 	var failed []*ScenarioResult
 	for _, r := range results {
 		if !r.OK() {
@@ -129,6 +128,7 @@ func WriteMarkdown(w io.Writer, results []*ScenarioResult, o MarkdownOptions) er
 			fmt.Fprintf(&b, "- `%s`: %s\n", r.Scenario.Name, failure(r))
 		}
 	}
+	writeTargetsTable(&b, groups)
 	if len(o.Plots) > 0 {
 		b.WriteString("\n## Plots\n\n")
 		for _, p := range o.Plots {
@@ -209,16 +209,19 @@ func writeRepeatsTable(b *bytes.Buffer, groups []*runGroup) {
 		}
 		row := []string{g.name, g.rep.Scenario.TxIDs, fmt.Sprintf("%d of %d", g.okRuns(), len(g.runs))}
 		for _, c := range []struct {
-			f    func(*ScenarioResult) float64
-			show func(float64) string
+			f        func(*ScenarioResult) float64
+			show     func(float64) string
+			measured func(*ScenarioResult) bool // nil: always
 		}{
-			{func(r *ScenarioResult) float64 { return r.MsgPerSec }, f0},
-			{func(r *ScenarioResult) float64 { return r.CPUPerMsgUs }, f1},
-			{func(r *ScenarioResult) float64 { return r.Latency.P99ms }, f1},
-			{func(r *ScenarioResult) float64 { return float64(r.BrokerPeakRSSBytes) / (1 << 20) }, f1},
+			{func(r *ScenarioResult) float64 { return r.MsgPerSec }, f0, nil},
+			{func(r *ScenarioResult) float64 { return r.CPUPerMsgUs }, f1, func(r *ScenarioResult) bool { return r.PGCPUMeasured }},
+			{func(r *ScenarioResult) float64 { return r.Latency.P99ms }, f1, nil},
+			{func(r *ScenarioResult) float64 { return float64(r.BrokerPeakRSSBytes) / (1 << 20) }, f1, nil},
 		} {
 			cell := "–"
-			if lo, hi, ok := spread(g.runs, c.f); ok {
+			if c.measured != nil && !c.measured(g.rep) {
+				cell = "n/a"
+			} else if lo, hi, ok := spread(g.runs, c.f); ok {
 				cell = c.show(lo) + " – " + c.show(hi)
 			}
 			row = append(row, cell)

@@ -50,13 +50,14 @@ type Plot struct {
 // WritePlots draws, for each sweep (items per push; partitions), the
 // throughput and the CPU per message of the results as PNGs in dir:
 // throughput-<sweep>.png and cpu-<sweep>.png. A sweep without results
-// gets no plot. Failed scenarios are left out; a scenario that ran more
-// than once is one point, its run of the median msg/s (groupRuns).
+// gets no plot. Scenarios that could not run are left out; a scenario
+// that ran more than once is one point, its verified run of the median
+// msg/s (plotRuns).
 func WritePlots(dir string, results []*ScenarioResult) ([]Plot, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	results = representatives(groupRuns(results)) // one point per scenario
+	results = plotRuns(groupRuns(results)) // one point per scenario
 	var out []Plot
 	durable := true
 	for _, r := range results {

@@ -65,8 +65,29 @@ func medianRun(runs []*ScenarioResult) *ScenarioResult {
 	return sorted[(len(sorted)-1)/2]
 }
 
+// plotRuns is, per scenario in first-seen order, the run a plot's point
+// shows: the run of the median msg/s among those that verified (a plot
+// leaves failed runs out), else the representative (WritePlots then
+// leaves a run with an error out).
+func plotRuns(groups []*runGroup) []*ScenarioResult {
+	out := make([]*ScenarioResult, len(groups))
+	for i, g := range groups {
+		var ok []*ScenarioResult
+		for _, r := range g.runs {
+			if r.OK() {
+				ok = append(ok, r)
+			}
+		}
+		out[i] = g.rep
+		if len(ok) > 0 {
+			out[i] = medianRun(ok)
+		}
+	}
+	return out
+}
+
 // representatives is each scenario's representative run, in first-seen
-// order: what the table's rows and the plots' points show.
+// order: what the table's rows show.
 func representatives(groups []*runGroup) []*ScenarioResult {
 	out := make([]*ScenarioResult, len(groups))
 	for i, g := range groups {

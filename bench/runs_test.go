@@ -54,7 +54,7 @@ func rowOf(s, name, ids, figure string) []string {
 // TestGroupRuns: repeated runs of a scenario are one group in the order
 // the name first ran; its representative is the run of the median msg/s
 // (the lower middle one of an even count), or a failed run when any
-// failed.
+// failed; its plot point is the median of the verified runs.
 func TestGroupRuns(t *testing.T) {
 	t.Parallel()
 	a1 := syntheticResult("push-8x100-p10-minted", true, 90_000, 9)
@@ -86,6 +86,11 @@ func TestGroupRuns(t *testing.T) {
 				i, g.name, len(g.runs), g.okRuns(), g.rep.MsgPerSec, want.name, want.runs, want.ok, want.rep.MsgPerSec)
 		}
 	}
+	// A plot's point is the verified run of the median msg/s: for the
+	// fan-out, c1 (the lower middle of c1 and c3), not the failed c2.
+	if pr := plotRuns(groups); pr[0] != a3 || pr[1] != b2 || pr[2] != c1 {
+		t.Errorf("plot runs %.0f %.0f %.0f msg/s, want 120000 100000 100000", pr[0].MsgPerSec, pr[1].MsgPerSec, pr[2].MsgPerSec)
+	}
 	if lo, hi, ok := spread(groups[2].runs, func(r *ScenarioResult) float64 { return r.MsgPerSec }); !ok || lo != 100_000 || hi != 110_000 {
 		t.Errorf("spread over the verified fan-out runs: %v %v %v, want 100000 110000 (the failed run left out)", lo, hi, ok)
 	}
@@ -101,6 +106,7 @@ func TestTargetsInReport(t *testing.T) {
 	mk := func(name string, msgs, cpu, p99 float64, rss int64) *ScenarioResult {
 		r := syntheticResult(name, true, msgs, cpu)
 		r.Latency.P99ms, r.BrokerPeakRSSBytes, r.OverheadPerMsg = p99, rss, 40
+		r.Status.Buffered = 0
 		return r
 	}
 	results := []*ScenarioResult{
@@ -110,7 +116,13 @@ func TestTargetsInReport(t *testing.T) {
 		mk("push-8x100-p10-minted-random", 200_000, 5, 20, 50e6),
 		mk("push-8x100-p10-minted", 150_000, 6, 20, 50e6),
 		mk("push-8x100-p10-minted", 120_000, 7, 120, 60e6),
+		mk("push-8x100-p10-uuid7", 110_000, 9, 30, 50e6),
+		mk("pop-c10-b100-random", 100_000, 7, 30, 50e6),
 	}
+	random := results[3]
+	random.OverheadPerMsg = 70
+	buffered := results[6]
+	buffered.Status.Buffered = 25
 	var b bytes.Buffer
 	if err := WriteMarkdown(&b, results, MarkdownOptions{Command: "make bench"}); err != nil {
 		t.Fatal(err)
@@ -144,6 +156,11 @@ func TestTargetsInReport(t *testing.T) {
 		{"push-8x100-p10-client", "client", "total CPU µs/msg", []string{"≤ 8.0", "12.0", "no", "0 of 1", "–"}},
 		{"push-64x1-p10-minted", "minted", "broker peak RSS", []string{"≤ 64.0 MB (61.0 MiB)", "70.0 MB (66.8 MiB)", "no", "0 of 1", "–"}},
 		{"push-64x1-p10-minted", "minted", "p99 ms", []string{"≤ 30.0", "25.0", "yes", "1 of 1", "–"}},
+		// A push row with buffered answers does not meet its rate.
+		{"push-8x100-p10-uuid7", "uuid7", "msg/s", []string{"≥ 100000", "110000", "no (25 buffered)", "0 of 1", "–"}},
+		{"push-8x100-p10-uuid7", "uuid7", "p99 ms", []string{"≤ 100.0", "30.0", "yes", "1 of 1", "–"}},
+		// The -random twin is checked for its bytes alone.
+		{"push-8x100-p10-minted-random", "minted", "beyond payload B/msg", []string{"≤ 64", "70", "no", "0 of 1", "–"}},
 	} {
 		row := rowOf(tg, want.name, want.ids, want.figure)
 		if row == nil {
@@ -154,13 +171,30 @@ func TestTargetsInReport(t *testing.T) {
 			t.Errorf("%s %s %s: %s, want %s", want.name, want.ids, want.figure, got, strings.Join(want.cells, " | "))
 		}
 	}
-	if strings.Contains(tg, "-random") {
-		t.Error("a -random row was checked against a target")
+	if rowOf(tg, "push-8x100-p10-minted-random", "minted", "msg/s") != nil || strings.Contains(tg, "pop-c10-b100-random") {
+		t.Error("a -random row was checked against its twin's targets")
 	}
-	// push-8x100-p10: 5 checks for each of minted and client; 64 × 1: 4.
-	// Met: minted msg/s, CPU, bytes, RSS; client p99, bytes, RSS; 64 × 1 p99.
-	if !strings.Contains(tg, "**8 of 14 met**") {
+	// push-8x100-p10: 5 checks for each of minted, client and uuid7; its
+	// -random twin: 1; 64 × 1: 4. Met: minted msg/s, CPU, bytes, RSS;
+	// client p99, bytes, RSS; uuid7 p99, bytes, RSS; 64 × 1 p99.
+	if !strings.Contains(tg, "**11 of 20 met**") {
 		t.Errorf("targets summary:\n%s", tg)
+	}
+
+	// CPU per message without PostgreSQL's is not measured: no CPU
+	// target is met, and the ranges say n/a.
+	nm1, nm2 := mk("push-8x100-p10-minted", 150_000, 3, 20, 50e6), mk("push-8x100-p10-minted", 160_000, 3, 20, 50e6)
+	nm1.PGCPUMeasured, nm2.PGCPUMeasured = false, false
+	b.Reset()
+	if err := WriteMarkdown(&b, []*ScenarioResult{nm1, nm2}, MarkdownOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if row := rowOf(section(t, b.String(), "## Against the targets"), "push-8x100-p10-minted", "minted", "total CPU µs/msg"); row == nil ||
+		row[4] != "n/a" || row[5] != "no (not measured)" || row[6] != "0 of 2" || row[7] != "–" {
+		t.Errorf("CPU not measured: %q", row)
+	}
+	if row := rowOf(section(t, b.String(), "### Repeated runs"), "push-8x100-p10-minted", "minted", ""); row == nil || row[4] != "n/a" {
+		t.Errorf("repeats row with CPU not measured: %q", row)
 	}
 
 	// A non-durable row meets nothing.

@@ -3,7 +3,7 @@
 # every scenario (queen-bench -scenario all: the table's rows and the plots'
 # sweeps), each on a fresh broker and a fresh, durable PostgreSQL cluster
 # started by queen-bench, and writes BENCHMARKS.md, docs/bench/*.png and
-# docs/bench/results.jsonl (the raw results, one JSON object per scenario).
+# docs/bench/results.jsonl (the raw results, one JSON object per run).
 #
 #   scripts/bench.sh [duration] [extra queen-bench flags...]
 #   scripts/bench.sh --smoke [duration]
@@ -59,18 +59,36 @@ fi
 
 dur=${1:-${BENCHTIME:-10s}}; shift || true
 repeat=${BENCHREPEAT:-3}
-case "$repeat" in ''|*[!0-9]*|0) echo "bench: BENCHREPEAT must be a whole number of at least 1" >&2; exit 2 ;; esac
+case "$repeat" in ''|*[!0-9]*) echo "bench: BENCHREPEAT must be a whole number of at least 1" >&2; exit 2 ;; esac
+repeat=$((10#$repeat))
+[ "$repeat" -ge 1 ] || { echo "bench: BENCHREPEAT must be a whole number of at least 1" >&2; exit 2; }
 mkdir -p docs/bench
+# Each pass writes its results here; they are kept (and named) when the
+# report could not be written from them.
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+done=false
+trap 'if $done; then rm -rf "$tmp"; else echo "bench: the results so far are in $tmp" >&2; fi' EXIT
+# An interrupt ends the pass that runs (queen-bench stops and exits 1) and
+# skips the next; the report is written from what ran.
+interrupted=false
+trap 'interrupted=true' INT TERM
 status=0
 bin/queen-bench -scenario "${BENCHSCENARIOS:-all}" -duration "$dur" -broker bin/queen \
   -results "$tmp/1.jsonl" "$@" || status=$?
-if [ "$repeat" -gt 1 ]; then
+if [ "$repeat" -gt 1 ] && ! $interrupted; then
   bin/queen-bench -scenario "${BENCHSCENARIOS:-rows}" -repeat $((repeat - 1)) -duration "$dur" -broker bin/queen \
     -results "$tmp/2.jsonl" "$@" || status=$?
 fi
-cat "$tmp"/*.jsonl > docs/bench/results.jsonl
+shopt -s nullglob
+files=("$tmp"/*.jsonl)
+if [ "${#files[@]}" -eq 0 ] || [ ! -s "${files[0]}" ]; then
+  echo "bench: no scenario ran; BENCHMARKS.md and docs/bench are left as they were" >&2
+  done=true
+  exit $((status > 0 ? status : 1))
+fi
+cat "${files[@]}" > "$tmp/all.jsonl"
+mv "$tmp/all.jsonl" docs/bench/results.jsonl
 bin/queen-bench -from docs/bench/results.jsonl -markdown BENCHMARKS.md -plots docs/bench \
   -made-with "make bench BENCHTIME=$dur BENCHREPEAT=$repeat" -note "${BENCHNOTE:-}"
+done=true
 exit "$status"

@@ -107,8 +107,8 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "queen-bench: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
-	if sf.repeat < 1 {
-		fmt.Fprintln(os.Stderr, "queen-bench: -repeat must be at least 1")
+	if sf.repeat < 1 || (sf.repeat > 1 && (sf.list == "" || sf.from != "")) {
+		fmt.Fprintln(os.Stderr, "queen-bench: -repeat must be at least 1, and runs scenarios: it needs -scenario and no -from")
 		return 2
 	}
 	if sf.listOnly {

@@ -18,7 +18,9 @@ func TestFlags(t *testing.T) {
 		{"-scenario", "push-8x100-p10", "-txid", "sometimes"},
 		{"-txid", "both"}, // both is for scenarios only
 		{"stray"},
-		{"-scenario", "push-8x100-p10", "-repeat", "0"},
+		{"-from", "/nonexistent", "-repeat", "0"}, // would be 1 (no such file) without the check
+		{"-from", "/nonexistent", "-repeat", "2"}, // -repeat runs scenarios; -from renders
+		{"-repeat", "2"}, // nor a single run against -url
 	} {
 		if got := run(args); got != 2 {
 			t.Errorf("%q: exit %d, want 2", args, got)

@@ -141,7 +141,7 @@ var (
 		// The push rows again with client keys as Queen's SDKs mint them.
 		"push-8x100-p10-uuid7", "push-50x100-p1001-uuid7", "push-50x10-p1001-uuid7", "push-64x1-p10-uuid7",
 		"push-16x100-p10000-uuid7",
-		"pop-c10-b100", "fanout-g5-c2-b100", "fanout-g5-c2-b100-autoack",
+		"pop-c10-b100", "fanout-g5-c2-b100", "fanout-g5-c2-b100-autoack", "fanout-g5-c10-b100-autoack",
 	}
 	// sweepScenarios are the points of the plots: 8 connections, items per
 	// push 1…1000 over 10 partitions, and 100 items over 1…10,000 partitions.
@@ -150,9 +150,9 @@ var (
 		"push-8x100-p1", "push-8x100-p1000", "push-8x100-p10000",
 	}
 	// extraScenarios are in all but in neither the table's rows nor the
-	// plots: partition lookup and creation on a queue of 1 M partitions, a
-	// stream query, and the autoAck fan-out with 10 consumers per group.
-	extraScenarios = []string{"push-16x100-p1M-new", "push-16x100-p1M-existing", "stream-w4-b100", "fanout-g5-c10-b100-autoack"}
+	// plots: partition lookup and creation on a queue of 1 M partitions,
+	// and a stream query.
+	extraScenarios = []string{"push-16x100-p1M-new", "push-16x100-p1M-existing", "stream-w4-b100"}
 	// randomScenarios are rows of the table again with payloads that do
 	// not compress: what PostgreSQL pays when it has to store every byte.
 	randomScenarios = []string{

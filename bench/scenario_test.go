@@ -51,7 +51,7 @@ func TestParseScenarios(t *testing.T) {
 	for _, want := range []string{
 		"push-8x100-p10-minted", "push-8x100-p10-client", "push-50x100-p1001-minted", "push-50x100-p1001-client",
 		"push-50x10-p1001-client", "push-64x1-p10-minted", "push-16x100-p10000-client", "pop-c10-b100", "fanout-g5-c2-b100",
-		"fanout-g5-c2-b100-autoack", "push-8x100-p10-uuid7", "push-64x1-p10-uuid7",
+		"fanout-g5-c2-b100-autoack", "fanout-g5-c10-b100-autoack", "push-8x100-p10-uuid7", "push-64x1-p10-uuid7",
 	} {
 		if !slices.Contains(scenarioNames(rows), want) {
 			t.Errorf("rows lack %s: %q", want, scenarioNames(rows))

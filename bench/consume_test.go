@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -418,6 +419,34 @@ func TestSameID(t *testing.T) {
 	} {
 		if got := sameID(json.RawMessage(c.raw), c.id); got != c.want {
 			t.Errorf("sameID(%s, %q) = %v, want %v", c.raw, c.id, got, c.want)
+		}
+	}
+}
+
+// TestGroupRecordChunks: deliveries recorded in pops of any size, across
+// chunk boundaries, come back whole and in the order received.
+func TestGroupRecordChunks(t *testing.T) {
+	t.Parallel()
+	sent := []*atomic.Int64{new(atomic.Int64)}
+	g := newGroup("g", sent)
+	var want []delivery
+	seq := int64(0)
+	for _, n := range []int{1, 999, deliveryChunk - 1000, 1, 2*deliveryChunk + 5, 0, 77} {
+		ds := make([]delivery, n)
+		for i := range ds {
+			ds[i] = delivery{producer: 0, seq: seq, offset: seq}
+			seq++
+		}
+		g.record(ds, time.Now())
+		want = append(want, ds...)
+	}
+	got := g.all()
+	if !slices.Equal(got, want) {
+		t.Fatalf("%d deliveries back, want %d in order", len(got), len(want))
+	}
+	for i, c := range g.deliveries {
+		if cap(c) != deliveryChunk || (i < len(g.deliveries)-1 && len(c) != deliveryChunk) {
+			t.Errorf("chunk %d: len %d cap %d", i, len(c), cap(c))
 		}
 	}
 }

@@ -94,7 +94,7 @@ func (cr *consumeRun) report(l *Ledger) *ConsumeReport {
 		}
 		all.merge(&gc)
 		e2e.Merge(&ge)
-		check := checkGroup(g.label, l, g.deliveries, byOffset)
+		check := checkGroup(g.label, l, g.all(), byOffset)
 		check.AckFailed = int(gc.ackFailed)
 		if !g.complete() {
 			r.Drained = false

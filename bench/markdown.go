@@ -201,30 +201,13 @@ func markdownRow(r *ScenarioResult) []string {
 // The table above shows one whole run of each (runGroup.rep).
 func writeRepeatsTable(b *bytes.Buffer, groups []*runGroup) {
 	var rows [][]string
-	f0 := func(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) }
-	f1 := func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }
 	for _, g := range groups {
 		if len(g.runs) < 2 {
 			continue
 		}
 		row := []string{g.name, g.rep.Scenario.TxIDs, fmt.Sprintf("%d of %d", g.okRuns(), len(g.runs))}
-		for _, c := range []struct {
-			f        func(*ScenarioResult) float64
-			show     func(float64) string
-			measured func(*ScenarioResult) bool // nil: always
-		}{
-			{func(r *ScenarioResult) float64 { return r.MsgPerSec }, f0, nil},
-			{func(r *ScenarioResult) float64 { return r.CPUPerMsgUs }, f1, func(r *ScenarioResult) bool { return r.PGCPUMeasured }},
-			{func(r *ScenarioResult) float64 { return r.Latency.P99ms }, f1, nil},
-			{func(r *ScenarioResult) float64 { return float64(r.BrokerPeakRSSBytes) / (1 << 20) }, f1, nil},
-		} {
-			cell := "–"
-			if c.measured != nil && !c.measured(g.rep) {
-				cell = "n/a"
-			} else if lo, hi, ok := spread(g.runs, c.f); ok {
-				cell = c.show(lo) + " – " + c.show(hi)
-			}
-			row = append(row, cell)
+		for _, m := range repeatedFigures {
+			row = append(row, g.rangeOf(m))
 		}
 		rows = append(rows, row)
 	}
@@ -235,8 +218,15 @@ func writeRepeatsTable(b *bytes.Buffer, groups []*runGroup) {
 		"Scenarios run more than once (`queen-bench -repeat`, in rounds: every scenario once, then again, so that " +
 		"the machine's load over time falls on every row alike). The table above shows, for each, the whole run " +
 		"of the median msg/s (a failed run instead, when one failed); here is the range over the verified runs.\n\n")
-	writeTable(b, []string{"scenario", "ids", "verified runs", "msg/s", "total µs/msg", "p99 ms", "broker RSS MiB"}, rows)
+	header := []string{"scenario", "ids", "verified runs"}
+	for _, m := range repeatedFigures {
+		header = append(header, m.name)
+	}
+	writeTable(b, header, rows)
 }
+
+// repeatedFigures are the repeated runs table's columns after the runs.
+var repeatedFigures = []targetMetric{metricMsgPerSec, metricCPU, metricP99, metricRSSMiB}
 
 // writePipelineTable writes the push rows' split of a push's time and
 // the projector's load (ScenarioResult.Pipeline), when any row has it.

@@ -239,8 +239,8 @@ func packSegments(segs segmentBodies, compress bool) (pack *packBuf, offsets, le
 	out := slices.Grow(pack.out[:0], n)
 	for i, msgs := range segs {
 		at := len(out)
-		if plainLen := int(lens[i]); !compress || plainLen < minCompressSegment || len(msgs) == 0 {
-			out = encodeSegmentGrown(out, msgs) // small: stored as it is, encoded in place
+		if !compress || !compressible(int(lens[i])) {
+			out = encodeSegmentGrown(out, msgs) // stored as it is: encoded in place
 		} else {
 			pack.plain = EncodeSegment(pack.plain[:0], msgs)
 			out = storeSegment(out, pack.plain, len(msgs), msgs[0].CreatedAtMicros)

@@ -64,11 +64,18 @@ const (
 	maxPlainSegment    = 256 << 20
 )
 
+// compressible reports whether storeSegment tries to compress a
+// version-1 body of plainLen bytes (see minCompressSegment and
+// maxPlainSegment); an empty segment's body never is.
+func compressible(plainLen int) bool {
+	return plainLen >= minCompressSegment && plainLen <= maxPlainSegment
+}
+
 // storedSegmentCap is the most bytes storeSegment may need in dst,
 // compressed or not, for a version-1 body of plainLen bytes: the
 // version-2 header (four fields of at most 10 bytes) and S2's bound.
 func storedSegmentCap(plainLen int) int {
-	if plainLen < minCompressSegment || plainLen > maxPlainSegment {
+	if !compressible(plainLen) {
 		return plainLen
 	}
 	return max(plainLen, 40+s2.MaxEncodedLen(plainLen))
@@ -81,7 +88,7 @@ func storedSegmentCap(plainLen int) int {
 // otherwise plain itself. plain is not kept. With storedSegmentCap bytes
 // free in dst, dst is not grown.
 func storeSegment(dst, plain []byte, count int, first int64) []byte {
-	if len(plain) < minCompressSegment || len(plain) > maxPlainSegment {
+	if !compressible(len(plain)) {
 		return append(dst, plain...)
 	}
 	at := len(dst)

@@ -155,17 +155,13 @@ func reserve(dst []byte, need int, kept *keptBuffer) []byte {
 	return append(buf[:0], dst...)
 }
 
-// wireLen estimates the encoded length in bytes of w's statements
-// (queue): the segment bodies and the array parameters, without the
+// wireLen estimates the encoded length in bytes of w's statements once
+// queue has queued them: the segment bodies and the array parameters, without the
 // framing that wbufSlack covers.
 func (w *batchWrites) wireLen() int {
 	n := 0
-	if w.pack != nil {
+	if w.pack != nil { // nil: no segment (queue packs whenever there is one)
 		n += len(w.pack.out) // segmentPack: the stored bodies one after another
-	} else {
-		for _, msgs := range w.segBody {
-			n += SegmentLen(msgs)
-		}
 	}
 	// uuid[] 20 bytes an element; bigint[], integer[], boolean[] at most 12
 	// (bases, counts, and the bodies' offsets and lengths).

@@ -21,7 +21,8 @@ import (
 // So concurrent such pops are served together, as group commit serves
 // concurrent writes: a pop that finds popCombineInFlight transactions of
 // its key running queues, and when one ends, the pop that ran it takes
-// every queued pop (up to popCombineMax, takeCombined) into one transaction. Nothing
+// the queued pops (as many as takeCombined picks) into one transaction.
+// Nothing
 // waits for company: a pop with no transaction of its key running runs
 // alone at once, and a queued pop waits only for a transaction already
 // running, popCombineHandoff at most, and never past its own deadline
@@ -53,12 +54,14 @@ import (
 // popCombineGroupMax of them of one consumer group, and more than
 // popCombineGroupMax only while their batches add up to at most
 // popCombineMessages messages (takeCombined). Measured with 50 consumers
-// of 5 groups draining 10 partitions (batch 100, autoAck): up to 16 pops
-// a transaction took 1.4-1.6 µs of PostgreSQL CPU per delivery against
-// 1.7-1.9 with 8, at 12-27% more deliveries a second; with 10 consumers
-// of one group, 16 pops a transaction (all of them, claiming every
-// partition at once) was level or lower, so one group's share stays 8
-// (docs/decisions.md, "Sixteen pops a combined transaction").
+// of 5 groups draining 10 partitions (batch 100, autoAck), 4 alternated
+// pairs of at most 8 against at most 16 (no group share): 1.4-1.6 µs of
+// PostgreSQL CPU per delivery against 1.7-1.9, 12-27% more deliveries a
+// second; the rule kept, against 8, 3 pairs: 3-36% more deliveries a
+// second, PostgreSQL CPU lower in 2. With 10 consumers of one group, 16
+// pops a transaction (all of them, claiming every partition at once) was
+// level or lower, so one group's share stays 8 (docs/decisions.md,
+// "Sixteen pops a combined transaction").
 const (
 	popCombineMax      = 16
 	popCombineGroupMax = 8
@@ -68,12 +71,13 @@ const (
 // takeCombined picks, in queue order, the pops queued (all of one key, so
 // of one batch size) that the next combined transaction serves: at most
 // popCombineMax, at most popCombineGroupMax of one consumer group, and at
-// most popCombineGroupMax in all when more would hold over
-// popCombineMessages messages (a batch over 1,000). A pop skipped for its
-// group's share keeps its place at the head of what is left.
+// most popCombineGroupMax in all when popCombineMax pops of their batch
+// would hold over popCombineMessages messages (a batch over 1,000). A
+// pop skipped for its group's share keeps its place at the head of what
+// is left.
 func takeCombined(queued []*popWaiter) (taken, left []*popWaiter) {
 	limit := popCombineMax
-	if len(queued) > 0 && limit*queued[0].req.Batch > popCombineMessages {
+	if len(queued) > 0 && queued[0].req.Batch > popCombineMessages/popCombineMax {
 		limit = popCombineGroupMax
 	}
 	perGroup := make(map[string]int, 8)

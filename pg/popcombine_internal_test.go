@@ -8,8 +8,9 @@ import (
 // TestTakeCombined checks what one combined transaction takes of the pops
 // queued (takeCombined): queue order, at most popCombineMax, at most
 // popCombineGroupMax of one consumer group (the skipped ones first in
-// what is left, in their order), and at most popCombineGroupMax when the
-// batches would add up to more than popCombineMessages.
+// what is left, in their order), and at most popCombineGroupMax when
+// popCombineMax pops of their batch would hold more than
+// popCombineMessages messages.
 func TestTakeCombined(t *testing.T) {
 	queue := func(batch int, groups ...string) []*popWaiter {
 		var ws []*popWaiter

@@ -1,9 +1,6 @@
 package pg
 
-import (
-	"fmt"
-	"testing"
-)
+import "testing"
 
 // TestTakeCombined checks what one combined transaction takes of the pops
 // queued (takeCombined): queue order, at most popCombineMax, at most
@@ -66,7 +63,7 @@ func TestTakeCombined(t *testing.T) {
 			for _, part := range [][]*popWaiter{taken, left} {
 				for i := 1; i < len(part); i++ {
 					if pos[part[i]] < pos[part[i-1]] {
-						t.Errorf("out of queue order: %s", fmt.Sprint(pos[part[i-1]], " before ", pos[part[i]]))
+						t.Errorf("out of queue order: queued %d before %d", pos[part[i-1]], pos[part[i]])
 					}
 				}
 			}

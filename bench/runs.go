@@ -18,16 +18,20 @@ type runGroup struct {
 	rep *ScenarioResult
 }
 
-// okRuns is how many of the group's runs ran and verified.
-func (g *runGroup) okRuns() int {
-	n := 0
+// verified is the group's runs that ran and verified, in the order they
+// ran.
+func (g *runGroup) verified() []*ScenarioResult {
+	var ok []*ScenarioResult
 	for _, r := range g.runs {
 		if r.OK() {
-			n++
+			ok = append(ok, r)
 		}
 	}
-	return n
+	return ok
 }
+
+// okRuns is how many of the group's runs ran and verified.
+func (g *runGroup) okRuns() int { return len(g.verified()) }
 
 // groupRuns groups results by scenario name, in the order each name first
 // appears, and picks each group's representative run (runGroup.rep).
@@ -72,14 +76,8 @@ func medianRun(runs []*ScenarioResult) *ScenarioResult {
 func plotRuns(groups []*runGroup) []*ScenarioResult {
 	out := make([]*ScenarioResult, len(groups))
 	for i, g := range groups {
-		var ok []*ScenarioResult
-		for _, r := range g.runs {
-			if r.OK() {
-				ok = append(ok, r)
-			}
-		}
 		out[i] = g.rep
-		if len(ok) > 0 {
+		if ok := g.verified(); len(ok) > 0 {
 			out[i] = medianRun(ok)
 		}
 	}

@@ -156,8 +156,8 @@ func reserve(dst []byte, need int, kept *keptBuffer) []byte {
 }
 
 // wireLen estimates the encoded length in bytes of w's statements once
-// queue has queued them: the segment bodies and the array parameters, without the
-// framing that wbufSlack covers.
+// queue has queued them: the segment bodies and the array parameters,
+// without the framing that wbufSlack covers.
 func (w *batchWrites) wireLen() int {
 	n := 0
 	if w.pack != nil { // nil: no segment (queue packs whenever there is one)

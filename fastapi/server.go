@@ -130,8 +130,9 @@ func (d Deps) missing() []string {
 // Pusher runs POST /api/v1/push.
 type Pusher interface {
 	// Push runs a push body through the pipeline (see ingest.Pipeline.Push).
-	// Nothing it returns may alias body: the handler reuses the body's
-	// buffer for a later request once Push has returned.
+	// It reads body until it returns (the WAL writer copies the payloads
+	// from it), and nothing it returns may alias body: the handler reuses
+	// the body's buffer for a later request once Push has returned.
 	Push(ctx context.Context, body []byte, producerSub *string) ([]ingest.Result, error)
 	// Drain answers every push waiting for a verdict buffered, and every
 	// later one as soon as its record is durable (ingest.Registry.Drain).

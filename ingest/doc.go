@@ -5,10 +5,13 @@
 // docs/push.md, "Verdicts".
 //
 // A body is read in one pass by a validating JSON scanner (parse.go,
-// scan.go) that records where each item's payload sits; the payload bytes
-// are copied once, from the body into the push record, which is encoded to
-// its exact size (EncodedLen, the compact kind 2 below) behind the WAL
-// envelope's header. ParseBodyLimit stops at QUEEN_MAX_PUSH_ITEMS: items
+// scan.go) that records where each item's payload sits. The push record
+// (the compact kind 2 below) is laid out in pieces (encodeRecordGathered):
+// every byte but the payloads in one buffer, behind the WAL envelope's
+// header, and each payload as a slice of the body itself, so that the WAL
+// writer copies the payload bytes once, from the body straight into its
+// tail segment (wal.Log.AppendGatheredAsync). EncodeRecord writes the
+// same bytes in one piece. ParseBodyLimit stops at QUEEN_MAX_PUSH_ITEMS: items
 // past the limit are only checked for syntax. The projector decodes a
 // record that fits its batch with DecodeRecordInto (allocations per record,
 // not per item) and reads a larger one item by item (RecordReader); both

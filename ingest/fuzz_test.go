@@ -108,6 +108,15 @@ func FuzzDecodeRecord(f *testing.F) {
 		if got := len(enc) - len("prefix"); got != rec.EncodedLen() {
 			t.Fatalf("EncodeRecord wrote %d bytes, EncodedLen says %d", got, rec.EncodedLen())
 		}
+		// The push path's layout in pieces (payloads not copied) joins to
+		// the same bytes, and its payload pieces are the items' own memory.
+		meta, vec := encodeRecordGathered([]byte("prefix"), nil, rec)
+		if joined := bytes.Join(vec, nil); !bytes.Equal(joined, enc) {
+			t.Fatalf("gathered record %x, EncodeRecord %x", joined, enc)
+		}
+		if want := len(enc) - payloadBytes(rec); len(meta) != want {
+			t.Fatalf("gathered meta holds %d bytes, want %d (the record without its payloads)", len(meta), want)
+		}
 		got, err := DecodeRecord(enc[len("prefix"):])
 		if err != nil {
 			t.Fatalf("DecodeRecord(EncodeRecord(r)): %v", err)
@@ -135,6 +144,15 @@ func FuzzDecodeRecord(f *testing.F) {
 			}
 		}
 	})
+}
+
+// payloadBytes is the sum of r's payload lengths.
+func payloadBytes(r *Record) int {
+	n := 0
+	for i := range r.Items {
+		n += len(r.Items[i].Payload)
+	}
+	return n
 }
 
 // fuzzBodies seed the push body fuzz targets.

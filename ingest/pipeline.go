@@ -110,8 +110,9 @@ type Pipeline struct {
 // failed in maintenance mode (nothing written). A WAL failure outside
 // maintenance mode is not an error: every item is answered "failed".
 //
-// Nothing Push returns aliases body: the caller may reuse body once Push
-// has returned.
+// body must not be modified while Push runs (the WAL writer copies the
+// payloads from it); nothing Push returns aliases it: the caller may
+// reuse body once Push has returned.
 func (p *Pipeline) Push(ctx context.Context, body []byte, producerSub *string) ([]Result, error) {
 	var start time.Time // only for ObserveStages
 	if p.ObserveStages != nil {
@@ -161,18 +162,22 @@ func (p *Pipeline) Push(ctx context.Context, body []byte, producerSub *string) (
 		}
 		res[i] = Result{Index: i, MessageID: mid, TransactionID: it.TransactionID, QueueName: it.Queue}
 	}
-	// The record is encoded once, from the body's payload slices, behind
-	// room for the WAL envelope: body → this buffer is the payload's only
-	// copy on the way to the WAL. The buffer is the WAL's until the WAL has
-	// written it (AppendEnveloped returned, or the waiter has its value,
-	// which comes only after the write), then reused by a later push
-	// (recordBufs).
-	bp := getRecordBuf(wal.HeaderSize + rec.EncodedLen())
-	buf := EncodeRecord(append((*bp)[:0], make([]byte, wal.HeaderSize)...), &rec)
-	defer putRecordBuf(bp, buf)
+	// The record is laid out without its payloads (encodeRecordGathered):
+	// meta holds the envelope's room and every other byte, and vec the
+	// pieces in order, each payload a slice of the body. The WAL writer
+	// copies the pieces straight into its tail segment, so body → tail
+	// segment is the payload's only copy on its way to the WAL file. vec,
+	// meta and the body are the WAL's until it has written them
+	// (AppendGathered returned, or the waiter has its value, which comes
+	// only after the write: Push does not return before that); then meta
+	// is reused by a later push (recordBufs) and vec with the scratch.
+	bp := getRecordBuf(wal.HeaderSize)
+	meta, vec := encodeRecordGathered(append((*bp)[:0], make([]byte, wal.HeaderSize)...), sc.vec, &rec)
+	sc.vec = vec
+	defer putRecordBuf(bp, meta)
 
 	if p.Maintenance() {
-		if _, err := p.WAL.AppendEnveloped(buf, nil); err != nil {
+		if _, err := p.WAL.AppendGathered(vec, nil); err != nil {
 			return nil, errors.Join(ErrMaintenanceWrite, err)
 		}
 		return setAll(res, StatusBuffered), nil
@@ -189,7 +194,7 @@ func (p *Pipeline) Push(ctx context.Context, body []byte, producerSub *string) (
 	w := p.Registry.newWaiter()
 	w.pipe, w.timeout = p, timeout
 	w.refs.Add(1) // the WAL writer's, dropped by written
-	if err := p.WAL.AppendEnvelopedAsync(buf, w.assign, w.onWritten); err != nil {
+	if err := p.WAL.AppendGatheredAsync(vec, w.assign, w.onWritten); err != nil {
 		w.refs.Add(-1) // refused at once: written will not run
 		w.release()
 		return setAll(res, StatusFailed), nil
@@ -244,10 +249,13 @@ func (p *Pipeline) accepting() bool { return p.Gate.Accepting() && !p.Maintenanc
 
 // pushScratch is the parsed items and minted items of one push, reused by
 // later pushes (scratches): nothing of them outlives Push (the results
-// hold strings, the WAL its own copy of the record).
+// hold strings, the WAL its own copy of the record, which it has made
+// before Push returns).
 type pushScratch struct {
 	parsed []ParsedItem
 	items  []Item
+	// vec is the push record's pieces (encodeRecordGathered).
+	vec [][]byte
 }
 
 var scratches sync.Pool
@@ -265,12 +273,13 @@ func getScratch() *pushScratch {
 // putScratch clears sc (it must not keep bodies or names alive) and keeps
 // it unless it grew past keepScratchItems.
 func putScratch(sc *pushScratch) {
-	if cap(sc.parsed) > keepScratchItems || cap(sc.items) > keepScratchItems {
+	if cap(sc.parsed) > keepScratchItems || cap(sc.items) > keepScratchItems || cap(sc.vec) > 2*keepScratchItems+1 {
 		return
 	}
 	clear(sc.parsed[:cap(sc.parsed)])
 	clear(sc.items[:cap(sc.items)])
-	sc.parsed, sc.items = sc.parsed[:0], sc.items[:0]
+	clear(sc.vec[:cap(sc.vec)])
+	sc.parsed, sc.items, sc.vec = sc.parsed[:0], sc.items[:0], sc.vec[:0]
 	scratches.Put(sc)
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -190,11 +191,18 @@ func (it *Item) ProjectItem(acceptedAt int64) pg.ProjectItem {
 // EncodedLen is the length of r's push record, what EncodeRecord appends
 // (kind 2: the fields compactFlags leaves out are not counted).
 func (r *Record) EncodedLen() int {
+	total, _ := r.encodedLens()
+	return total
+}
+
+// encodedLens returns EncodedLen and how many of its bytes are payloads.
+func (r *Record) encodedLens() (total, payloads int) {
 	n := 1 + binenc.VarintLen(r.AcceptedAt) + binenc.UvarintLen(uint64(len(r.Items)))
 	for i := range r.Items {
 		it := &r.Items[i]
 		flags := compactFlags(it)
 		n += 1 + 16 + strLen(len(it.Queue)) + strLen(len(it.Payload))
+		payloads += len(it.Payload)
 		if flags&flagDefaultPart == 0 {
 			n += strLen(len(it.Partition))
 		}
@@ -205,7 +213,7 @@ func (r *Record) EncodedLen() int {
 			n += strLen(len(*it.ProducerSub))
 		}
 	}
-	return n
+	return n, payloads
 }
 
 // compactFlags is the flags byte of it in a kind 2 record: producer_sub
@@ -242,27 +250,66 @@ type Record struct {
 // EncodeRecord appends the binary push record for r to dst (kind 2, see
 // doc.go).
 func EncodeRecord(dst []byte, r *Record) []byte {
-	dst = append(dst, recordKindPushCompact)
-	dst = binenc.AppendVarint(dst, r.AcceptedAt)
-	dst = binenc.AppendUvarint(dst, uint64(len(r.Items)))
+	dst = appendRecordHead(dst, r)
 	for i := range r.Items {
 		it := &r.Items[i]
-		flags := compactFlags(it)
-		dst = append(dst, flags)
-		dst = append(dst, it.MessageID[:]...)
-		dst = binenc.AppendString(dst, it.Queue)
-		if flags&flagDefaultPart == 0 {
-			dst = binenc.AppendString(dst, it.Partition)
-		}
-		if flags&flagMintedTxID == 0 {
-			dst = binenc.AppendString(dst, it.TransactionID)
-		}
-		if it.ProducerSub != nil {
-			dst = binenc.AppendString(dst, *it.ProducerSub)
-		}
-		dst = binenc.AppendBytes(dst, it.Payload)
+		dst = appendItemHead(dst, it)
+		dst = append(dst, it.Payload...)
 	}
 	return dst
+}
+
+// encodeRecordGathered lays out r's push record (EncodeRecord's bytes) in
+// pieces without copying a payload: every byte but the payloads is
+// appended to meta, and vec[:0] gets, in order, slices of meta and the
+// items' Payload slices themselves. The first piece starts at meta[0], so
+// the concatenation of the returned vec is what EncodeRecord(meta, r)
+// returns (bytes already in meta, a WAL envelope's room, come first).
+// meta is grown once, before the first piece is cut, so that it does not
+// move under the pieces; the returned meta is what they alias.
+func encodeRecordGathered(meta []byte, vec [][]byte, r *Record) ([]byte, [][]byte) {
+	total, payloads := r.encodedLens()
+	meta = slices.Grow(meta, total-payloads)
+	vec = vec[:0]
+	mark := 0
+	meta = appendRecordHead(meta, r)
+	for i := range r.Items {
+		it := &r.Items[i]
+		meta = appendItemHead(meta, it)
+		vec = append(vec, meta[mark:len(meta):len(meta)], it.Payload)
+		mark = len(meta)
+	}
+	if mark < len(meta) { // a record without items
+		vec = append(vec, meta[mark:len(meta):len(meta)])
+	}
+	return meta, vec
+}
+
+// appendRecordHead appends the record header of r (kind, acceptance time,
+// item count) to dst.
+func appendRecordHead(dst []byte, r *Record) []byte {
+	dst = append(dst, recordKindPushCompact)
+	dst = binenc.AppendVarint(dst, r.AcceptedAt)
+	return binenc.AppendUvarint(dst, uint64(len(r.Items)))
+}
+
+// appendItemHead appends everything of it's kind 2 entry up to its payload
+// (flags, message id, names, the payload's length) to dst.
+func appendItemHead(dst []byte, it *Item) []byte {
+	flags := compactFlags(it)
+	dst = append(dst, flags)
+	dst = append(dst, it.MessageID[:]...)
+	dst = binenc.AppendString(dst, it.Queue)
+	if flags&flagDefaultPart == 0 {
+		dst = binenc.AppendString(dst, it.Partition)
+	}
+	if flags&flagMintedTxID == 0 {
+		dst = binenc.AppendString(dst, it.TransactionID)
+	}
+	if it.ProducerSub != nil {
+		dst = binenc.AppendString(dst, *it.ProducerSub)
+	}
+	return binenc.AppendUvarint(dst, uint64(len(it.Payload)))
 }
 
 // encodeUUID writes id's canonical text (what uuid.UUID.String returns)

@@ -119,6 +119,43 @@ func TestRecordKinds(t *testing.T) {
 	}
 }
 
+// TestRecordGathered: the push path's record in pieces joins to
+// EncodeRecord's bytes behind what meta held, its payload pieces are the
+// items' own memory (the payload is not copied), and the other bytes fit
+// in meta as first grown (it does not move under the pieces).
+func TestRecordGathered(t *testing.T) {
+	for _, n := range []int{0, 1, 9, 300} {
+		r := sampleRecord(n)
+		for i := range r.Items {
+			r.Items[i].Payload = bytes.Repeat([]byte{'a' + byte(i%26)}, i%5*40) // some empty
+		}
+		meta, vec := encodeRecordGathered([]byte("head!"), make([][]byte, 3), r)
+		if got, want := bytes.Join(vec, nil), EncodeRecord([]byte("head!"), r); !bytes.Equal(got, want) {
+			t.Fatalf("%d items: gathered %x, EncodeRecord %x", n, got, want)
+		}
+		if n > 0 && len(vec) != 2*n {
+			t.Fatalf("%d items: %d pieces, want %d (each item's head, then its payload)", n, len(vec), 2*n)
+		}
+		for i := range r.Items {
+			if p := r.Items[i].Payload; len(p) > 0 && unsafe.SliceData(vec[2*i+1]) != unsafe.SliceData(p) {
+				t.Fatalf("%d items: item %d's payload piece is a copy", n, i)
+			}
+		}
+		total, payloads := r.encodedLens()
+		if len(meta) != len("head!")+total-payloads {
+			t.Fatalf("%d items: meta holds %d bytes, want %d", n, len(meta), len("head!")+total-payloads)
+		}
+		// Every head piece lies inside the meta that was returned.
+		base := uintptr(unsafe.Pointer(unsafe.SliceData(meta)))
+		for i := 0; i < len(vec); i += 2 {
+			h := vec[i]
+			if p := uintptr(unsafe.Pointer(unsafe.SliceData(h))); len(h) > 0 && (p < base || p+uintptr(len(h)) > base+uintptr(len(meta))) {
+				t.Fatalf("%d items: piece %d is not in meta (it moved)", n, i)
+			}
+		}
+	}
+}
+
 // TestRecordReaderSkip: skipping k items and reading on gives the items a
 // full decode gives from k; the end is io.EOF, and skipping past it fails.
 func TestRecordReaderSkip(t *testing.T) {

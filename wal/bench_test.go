@@ -47,9 +47,9 @@ func benchAppend(b *testing.B, appenders, size int, noSync bool) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rec := append(make([]byte, HeaderSize), testPayload(g, size)...) // as ingest builds it
+			vec := piecesForBench(testPayload(g, size))
 			for i := 0; i < n; i++ {
-				if _, err := appendForBench(l, rec); err != nil {
+				if _, err := appendForBench(l, vec); err != nil {
 					b.Error(err)
 					return
 				}
@@ -70,9 +70,32 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// appendForBench is one push's append of its record: rec is HeaderSize
-// free bytes and the payload, as package ingest encodes it.
-func appendForBench(l *Log, rec []byte) (uint64, error) { return l.AppendEnveloped(rec, nil) }
+// appendForBench is one push's append of its record, in the pieces
+// package ingest hands over (piecesForBench).
+func appendForBench(l *Log, vec [][]byte) (uint64, error) { return l.AppendGathered(vec, nil) }
+
+// piecesForBench splits payload as package ingest lays out a push record
+// of 256-byte items: HeaderSize free bytes and the record's first bytes,
+// then, per item, 40 bytes of its head (a slice of the record's own
+// buffer) and about 260 of its payload (a slice of the request body).
+func piecesForBench(payload []byte) [][]byte {
+	head := make([]byte, HeaderSize, HeaderSize+len(payload))
+	vec := [][]byte{}
+	for len(payload) > 0 {
+		h := min(40, len(payload))
+		start := len(head)
+		head = append(head, payload[:h]...)
+		if len(vec) == 0 {
+			start = 0
+		}
+		vec = append(vec, head[start:len(head):len(head)])
+		payload = payload[h:]
+		p := min(260, len(payload))
+		vec = append(vec, payload[:p:p])
+		payload = payload[p:]
+	}
+	return vec
+}
 
 // BenchmarkCursorNext: the projector's read of durable records, one at a
 // time, each released once read (records of 30 KB or 400 bytes; 2000 of

@@ -72,11 +72,14 @@
 // allocates nor zeroes a segment's worth of memory per roll, and holds
 // about three segments (the tail, the cached sealed one, one spare; a
 // buffer dropped beyond the spare is left to the garbage collector, which
-// frees it once no reader holds a slice of it). A push record is built
-// behind HeaderSize free bytes (AppendEnveloped), so the envelope
-// is sealed in place: the payload is copied from the request body once by
-// package ingest, then once into the tail segment's memory, which one
-// write call hands to the file. Reads of the tail and of the segment
+// frees it once no reader holds a slice of it). A push record is handed
+// over in pieces (AppendGatheredAsync): package ingest lays out every byte
+// but the payloads behind HeaderSize free bytes, in a buffer of its own,
+// and each payload is a slice of the request body. The envelope is sealed
+// in place by the appending goroutine (its checksum runs over the pieces),
+// and the writer copies the pieces straight into the tail segment's
+// memory, which one write call hands to the file: the payload's one copy
+// between the request body and the file. Reads of the tail and of the segment
 // rolled from last (what the projector reads) are served from that memory
 // as written; only a sealed segment read back from its file is verified
 // first (see Recovery on open).

@@ -356,9 +356,11 @@ func (s *segStore) writeBatch(batch []*appendReq) (rolled bool, err error) {
 	mark := len(t.buf)
 	for _, r := range batch {
 		s.mu.Lock()
-		t.buf = binary.AppendUvarint(t.buf, uint64(len(r.rec)))
+		t.buf = binary.AppendUvarint(t.buf, uint64(r.n))
 		start := len(t.buf)
-		t.buf = append(t.buf, r.rec...)
+		for _, p := range r.vec {
+			t.buf = append(t.buf, p...)
+		}
 		t.pos = append(t.pos, span{start, len(t.buf)})
 		s.last++
 		s.mu.Unlock()

@@ -102,15 +102,25 @@ func (o *Options) withDefaults() Options {
 }
 
 type appendReq struct {
-	// rec is the whole record: envelope header (filled by the writer) and
-	// payload.
-	rec      []byte
+	// vec is the whole record in pieces, in order: vec[0] starts with the
+	// envelope header (sealed by the appending goroutine), and the
+	// record is the pieces' concatenation, n bytes. one backs vec for a
+	// record in one piece (AppendEnveloped), so that neither kind of
+	// append allocates.
+	vec      [][]byte
+	one      [1][]byte
+	n        int
 	onAssign func(uint64)
 	index    uint64
 	done     chan error
-	// onDone, when set (AppendEnvelopedAsync), is called by the writer
-	// instead of a send on done.
+	// onDone, when set (AppendEnvelopedAsync, AppendGatheredAsync), is
+	// called by the writer instead of a send on done.
 	onDone func(index uint64, err error)
+}
+
+// reset clears r's references to the caller's memory and callbacks.
+func (r *appendReq) reset() {
+	r.vec, r.one[0], r.onAssign, r.onDone = nil, nil, nil, nil
 }
 
 // finish reports the outcome of r's append (nil once fsynced) to its
@@ -122,7 +132,7 @@ func (r *appendReq) finish(err error) {
 		return
 	}
 	f, index := r.onDone, r.index
-	r.rec, r.onAssign, r.onDone = nil, nil, nil
+	r.reset()
 	appendReqs.Put(r)
 	f(index, err)
 }
@@ -344,30 +354,21 @@ func (l *Log) Append(payload []byte, onAssign func(uint64)) (uint64, error) {
 // returns; afterwards it is the caller's again. Results and errors are
 // Append's.
 func (l *Log) AppendEnveloped(rec []byte, onAssign func(uint64)) (uint64, error) {
-	if len(rec) < headerSize {
-		return 0, fmt.Errorf("wal: AppendEnveloped: record of %d bytes has no room for the %d-byte header", len(rec), headerSize)
-	}
-	if len(rec)-headerSize > l.opts.MaxRecordBytes {
-		return 0, ErrRecordTooLarge
-	}
-	r, _ := appendReqs.Get().(*appendReq)
-	if r == nil {
-		r = &appendReq{done: make(chan error, 1)}
-	}
-	r.rec, r.onAssign, r.onDone, r.index = rec, onAssign, nil, 0
-	if !l.send(r) {
-		r.rec, r.onAssign = nil, nil
-		appendReqs.Put(r)
-		return 0, ErrClosed
-	}
-	err := <-r.done // the writer's one send; it does not touch r after it
-	index := r.index
-	r.rec, r.onAssign = nil, nil
-	appendReqs.Put(r)
-	if err != nil {
-		return 0, err
-	}
-	return index, nil
+	r := newAppendReq()
+	r.one[0] = rec
+	return l.appendWait(r, r.one[:], onAssign)
+}
+
+// AppendGathered is AppendEnveloped for a record in pieces: the record is
+// the concatenation of vec, whose first piece starts with HeaderSize free
+// bytes (overwritten with the envelope header). The writer copies the
+// pieces straight into the tail segment's memory, so a caller whose
+// payloads are slices of memory it holds anyway (a request body) does not
+// copy them into a record buffer first. Neither vec nor the memory of its
+// pieces may be modified until AppendGathered returns. Results and errors
+// are Append's.
+func (l *Log) AppendGathered(vec [][]byte, onAssign func(uint64)) (uint64, error) {
+	return l.appendWait(newAppendReq(), vec, onAssign)
 }
 
 // AppendEnvelopedAsync is AppendEnveloped without the wait: it hands rec
@@ -386,19 +387,80 @@ func (l *Log) AppendEnveloped(rec []byte, onAssign func(uint64)) (uint64, error)
 // It returns ErrRecordTooLarge or ErrClosed (or the too-short error of
 // AppendEnveloped) without calling onDone; nil once the writer has rec.
 func (l *Log) AppendEnvelopedAsync(rec []byte, onAssign func(uint64), onDone func(index uint64, err error)) error {
-	if len(rec) < headerSize {
-		return fmt.Errorf("wal: AppendEnvelopedAsync: record of %d bytes has no room for the %d-byte header", len(rec), headerSize)
-	}
-	if len(rec)-headerSize > l.opts.MaxRecordBytes {
-		return ErrRecordTooLarge
-	}
+	r := newAppendReq()
+	r.one[0] = rec
+	return l.appendAsync(r, r.one[:], onAssign, onDone)
+}
+
+// AppendGatheredAsync is AppendEnvelopedAsync for a record in pieces (as
+// AppendGathered's vec): neither vec nor the memory of its pieces may be
+// modified until onDone is called. Outcome and errors are
+// AppendEnvelopedAsync's.
+func (l *Log) AppendGatheredAsync(vec [][]byte, onAssign func(uint64), onDone func(index uint64, err error)) error {
+	return l.appendAsync(newAppendReq(), vec, onAssign, onDone)
+}
+
+// newAppendReq returns a cleared appendReq from appendReqs, or a new one.
+func newAppendReq() *appendReq {
 	r, _ := appendReqs.Get().(*appendReq)
 	if r == nil {
 		r = &appendReq{done: make(chan error, 1)}
 	}
-	r.rec, r.onAssign, r.onDone, r.index = rec, onAssign, onDone, 0
+	return r
+}
+
+// prepare checks the record vec and seals its envelope in the calling
+// goroutine (so that the checksum is not computed on the writer's path),
+// and sets r up for it. r goes back to appendReqs on error.
+func (r *appendReq) prepare(vec [][]byte, onAssign func(uint64), onDone func(uint64, error), maxPayload int) error {
+	n := 0
+	for _, p := range vec {
+		n += len(p)
+	}
+	if len(vec) == 0 || len(vec[0]) < headerSize {
+		r.reset()
+		appendReqs.Put(r)
+		return fmt.Errorf("wal: append: record of %d bytes does not start with the %d-byte header", n, headerSize)
+	}
+	if n-headerSize > maxPayload {
+		r.reset()
+		appendReqs.Put(r)
+		return ErrRecordTooLarge
+	}
+	sealEnvelope(vec)
+	r.vec, r.n, r.onAssign, r.onDone, r.index = vec, n, onAssign, onDone, 0
+	return nil
+}
+
+// appendWait hands r (the record vec) to the writer and waits for its
+// outcome (AppendEnveloped, AppendGathered).
+func (l *Log) appendWait(r *appendReq, vec [][]byte, onAssign func(uint64)) (uint64, error) {
+	if err := r.prepare(vec, onAssign, nil, l.opts.MaxRecordBytes); err != nil {
+		return 0, err
+	}
 	if !l.send(r) {
-		r.rec, r.onAssign, r.onDone = nil, nil, nil
+		r.reset()
+		appendReqs.Put(r)
+		return 0, ErrClosed
+	}
+	err := <-r.done // the writer's one send; it does not touch r after it
+	index := r.index
+	r.reset()
+	appendReqs.Put(r)
+	if err != nil {
+		return 0, err
+	}
+	return index, nil
+}
+
+// appendAsync hands r (the record vec) to the writer, whose outcome comes
+// through onDone (AppendEnvelopedAsync, AppendGatheredAsync).
+func (l *Log) appendAsync(r *appendReq, vec [][]byte, onAssign func(uint64), onDone func(uint64, error)) error {
+	if err := r.prepare(vec, onAssign, onDone, l.opts.MaxRecordBytes); err != nil {
+		return err
+	}
+	if !l.send(r) {
+		r.reset()
 		appendReqs.Put(r)
 		return ErrClosed
 	}
@@ -440,13 +502,13 @@ func (l *Log) writer() {
 			return
 		}
 		batch = append(batch[:0], r)
-		size := len(r.rec)
+		size := r.n
 	collect:
 		for size < l.opts.MaxBatchBytes {
 			select {
 			case r2 := <-l.reqs:
 				batch = append(batch, r2)
-				size += len(r2.rec)
+				size += r2.n
 			default:
 				break collect
 			}
@@ -473,7 +535,7 @@ func (l *Log) admit(batch []*appendReq) []*appendReq {
 	kept := batch[:0]
 	refused := 0
 	for _, r := range batch {
-		n := recordBytes(len(r.rec) - headerSize)
+		n := recordBytes(r.n - headerSize)
 		if size+n > l.opts.MaxBytes {
 			r.finish(ErrFull)
 			refused++
@@ -515,8 +577,7 @@ func (l *Log) writeBatch(batch []*appendReq) error {
 	for _, r := range batch {
 		idx++
 		r.index = idx
-		sealEnvelope(r.rec)
-		written += int64(binenc.UvarintLen(uint64(len(r.rec))) + len(r.rec))
+		written += int64(binenc.UvarintLen(uint64(r.n)) + r.n)
 		if r.onAssign != nil {
 			r.onAssign(idx)
 		}

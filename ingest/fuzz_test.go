@@ -109,7 +109,8 @@ func FuzzDecodeRecord(f *testing.F) {
 			t.Fatalf("EncodeRecord wrote %d bytes, EncodedLen says %d", got, rec.EncodedLen())
 		}
 		// The push path's layout in pieces (payloads not copied) joins to
-		// the same bytes, and its payload pieces are the items' own memory.
+		// the same bytes, and meta holds exactly the bytes that are not
+		// payloads.
 		meta, vec := encodeRecordGathered([]byte("prefix"), nil, rec)
 		if joined := bytes.Join(vec, nil); !bytes.Equal(joined, enc) {
 			t.Fatalf("gathered record %x, EncodeRecord %x", joined, enc)

@@ -167,11 +167,13 @@ func (p *Pipeline) Push(ctx context.Context, body []byte, producerSub *string) (
 	// pieces in order, each payload a slice of the body. The WAL writer
 	// copies the pieces straight into its tail segment, so body → tail
 	// segment is the payload's only copy on its way to the WAL file. vec,
-	// meta and the body are the WAL's until it has written them
-	// (AppendGathered returned, or the waiter has its value, which comes
-	// only after the write: Push does not return before that); then meta
-	// is reused by a later push (recordBufs) and vec with the scratch.
-	bp := getRecordBuf(wal.HeaderSize)
+	// meta and the body are the WAL's until it has written them: Push
+	// returns only after AppendGathered returned, or after the waiter's
+	// value (verdicts, which need the record durable, or the writer's
+	// report), or after cancel found the record durable. Then meta is
+	// reused by a later push (recordBufs), vec with the scratch, and the
+	// body by the caller.
+	bp := getRecordBuf()
 	meta, vec := encodeRecordGathered(append((*bp)[:0], make([]byte, wal.HeaderSize)...), sc.vec, &rec)
 	sc.vec = vec
 	defer putRecordBuf(bp, meta)
@@ -247,10 +249,10 @@ func (p *Pipeline) Push(ctx context.Context, body []byte, producerSub *string) (
 // answered buffered at once). Called from the WAL writer (waiter.written).
 func (p *Pipeline) accepting() bool { return p.Gate.Accepting() && !p.Maintenance() }
 
-// pushScratch is the parsed items and minted items of one push, reused by
-// later pushes (scratches): nothing of them outlives Push (the results
-// hold strings, the WAL its own copy of the record, which it has made
-// before Push returns).
+// pushScratch is the parsed items, minted items and record pieces of one
+// push, reused by later pushes (scratches): nothing of them outlives Push
+// (the results hold strings, and the WAL has copied the record's pieces
+// into its tail segment before Push returns).
 type pushScratch struct {
 	parsed []ParsedItem
 	items  []Item
@@ -273,7 +275,7 @@ func getScratch() *pushScratch {
 // putScratch clears sc (it must not keep bodies or names alive) and keeps
 // it unless it grew past keepScratchItems.
 func putScratch(sc *pushScratch) {
-	if cap(sc.parsed) > keepScratchItems || cap(sc.items) > keepScratchItems || cap(sc.vec) > 2*keepScratchItems+1 {
+	if cap(sc.parsed) > keepScratchItems || cap(sc.items) > keepScratchItems || cap(sc.vec) > 3*keepScratchItems {
 		return
 	}
 	clear(sc.parsed[:cap(sc.parsed)])
@@ -283,26 +285,25 @@ func putScratch(sc *pushScratch) {
 	scratches.Put(sc)
 }
 
-// recordBufs holds push record buffers for reuse; keepRecordBuf is the
-// largest one kept (a huge push's buffer goes to the collector): 1 MiB,
-// so that the records of pushes of 1,000 items of up to about 1 KB are
-// reused rather than made (and zeroed) afresh for every push. What the
+// recordBufs holds the buffers of push records without their payloads
+// (about 40 to 60 bytes an item, more with long names; the payloads stay
+// in the body) for reuse; keepRecordBuf is the largest one kept (a huge
+// push's buffer goes to the collector): 1 MiB, some 20,000 items' worth,
+// so that every ordinary push's buffer is reused rather than made (and
+// zeroed) afresh. What the
 // pool keeps is buffers that concurrent pushes had in use anyway, and it
 // is emptied over two garbage collections when pushes stop.
 var recordBufs sync.Pool
 
 const keepRecordBuf = 1 << 20
 
-func getRecordBuf(n int) *[]byte {
+// getRecordBuf returns an empty pooled record buffer (encodeRecordGathered
+// grows it to the record's size).
+func getRecordBuf() *[]byte {
 	if bp, ok := recordBufs.Get().(*[]byte); ok {
-		if cap(*bp) >= n {
-			return bp
-		}
-		*bp = make([]byte, 0, max(n, cap(*bp)*2))
 		return bp
 	}
-	b := make([]byte, 0, n)
-	return &b
+	return new([]byte)
 }
 
 func putRecordBuf(bp *[]byte, used []byte) {

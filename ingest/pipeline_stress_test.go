@@ -31,6 +31,13 @@ func indexID(index uint64) uuid.UUID {
 	return u
 }
 
+// stressPayload is the text of the payload of item k of push i of worker
+// g, n bytes: a letter of its own repeated, so that a payload read back
+// shows whose it is.
+func stressPayload(g, i, k, n int) string {
+	return strings.Repeat(string(rune('a'+(g*7+i*3+k)%26)), n)
+}
+
 // TestPipelinePushStress: pushes from many goroutines while the projector
 // answers, answers "not stored yet" or fails (FailAll), the gate and
 // maintenance mode flip, push contexts end early, the WAL reaches its
@@ -39,8 +46,9 @@ func indexID(index uint64) uuid.UUID {
 // only for a record that was durable when the push was answered (checked
 // against the WAL reopened afterwards, by message id), a duplicate with the
 // verdict of its own record, failed only for a record the WAL does not
-// hold. The pushes' record buffers and waiters are reused throughout
-// (-race, and the payloads read back). Which outcomes a run reaches
+// hold. The pushes' record buffers, waiters and bodies are reused
+// throughout, each body overwritten once its push returned (-race, and
+// every payload read back is its own item's). Which outcomes a run reaches
 // depends on timing (a run spent mostly in maintenance mode gives no
 // duplicate), so runs are repeated, each checked in full, until together
 // they have reached every outcome, at most pushStressRuns times.
@@ -166,6 +174,7 @@ func pushStressRun(t *testing.T, run uint64) map[Status]int {
 		go func() {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(g), 2+run))
+			var body []byte // reused by every push of this worker, as the HTTP server reuses its body buffers
 			for i := 0; i < perWorker; i++ {
 				if g == 0 && i == perWorker*3/4 {
 					close(closeAt)
@@ -178,7 +187,7 @@ func pushStressRun(t *testing.T, run uint64) map[Status]int {
 					if k > 0 {
 						b.WriteByte(',')
 					}
-					fmt.Fprintf(&b, `{"queue":"q","transactionId":"t-%d-%d-%d","payload":"%s"}`, g, i, k, strings.Repeat("p", rng.IntN(400)))
+					fmt.Fprintf(&b, `{"queue":"q","transactionId":"t-%d-%d-%d","payload":"%s"}`, g, i, k, stressPayload(g, i, k, rng.IntN(400)))
 				}
 				b.WriteString(`]}`)
 				ctx, cancel := context.Background(), context.CancelFunc(func() {})
@@ -186,8 +195,15 @@ func pushStressRun(t *testing.T, run uint64) map[Status]int {
 					ctx, cancel = context.WithTimeout(ctx, time.Duration(rng.IntN(2000))*time.Microsecond)
 				}
 				start := time.Now()
-				res, err := p.Push(ctx, []byte(b.String()), nil)
+				body = append(body[:0], b.String()...)
+				res, err := p.Push(ctx, body, nil)
 				durable := l.DurableIndex()
+				// The WAL copies the payloads from the body: once Push has
+				// returned it must not read them again (a record read back
+				// below would hold these bytes, or fail its checksum).
+				for j := range body {
+					body[j] = 'X'
+				}
 				cancel()
 				if d := time.Since(start); d > 5*time.Second {
 					t.Errorf("push answered after %v", d)
@@ -236,8 +252,12 @@ func pushStressRun(t *testing.T, run uint64) map[Status]int {
 				t.Fatalf("transaction id %s written twice", it.TransactionID)
 			}
 			at[it.TransactionID] = i
-			if !strings.HasPrefix(string(it.Payload), `"`) || strings.Trim(string(it.Payload), `"p`) != "" {
-				t.Fatalf("record %d: payload %.20q", i, it.Payload)
+			var g, n, k int
+			if _, err := fmt.Sscanf(it.TransactionID, "t-%d-%d-%d", &g, &n, &k); err != nil {
+				t.Fatalf("record %d: transaction id %q: %v", i, it.TransactionID, err)
+			}
+			if want := `"` + stressPayload(g, n, k, len(it.Payload)-2) + `"`; string(it.Payload) != want {
+				t.Fatalf("record %d: payload %.40q, want %.40q", i, it.Payload, want)
 			}
 		}
 	}

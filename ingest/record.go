@@ -270,7 +270,7 @@ func EncodeRecord(dst []byte, r *Record) []byte {
 func encodeRecordGathered(meta []byte, vec [][]byte, r *Record) ([]byte, [][]byte) {
 	total, payloads := r.encodedLens()
 	meta = slices.Grow(meta, total-payloads)
-	vec = vec[:0]
+	vec = slices.Grow(vec[:0], 2*len(r.Items)+1)
 	mark := 0
 	meta = appendRecordHead(meta, r)
 	for i := range r.Items {

@@ -19,7 +19,7 @@ import (
 // (sync.Pool): a push allocates none of them.
 //
 // A push sleeps once: its record goes to the WAL asynchronously
-// (wal.Log.AppendEnvelopedAsync) and the WAL writer reports the group
+// (wal.Log.AppendGatheredAsync) and the WAL writer reports the group
 // commit's outcome to the waiter (written), not to the push. Until then no
 // value is sent that would answer the push before its record is durable:
 // FailAll and a push leaving early (its context ends) mark such a waiter
@@ -127,7 +127,7 @@ func (w *waiter) unref() {
 	}
 }
 
-// written is the WAL writer's report (wal.Log.AppendEnvelopedAsync) for
+// written is the WAL writer's report (wal.Log.AppendGatheredAsync) for
 // w's record: err nil once it is fsynced. A failed write answers the push
 // failed; a durable record answers it buffered at once when it was held or
 // the gate is closed (no verdict would come), and otherwise starts the

@@ -21,7 +21,8 @@ import (
 // records the log holds: indexes 1..DurableIndex, each with the payload
 // of the append that was told it succeeded (the caller overwrites its
 // record buffer as soon as onDone has run, as a push reusing its buffer
-// does, which must not reach the log).
+// does, which must not reach the log). Half the records are handed over
+// in pieces (AppendGathered, AppendGatheredAsync), as pushes hand theirs.
 func TestAppendAsyncStress(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -84,8 +85,21 @@ func testAppendAsyncStress(t *testing.T, maxBytes int64) {
 				outcomes = append(outcomes, o)
 				mu.Unlock()
 				rec := append(make([]byte, HeaderSize), payload...)
+				// Half the records go over in pieces (AppendGathered*, as
+				// pushes do), each a slice of rec.
+				var vec [][]byte
+				if rng.IntN(2) == 0 {
+					cut := HeaderSize + rng.IntN(len(payload)+1)
+					vec = [][]byte{rec[:cut], rec[cut:cut], rec[cut:]}
+				}
 				if rng.IntN(4) == 0 {
-					idx, err := l.AppendEnveloped(rec, func(i uint64) { o.assigned = i })
+					var idx uint64
+					var err error
+					if vec != nil {
+						idx, err = l.AppendGathered(vec, func(i uint64) { o.assigned = i })
+					} else {
+						idx, err = l.AppendEnveloped(rec, func(i uint64) { o.assigned = i })
+					}
 					o.index, o.err, o.calls = idx, err, 1
 					if err == nil && l.DurableIndex() < idx {
 						fail("sync append %d returned before DurableIndex covered it", idx)
@@ -94,7 +108,13 @@ func testAppendAsyncStress(t *testing.T, maxBytes int64) {
 					continue
 				}
 				pending.Add(1)
-				err := l.AppendEnvelopedAsync(rec, func(i uint64) { o.assigned = i }, func(i uint64, err error) {
+				appendAsync := func(assign func(uint64), done func(uint64, error)) error {
+					if vec != nil {
+						return l.AppendGatheredAsync(vec, assign, done)
+					}
+					return l.AppendEnvelopedAsync(rec, assign, done)
+				}
+				err := appendAsync(func(i uint64) { o.assigned = i }, func(i uint64, err error) {
 					defer pending.Done()
 					o.calls++
 					o.index, o.err = i, err

@@ -93,9 +93,9 @@
 // collected into one batch (up to Options.MaxBatchBytes), written with one
 // write call per segment it touches and made durable with one fsync of the
 // tail segment. No Append returns before that fsync, and an
-// AppendEnvelopedAsync learns its outcome only after it (its onDone call
-// from the writer); an index becomes visible to readers
-// (DurableIndex, Notify) only after it. A segment rolls (as tidwall's
+// AppendEnvelopedAsync (AppendGatheredAsync) learns its outcome only
+// after it (its onDone call from the writer); an index becomes visible to
+// readers (DurableIndex, Notify) only after it. A segment rolls (as tidwall's
 // did) before a batch when the tail is already past SegmentSize, and after
 // the record that takes it to SegmentSize or more; the segment rolled from
 // has its zero padding cut and is fsynced before the next file is created

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -356,6 +357,9 @@ func (s *segStore) writeBatch(batch []*appendReq) (rolled bool, err error) {
 	mark := len(t.buf)
 	for _, r := range batch {
 		s.mu.Lock()
+		// One growth for a record larger than the room left (a record
+		// over the slack), not one per piece.
+		t.buf = slices.Grow(t.buf, binary.MaxVarintLen64+r.n)
 		t.buf = binary.AppendUvarint(t.buf, uint64(r.n))
 		start := len(t.buf)
 		for _, p := range r.vec {

@@ -379,7 +379,10 @@ func (l *Log) AppendGathered(vec [][]byte, onAssign func(uint64)) (uint64, error
 // nothing of it is visible), or, when Close came before the writer took
 // rec, with ErrClosed (nothing written; index 0) from the goroutine
 // calling Close. onAssign is called as for Append, before onDone. rec must
-// not be modified until onDone is called. onDone must not block (it holds
+// not be modified until onDone is called, or until its index is durable
+// (DurableIndex, a reader's record; it may come before onDone): the
+// writer has copied a record into the tail segment before it writes it,
+// and reads none of rec afterwards. onDone must not block (it holds
 // up the writer, or Close), nor append to or close l (the writer would wait
 // for itself). A caller that waits for something that follows durability
 // (a projector verdict) thus sleeps once instead of twice per record.
@@ -395,7 +398,8 @@ func (l *Log) AppendEnvelopedAsync(rec []byte, onAssign func(uint64), onDone fun
 // AppendGatheredAsync is AppendEnvelopedAsync for a record in pieces (as
 // AppendGathered's vec): neither vec nor the memory of its pieces may be
 // modified until onDone is called. Outcome and errors are
-// AppendEnvelopedAsync's.
+// AppendEnvelopedAsync's (so is when the pieces are free again: at onDone,
+// or once the record's index is durable).
 func (l *Log) AppendGatheredAsync(vec [][]byte, onAssign func(uint64), onDone func(index uint64, err error)) error {
 	return l.appendAsync(newAppendReq(), vec, onAssign, onDone)
 }

@@ -1256,6 +1256,9 @@ func TestAppendGathered(t *testing.T) {
 			if _, err := b.log.AppendGathered(bad, nil); err == nil || errors.Is(err, ErrRecordTooLarge) {
 				t.Fatalf("AppendGathered of %d pieces without the header's room: %v, want an error", len(bad), err)
 			}
+			if err := b.log.AppendGatheredAsync(bad, nil, func(uint64, error) { t.Error("onDone called for a refused record") }); err == nil || errors.Is(err, ErrRecordTooLarge) {
+				t.Fatalf("AppendGatheredAsync of %d pieces without the header's room: %v, want an error", len(bad), err)
+			}
 		}
 		big := [][]byte{make([]byte, HeaderSize+2000), make([]byte, 2001)}
 		if _, err := b.log.AppendGathered(big, nil); !errors.Is(err, ErrRecordTooLarge) {
@@ -1264,7 +1267,11 @@ func TestAppendGathered(t *testing.T) {
 		if err := b.log.AppendGatheredAsync(big, nil, func(uint64, error) { t.Error("onDone called for a refused record") }); !errors.Is(err, ErrRecordTooLarge) {
 			t.Fatalf("AppendGatheredAsync over MaxRecordBytes: %v, want ErrRecordTooLarge", err)
 		}
-		mustAppend(t, b.log, testPayload(n+1, 10), n+1) // the refusals wrote nothing
+		mustAppend(t, b.log, testPayload(n+1, 10), n+1)               // the refusals wrote nothing
+		largest := pieces(n+2, testPayload(n+2, opts.MaxRecordBytes)) // exactly the limit
+		if idx, err := b.log.AppendGathered(largest, nil); err != nil || idx != n+2 {
+			t.Fatalf("AppendGathered of MaxRecordBytes: index %d, %v", idx, err)
+		}
 		closeLog(t, b.log)
 		l, rep := openLog(t, b.dir, opts)
 		if rep != nil {
@@ -1274,5 +1281,6 @@ func TestAppendGathered(t *testing.T) {
 			mustRead(t, l, uint64(i), testPayload(i, 20+i*31))
 		}
 		mustRead(t, l, n+1, testPayload(n+1, 10))
+		mustRead(t, l, n+2, testPayload(n+2, opts.MaxRecordBytes))
 	})
 }

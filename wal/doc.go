@@ -75,11 +75,11 @@
 // frees it once no reader holds a slice of it). A push record is handed
 // over in pieces (AppendGatheredAsync): package ingest lays out every byte
 // but the payloads behind HeaderSize free bytes, in a buffer of its own,
-// and each payload is a slice of the request body. The envelope is sealed
-// in place by the appending goroutine (its checksum runs over the pieces),
-// and the writer copies the pieces straight into the tail segment's
-// memory, which one write call hands to the file: the payload's one copy
-// between the request body and the file. Reads of the tail and of the segment
+// and each payload is a slice of the request body. The writer copies the
+// pieces straight into the tail segment's memory and seals the envelope
+// in that copy (the caller's memory is only read), and one write call
+// hands the tail's new bytes to the file: the payload's one copy between
+// the request body and the file. Reads of the tail and of the segment
 // rolled from last (what the projector reads) are served from that memory
 // as written; only a sealed segment read back from its file is verified
 // first (see Recovery on open).

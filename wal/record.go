@@ -37,19 +37,11 @@ func EncodeRecord(dst, payload []byte) []byte {
 	return append(dst, payload...)
 }
 
-// sealEnvelope fills the envelope header for the record whose pieces are
-// vec (vec[0] starts with HeaderSize bytes for it; the payload is the
-// rest of vec[0] followed by the other pieces), in place: no copy of the
-// payload.
-func sealEnvelope(vec [][]byte) {
-	h := vec[0]
-	h[0] = RecordVersion
-	crc := crc32.Update(0, castagnoli, h[:1])
-	crc = crc32.Update(crc, castagnoli, h[headerSize:])
-	for _, p := range vec[1:] {
-		crc = crc32.Update(crc, castagnoli, p)
-	}
-	binary.LittleEndian.PutUint32(h[1:headerSize], crc)
+// sealEnvelope fills rec[:HeaderSize] with the envelope header for the
+// payload rec[HeaderSize:], in place (no copy of the payload).
+func sealEnvelope(rec []byte) {
+	rec[0] = RecordVersion
+	binary.LittleEndian.PutUint32(rec[1:headerSize], envelopeCRC(rec))
 }
 
 // envelopeCRC is the checksum the envelope rec (version | crc | payload,

@@ -102,9 +102,9 @@ func (o *Options) withDefaults() Options {
 }
 
 type appendReq struct {
-	// vec is the whole record in pieces, in order: vec[0] starts with the
-	// envelope header (sealed by the appending goroutine), and the
-	// record is the pieces' concatenation, n bytes. one backs vec for a
+	// vec is the whole record in pieces, in order: vec[0] starts with
+	// room for the envelope header (which the writer fills in its copy),
+	// and the record is the pieces' concatenation, n bytes. one backs vec for a
 	// record in one piece (AppendEnveloped), so that neither kind of
 	// append allocates.
 	vec      [][]byte
@@ -348,10 +348,11 @@ func (l *Log) Append(payload []byte, onAssign func(uint64)) (uint64, error) {
 }
 
 // AppendEnveloped is Append for a caller that built the payload behind
-// HeaderSize free bytes: rec is HeaderSize bytes (overwritten with the
-// envelope header) followed by the payload, so the payload is written
-// without another copy. rec must not be modified until AppendEnveloped
-// returns; afterwards it is the caller's again. Results and errors are
+// HeaderSize free bytes: rec is HeaderSize bytes (room for the envelope
+// header, which the writer fills in its copy of the record; rec is only
+// read) followed by the payload, so the payload is written without
+// another copy. rec must not be modified until AppendEnveloped returns;
+// afterwards it is the caller's again. Results and errors are
 // Append's.
 func (l *Log) AppendEnveloped(rec []byte, onAssign func(uint64)) (uint64, error) {
 	r := newAppendReq()
@@ -361,8 +362,8 @@ func (l *Log) AppendEnveloped(rec []byte, onAssign func(uint64)) (uint64, error)
 
 // AppendGathered is AppendEnveloped for a record in pieces: the record is
 // the concatenation of vec, whose first piece starts with HeaderSize free
-// bytes (overwritten with the envelope header). The writer copies the
-// pieces straight into the tail segment's memory, so a caller whose
+// bytes (room for the envelope header). The writer copies the pieces
+// straight into the tail segment's memory and seals the envelope there, so a caller whose
 // payloads are slices of memory it holds anyway (a request body) does not
 // copy them into a record buffer first. Neither vec nor the memory of its
 // pieces may be modified until AppendGathered returns. Results and errors
@@ -413,9 +414,8 @@ func newAppendReq() *appendReq {
 	return r
 }
 
-// prepare checks the record vec and seals its envelope in the calling
-// goroutine (so that the checksum is not computed on the writer's path),
-// and sets r up for it. r goes back to appendReqs on error.
+// prepare checks the record vec and sets r up for it. r goes back to
+// appendReqs on error.
 func (r *appendReq) prepare(vec [][]byte, onAssign func(uint64), onDone func(uint64, error), maxPayload int) error {
 	n := 0
 	for _, p := range vec {
@@ -431,7 +431,6 @@ func (r *appendReq) prepare(vec [][]byte, onAssign func(uint64), onDone func(uin
 		appendReqs.Put(r)
 		return ErrRecordTooLarge
 	}
-	sealEnvelope(vec)
 	r.vec, r.n, r.onAssign, r.onDone, r.index = vec, n, onAssign, onDone, 0
 	return nil
 }

@@ -290,9 +290,9 @@ func putScratch(sc *pushScratch) {
 // in the body) for reuse; keepRecordBuf is the largest one kept (a huge
 // push's buffer goes to the collector): 1 MiB, some 20,000 items' worth,
 // so that every ordinary push's buffer is reused rather than made (and
-// zeroed) afresh. What the
-// pool keeps is buffers that concurrent pushes had in use anyway, and it
-// is emptied over two garbage collections when pushes stop.
+// zeroed) afresh. What the pool keeps is buffers that concurrent pushes
+// had in use anyway, and it is emptied over two garbage collections when
+// pushes stop.
 var recordBufs sync.Pool
 
 const keepRecordBuf = 1 << 20

@@ -104,9 +104,9 @@ func (o *Options) withDefaults() Options {
 type appendReq struct {
 	// vec is the whole record in pieces, in order: vec[0] starts with
 	// room for the envelope header (which the writer fills in its copy),
-	// and the record is the pieces' concatenation, n bytes. one backs vec for a
-	// record in one piece (AppendEnveloped), so that neither kind of
-	// append allocates.
+	// and the record is the pieces' concatenation, n bytes. one backs vec
+	// for a record in one piece (AppendEnveloped), so that neither kind
+	// of append allocates.
 	vec      [][]byte
 	one      [1][]byte
 	n        int
@@ -398,9 +398,9 @@ func (l *Log) AppendEnvelopedAsync(rec []byte, onAssign func(uint64), onDone fun
 
 // AppendGatheredAsync is AppendEnvelopedAsync for a record in pieces (as
 // AppendGathered's vec): neither vec nor the memory of its pieces may be
-// modified until onDone is called. Outcome and errors are
-// AppendEnvelopedAsync's (so is when the pieces are free again: at onDone,
-// or once the record's index is durable).
+// modified until onDone is called or the record's index is durable,
+// whichever comes first (as for AppendEnvelopedAsync's rec). Outcome and
+// errors are AppendEnvelopedAsync's.
 func (l *Log) AppendGatheredAsync(vec [][]byte, onAssign func(uint64), onDone func(index uint64, err error)) error {
 	return l.appendAsync(newAppendReq(), vec, onAssign, onDone)
 }

@@ -286,7 +286,7 @@ func putScratch(sc *pushScratch) {
 }
 
 // recordBufs holds the buffers of push records without their payloads
-// (about 40 to 60 bytes an item, more with long names; the payloads stay
+// (about 30 to 60 bytes an item, more with long names; the payloads stay
 // in the body) for reuse; keepRecordBuf is the largest one kept (a huge
 // push's buffer goes to the collector): 1 MiB, some 20,000 items' worth,
 // so that every ordinary push's buffer is reused rather than made (and

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/queenmq/queen-go/internal/binenc"
 )
 
 // segStore is the segment files of one open log: the on-disk layout
@@ -30,8 +32,9 @@ import (
 // Concurrency: one writer (the Log's writer goroutine) calls writeBatch;
 // read, bounds and truncateFront may be called from any goroutine. mu
 // guards segs, the segments' buf and pos headers, first and last; the
-// writer writes the file outside it (readers never read bytes that are not
-// yet durable).
+// writer writes the file, and seals each new record's envelope in the
+// tail's memory, outside it (readers never read bytes that are not yet
+// durable: Log.read and Cursor stop at DurableIndex).
 type segStore struct {
 	dir     string
 	segSize int
@@ -359,7 +362,7 @@ func (s *segStore) writeBatch(batch []*appendReq) (rolled bool, err error) {
 		s.mu.Lock()
 		// One growth for a record larger than the room left (a record
 		// over the slack), not one per piece.
-		t.buf = slices.Grow(t.buf, binary.MaxVarintLen64+r.n)
+		t.buf = slices.Grow(t.buf, binenc.UvarintLen(uint64(r.n))+r.n)
 		t.buf = binary.AppendUvarint(t.buf, uint64(r.n))
 		start := len(t.buf)
 		t.buf = t.buf[:start+r.n]
@@ -371,10 +374,13 @@ func (s *segStore) writeBatch(batch []*appendReq) (rolled bool, err error) {
 		t.pos = append(t.pos, span{start, len(t.buf)})
 		s.last++
 		s.mu.Unlock()
-		// The envelope is sealed in this copy, its checksum computed over
-		// contiguous memory (over the pieces, in the appending goroutine,
-		// it cost more: a CRC-32C call per piece of some 40 or 260
-		// bytes). No reader looks at the record before it is durable.
+		// The envelope is sealed in this copy, outside mu, its checksum
+		// computed over contiguous memory (over the pieces, in the
+		// appending goroutine, it cost more: a CRC-32C call per piece of
+		// some 40 or 260 bytes). The record's index is already in pos and
+		// last, but no reader is served it before it is durable
+		// (Log.read and Cursor stop at DurableIndex, stored after the
+		// write and fsync).
 		sealEnvelope(rec)
 		if len(t.buf) >= s.segSize {
 			if err := s.write(t.buf, mark); err != nil {

@@ -363,9 +363,9 @@ func (l *Log) AppendEnveloped(rec []byte, onAssign func(uint64)) (uint64, error)
 // AppendGathered is AppendEnveloped for a record in pieces: the record is
 // the concatenation of vec, whose first piece starts with HeaderSize free
 // bytes (room for the envelope header). The writer copies the pieces
-// straight into the tail segment's memory and seals the envelope there, so a caller whose
-// payloads are slices of memory it holds anyway (a request body) does not
-// copy them into a record buffer first. Neither vec nor the memory of its
+// straight into the tail segment's memory and seals the envelope there,
+// so a caller whose payloads are slices of memory it holds anyway (a
+// request body) does not copy them into a record buffer first. Neither vec nor the memory of its
 // pieces may be modified until AppendGathered returns. Results and errors
 // are Append's.
 func (l *Log) AppendGathered(vec [][]byte, onAssign func(uint64)) (uint64, error) {

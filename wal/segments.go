@@ -341,8 +341,8 @@ func (s *segStore) tailIndex() uint64 {
 // writeBatch appends the records of batch (indexes last+1...) to the
 // tail segment, sealing each one's envelope in its copy, and writes them
 // with one write call per segment touched (at the tail's data end: over
-// its zero padding, or extending the file), rolling to a new segment as tidwall did: before the
-// batch when the tail is already past SegmentSize, and after the record
+// its zero padding, or extending the file), rolling to a new segment as
+// tidwall did: before the batch when the tail is already past SegmentSize, and after the record
 // that takes it to SegmentSize or more. rolled reports a roll (the caller
 // fsyncs the directory). Nothing is fsynced here except a segment rolled
 // from (its last bytes; the caller fsyncs the tail). On error the store

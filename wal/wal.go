@@ -118,9 +118,11 @@ type appendReq struct {
 	onDone func(index uint64, err error)
 }
 
-// reset clears r's references to the caller's memory and callbacks.
-func (r *appendReq) reset() {
+// recycle clears r's references to the caller's memory and callbacks
+// and puts r back in appendReqs.
+func (r *appendReq) recycle() {
 	r.vec, r.one[0], r.onAssign, r.onDone = nil, nil, nil, nil
+	appendReqs.Put(r)
 }
 
 // finish reports the outcome of r's append (nil once fsynced) to its
@@ -132,8 +134,7 @@ func (r *appendReq) finish(err error) {
 		return
 	}
 	f, index := r.onDone, r.index
-	r.reset()
-	appendReqs.Put(r)
+	r.recycle()
 	f(index, err)
 }
 
@@ -337,14 +338,10 @@ func recordBytes(n int) int64 {
 // can register interest in the index before any reader can see it; after a
 // failed write the index is never visible. Errors: ErrRecordTooLarge,
 // ErrFull (the MaxBytes cap; nothing written), ErrClosed, or the wrapped
-// I/O error of a failed write (disk full...).
+// I/O error of a failed write (disk full...). payload is only read, and
+// not copied before the writer copies it into the tail segment.
 func (l *Log) Append(payload []byte, onAssign func(uint64)) (uint64, error) {
-	if len(payload) > l.opts.MaxRecordBytes {
-		return 0, ErrRecordTooLarge
-	}
-	rec := make([]byte, headerSize+len(payload))
-	copy(rec[headerSize:], payload)
-	return l.AppendEnveloped(rec, onAssign)
+	return l.AppendGathered([][]byte{make([]byte, headerSize), payload}, onAssign)
 }
 
 // AppendEnveloped is Append for a caller that built the payload behind
@@ -365,9 +362,9 @@ func (l *Log) AppendEnveloped(rec []byte, onAssign func(uint64)) (uint64, error)
 // bytes (room for the envelope header). The writer copies the pieces
 // straight into the tail segment's memory and seals the envelope there,
 // so a caller whose payloads are slices of memory it holds anyway (a
-// request body) does not copy them into a record buffer first. Neither vec nor the memory of its
-// pieces may be modified until AppendGathered returns. Results and errors
-// are Append's.
+// request body) does not copy them into a record buffer first. Neither
+// vec nor the memory of its pieces may be modified until AppendGathered
+// returns. Results and errors are Append's.
 func (l *Log) AppendGathered(vec [][]byte, onAssign func(uint64)) (uint64, error) {
 	return l.appendWait(newAppendReq(), vec, onAssign)
 }
@@ -414,42 +411,35 @@ func newAppendReq() *appendReq {
 	return r
 }
 
-// prepare checks the record vec and sets r up for it. r goes back to
-// appendReqs on error.
+// prepare checks the record vec and sets r up for it. r is recycled on
+// error.
 func (r *appendReq) prepare(vec [][]byte, onAssign func(uint64), onDone func(uint64, error), maxPayload int) error {
 	n := 0
 	for _, p := range vec {
 		n += len(p)
 	}
 	if len(vec) == 0 || len(vec[0]) < headerSize {
-		r.reset()
-		appendReqs.Put(r)
+		r.recycle()
 		return fmt.Errorf("wal: append: record of %d bytes does not start with the %d-byte header", n, headerSize)
 	}
 	if n-headerSize > maxPayload {
-		r.reset()
-		appendReqs.Put(r)
+		r.recycle()
 		return ErrRecordTooLarge
 	}
 	r.vec, r.n, r.onAssign, r.onDone, r.index = vec, n, onAssign, onDone, 0
 	return nil
 }
 
-// appendWait hands r (the record vec) to the writer and waits for its
-// outcome (AppendEnveloped, AppendGathered).
+// appendWait is appendAsync without onDone (the writer's outcome comes
+// on r.done) followed by the wait for that outcome (AppendEnveloped,
+// AppendGathered).
 func (l *Log) appendWait(r *appendReq, vec [][]byte, onAssign func(uint64)) (uint64, error) {
-	if err := r.prepare(vec, onAssign, nil, l.opts.MaxRecordBytes); err != nil {
+	if err := l.appendAsync(r, vec, onAssign, nil); err != nil {
 		return 0, err
-	}
-	if !l.send(r) {
-		r.reset()
-		appendReqs.Put(r)
-		return 0, ErrClosed
 	}
 	err := <-r.done // the writer's one send; it does not touch r after it
 	index := r.index
-	r.reset()
-	appendReqs.Put(r)
+	r.recycle()
 	if err != nil {
 		return 0, err
 	}
@@ -457,14 +447,14 @@ func (l *Log) appendWait(r *appendReq, vec [][]byte, onAssign func(uint64)) (uin
 }
 
 // appendAsync hands r (the record vec) to the writer, whose outcome comes
-// through onDone (AppendEnvelopedAsync, AppendGatheredAsync).
+// through onDone, or on r.done when onDone is nil (AppendEnvelopedAsync,
+// AppendGatheredAsync, appendWait). r is recycled on error.
 func (l *Log) appendAsync(r *appendReq, vec [][]byte, onAssign func(uint64), onDone func(uint64, error)) error {
 	if err := r.prepare(vec, onAssign, onDone, l.opts.MaxRecordBytes); err != nil {
 		return err
 	}
 	if !l.send(r) {
-		r.reset()
-		appendReqs.Put(r)
+		r.recycle()
 		return ErrClosed
 	}
 	return nil

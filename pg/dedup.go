@@ -101,15 +101,31 @@ const spillGrace = time.Hour
 // bytes, as a signed 64-bit integer; 0 becomes 1 (the run layout keeps 0
 // for minted ids). A variable so that tests can force collisions.
 var keyHash = func(pid uuid.UUID, txid string) int64 {
-	d := xxhash.New()
-	_, _ = d.Write(pid[:])
-	_, _ = d.WriteString(txid)
-	h := int64(d.Sum64())
+	var sum uint64
+	if len(txid) <= keyHashStack-len(pid) {
+		// The usual key: hashed in one call from a copy on the stack
+		// (the same bytes, so the same hash, as the streaming form below).
+		var b [keyHashStack]byte
+		n := copy(b[:], pid[:])
+		n += copy(b[n:], txid)
+		sum = xxhash.Sum64(b[:n])
+	} else {
+		d := xxhash.New()
+		_, _ = d.Write(pid[:])
+		_, _ = d.WriteString(txid)
+		sum = d.Sum64()
+	}
+	h := int64(sum)
 	if h == 0 {
 		h = 1
 	}
 	return h
 }
+
+// keyHashStack is the most bytes (partition id and transactionId) keyHash
+// hashes from a copy on the stack: a UUID text of 36 bytes, and most
+// other keys, fit.
+const keyHashStack = 80
 
 // mintedKey is the sidecar key of the ids minted in tick (mintedTick),
 // whichever partitions a batch stored them in: XXH64 (seed 0) of the bytes
@@ -173,8 +189,15 @@ func tickStored(m *Message) (tick int64, form, ok bool) {
 	if !form {
 		return 0, false, false
 	}
-	d := mintedMillis(u) - m.CreatedAtMicros/1000
-	return mintedTick(u), true, d >= -clientTickSkew.Milliseconds() && d <= clientTickSkew.Milliseconds()
+	return tickStoredAt(mintedMillis(u), m.CreatedAtMicros)
+}
+
+// tickStoredAt is tickStored for a minted-form transactionId whose UUIDv7
+// time (Unix ms, mintedMillis) is ms, of a message accepted at
+// createdMicros (Unix µs): form is true.
+func tickStoredAt(ms, createdMicros int64) (tick int64, form, ok bool) {
+	d := ms - createdMicros/1000
+	return ms / mintedTickMillis, true, d >= -clientTickSkew.Milliseconds() && d <= clientTickSkew.Milliseconds()
 }
 
 // mintedPartKey is the minted key of rows written by versions before
@@ -221,22 +244,49 @@ func minted(m *Message) bool {
 }
 
 // mintedForm parses txid as a minted id's text: 36 characters of canonical
-// lowercase UUID text of version 7.
+// lowercase UUID text (hex digits 0-9 and a-f in groups of 8-4-4-4-12
+// joined by '-') of version 7. It is asked for every client
+// transactionId of a batch, so it reads the text once with a table
+// rather than through uuid.Parse, which also takes uppercase and other
+// spellings that a separate pass had to refuse (TestMintedFormMatchesParse
+// holds the two to the same answers).
 func mintedForm(txid string) (uuid.UUID, bool) {
-	if len(txid) != 36 {
+	if len(txid) != 36 || txid[8] != '-' || txid[13] != '-' || txid[18] != '-' || txid[23] != '-' || txid[14] != '7' {
 		return uuid.UUID{}, false
 	}
-	for i := 0; i < len(txid); i++ {
-		if c := txid[i]; c >= 'A' && c <= 'Z' {
+	var u uuid.UUID
+	for k, at := range uuidTextDigits {
+		hi, lo := lowerHex[txid[at]], lowerHex[txid[at+1]]
+		if hi|lo == badHex {
 			return uuid.UUID{}, false
 		}
-	}
-	u, err := uuid.Parse(txid)
-	if err != nil || u.Version() != 7 {
-		return uuid.UUID{}, false
+		u[k] = hi<<4 | lo
 	}
 	return u, true
 }
+
+// uuidTextDigits is where each byte's two hex digits start in a UUID's
+// canonical text.
+var uuidTextDigits = [16]int{0, 2, 4, 6, 9, 11, 14, 16, 19, 21, 24, 26, 28, 30, 32, 34}
+
+// badHex is lowerHex's value for a byte that is not a lowercase hex digit;
+// OR-ing it with any digit's value (0-15) gives badHex again.
+const badHex = 0xff
+
+// lowerHex maps '0'-'9' and 'a'-'f' to their values, every other byte to
+// badHex.
+var lowerHex = func() (t [256]byte) {
+	for i := range t {
+		t[i] = badHex
+	}
+	for i := byte(0); i < 10; i++ {
+		t['0'+i] = i
+	}
+	for i := byte(0); i < 6; i++ {
+		t['a'+i] = 10 + i
+	}
+	return t
+}()
 
 // mintedMillis is a UUIDv7's time, Unix milliseconds.
 func mintedMillis(u uuid.UUID) int64 {
@@ -314,10 +364,10 @@ type rowRef struct {
 }
 
 // add appends partition pid's messages msgs, stored at offsets base.. (one
-// segment). keys, when not nil, holds keyHash(pid, msgs[i].TransactionID)
-// of every message with a client transactionId (computed once by the
-// caller); nil: add computes them.
-func (r *dedupRuns) add(pid uuid.UUID, base int64, msgs []Message, keys []int64) {
+// segment). keys, when not nil, parallels msgs: for every message with a
+// client transactionId, its keyHash and what mintedForm found in it
+// (computed once by the caller); nil: add computes them.
+func (r *dedupRuns) add(pid uuid.UUID, base int64, msgs []Message, keys []clientKey) {
 	if len(msgs) == 0 {
 		return
 	}
@@ -332,13 +382,18 @@ func (r *dedupRuns) add(pid uuid.UUID, base int64, msgs []Message, keys []int64)
 			at = m.CreatedAtMicros
 		}
 		if !minted(m) {
-			var h int64
-			if keys != nil {
-				h = keys[i]
-			} else {
+			var h, tick int64
+			var form, ok bool
+			switch {
+			case keys == nil:
 				h = keyHash(pid, m.TransactionID)
+				tick, form, ok = tickStored(m)
+			case keys[i].ms >= 0:
+				h = keys[i].hash
+				tick, form, ok = tickStoredAt(keys[i].ms, m.CreatedAtMicros)
+			default:
+				h = keys[i].hash
 			}
-			tick, form, ok := tickStored(m)
 			if ok && r.crowded != nil {
 				if tick != lastTick {
 					lastTick, lastCrowded = tick, r.crowded(tick)

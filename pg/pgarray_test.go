@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgtype"
 )
@@ -252,6 +253,66 @@ func TestMintedTakesThePushPathsWord(t *testing.T) {
 	} {
 		if got := minted(&c.m); got != c.want {
 			t.Fatalf("minted(%+v) = %v, want %v", c.m, got, c.want)
+		}
+	}
+}
+
+// TestMintedFormMatchesParse: mintedForm answers what the parse it
+// replaced (uuid.Parse of a 36-byte text without uppercase letters, of
+// version 7) answers, for UUIDv7 texts, every single-byte change of one
+// (each byte set to each of a set of characters around the hex digits,
+// dashes and letters), other versions, uppercase and other spellings.
+func TestMintedFormMatchesParse(t *testing.T) {
+	ref := func(txid string) (uuid.UUID, bool) {
+		if len(txid) != 36 || strings.ContainsAny(txid, "ABCDEFGHIJKLMNOPQRSTUVWXYZ") {
+			return uuid.UUID{}, false
+		}
+		u, err := uuid.Parse(txid)
+		if err != nil || u.Version() != 7 {
+			return uuid.UUID{}, false
+		}
+		return u, true
+	}
+	check := func(txid string) {
+		t.Helper()
+		gu, gok := mintedForm(txid)
+		wu, wok := ref(txid)
+		if gok != wok || gu != wu {
+			t.Fatalf("mintedForm(%q) = %s, %v; the parse says %s, %v", txid, gu, gok, wu, wok)
+		}
+	}
+	for _, s := range []string{"", "order-1", uuid.New().String(), strings.ToUpper(uuid.Must(uuid.NewV7()).String()),
+		"{" + uuid.Must(uuid.NewV7()).String() + "}", "urn:uuid:" + uuid.Must(uuid.NewV7()).String(),
+		strings.ReplaceAll(uuid.Must(uuid.NewV7()).String(), "-", "")} {
+		check(s)
+	}
+	chars := []byte("-/09:@AFGZ`afgz{\x00\xff7")
+	for range 20 {
+		s := uuid.Must(uuid.NewV7()).String()
+		check(s)
+		for i := range len(s) {
+			for _, c := range chars {
+				b := []byte(s)
+				b[i] = c
+				check(string(b))
+			}
+		}
+	}
+}
+
+// TestKeyHashIsXXH64OfPartitionAndKey: keyHash is XXH64 (seed 0) of the
+// partition id's bytes followed by the transactionId's, for keys hashed
+// from a copy on the stack and for longer ones, hashed as a stream.
+func TestKeyHashIsXXH64OfPartitionAndKey(t *testing.T) {
+	pid := uuid.New()
+	for _, n := range []int{0, 1, 36, keyHashStack - 16, keyHashStack - 15, 300} {
+		txid := strings.Repeat("k", n)
+		want := int64(xxhash.Sum64(append(append([]byte{}, pid[:]...), txid...)))
+		if want == 0 {
+			want = 1
+		}
+		if got := keyHash(pid, txid); got != want {
+			t.Fatalf("%d-byte key: keyHash %d, XXH64 %d", n, got, want)
 		}
 	}
 }

@@ -74,10 +74,19 @@ type partState struct {
 	msgs    []Message
 	encrypt bool // the queue has encryptionEnabled
 	items   int  // the batch's items in the partition (decide sizes msgs with it)
-	// keys, when set, parallels msgs: each client transactionId's keyHash,
-	// already computed (buildPredicted), for the sidecar row (dedupRuns.add);
-	// a minted id's entry is unused.
-	keys []int64
+	// keys, when set, parallels msgs: each client transactionId's keyHash
+	// and UUIDv7 time, already computed (buildPredicted), for the sidecar
+	// row (dedupRuns.add); a minted id's entry is unused.
+	keys []clientKey
+}
+
+// clientKey is what buildPredicted learns of one client transactionId and
+// the sidecar row (dedupRuns.add) needs again: its keyHash, and, when it
+// is in the minted form (mintedForm), its UUIDv7 time in Unix
+// milliseconds (mintedMillis); -1 when it is not.
+type clientKey struct {
+	hash int64
+	ms   int64
 }
 
 // Project stores one projector batch in one transaction and records cp as
@@ -502,9 +511,11 @@ func (s *Store) buildPredicted(items []ProjectItem, ids, lockIDs []uuid.UUID, pa
 	// key needs no entry: only an item with that same id (ids are unique)
 	// or one whose client transactionId has the minted form (not predicted
 	// beside minted ids, below) could repeat it.
-	var known map[dedupKey]struct{}
+	// Keyed by keyHash: two keys of one hash (a collision, or the same key
+	// twice) both send the batch the long way, which decides exactly.
+	var known map[int64]struct{}
 	var hashes []int64
-	var keys []int64 // keyHash of item i, 0 for a minted id; nil: all minted
+	var keys []clientKey // item i's; zero for a minted id; nil: all minted
 	// The minted-form keys (tickKeys), and the older rows' minted keys of
 	// their partition and tick (mintedPartKey) among hashes once each.
 	var tickKeys []tickKey
@@ -528,25 +539,27 @@ func (s *Store) buildPredicted(items []ProjectItem, ids, lockIDs []uuid.UUID, pa
 		}
 		k := dedupKey{ids[i], m.TransactionID}
 		if known == nil {
-			known = make(map[dedupKey]struct{}, len(items)-i)
-			keys = make([]int64, len(items))
+			known = make(map[int64]struct{}, len(items)-i)
+			keys = make([]clientKey, len(items))
 			hashes = make([]int64, 0, len(items)-i)
 		}
-		if _, ok := known[k]; ok {
+		h := keyHash(k.pid, k.txid)
+		if _, ok := known[h]; ok {
 			return nil, nil, errNoPrediction // first-wins inside the batch: the long way decides it
 		}
-		known[k] = struct{}{}
-		keys[i] = keyHash(k.pid, k.txid)
+		known[h] = struct{}{}
 		u, form := mintedForm(k.txid)
+		keys[i] = clientKey{hash: h, ms: -1}
 		if !form || unmarked {
-			hashes = append(hashes, keys[i])
+			hashes = append(hashes, h)
 		}
 		if form {
-			tick := mintedTick(u)
+			keys[i].ms = mintedMillis(u)
+			tick := keys[i].ms / mintedTickMillis
 			if tickKeys == nil {
 				tickKeys = make([]tickKey, 0, len(items)-i)
 			}
-			tickKeys = append(tickKeys, tickKey{tick, keys[i], k.pid})
+			tickKeys = append(tickKeys, tickKey{tick, h, k.pid})
 			if !unmarked {
 				continue
 			}
@@ -802,15 +815,16 @@ func decide(items []ProjectItem, ids []uuid.UUID, parts map[uuid.UUID]*partState
 
 // storeAll is decide for a batch whose keys are all new and distinct
 // (projectPredicted): every item is stored, at the next offset of its
-// partition in parts, in WAL order. keys holds item i's keyHash (0 for a
-// minted id; nil: every id is minted), which goes to its partition's keys
-// alongside its message; the messages go into back (see partsOf).
-func storeAll(items []ProjectItem, ids []uuid.UUID, parts map[uuid.UUID]*partState, keys []int64, back []Message) []Outcome {
+// partition in parts, in WAL order. keys holds item i's clientKey (zero
+// for a minted id; nil: every id is minted), which goes to its
+// partition's keys alongside its message; the messages go into back (see
+// partsOf).
+func storeAll(items []ProjectItem, ids []uuid.UUID, parts map[uuid.UUID]*partState, keys []clientKey, back []Message) []Outcome {
 	out := make([]Outcome, len(items))
 	pss := partsOf(ids, parts, back)
 	if keys != nil {
 		// One array for every partition's keys, cut by partition.
-		back := make([]int64, len(items))
+		back := make([]clientKey, len(items))
 		for _, ps := range parts {
 			ps.keys, back = back[:0:ps.items], back[ps.items:]
 		}

@@ -6,13 +6,17 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/uuid"
+
 	"github.com/queenmq/queen-go/wal"
 )
 
 // benchBody is a push body of n items shaped like queen-bench's: queue
 // "bench", partitions p0..p9 round-robin, a JSON object payload of about
-// payloadBytes bytes, and a transactionId when withTxID.
-func benchBody(n, payloadBytes int, withTxID bool) []byte {
+// payloadBytes bytes, and a transactionId of kind txid: none (""), a
+// short text as queen-bench's client ids ("text": run-1-<producer>-<seq>),
+// or a UUIDv7's text as Queen's SDKs send ("uuid7").
+func benchBody(n, payloadBytes int, txid string) []byte {
 	var b strings.Builder
 	b.WriteString(`{"items":[`)
 	pad := strings.Repeat("x", max(payloadBytes-30, 0))
@@ -21,8 +25,11 @@ func benchBody(n, payloadBytes int, withTxID bool) []byte {
 			b.WriteByte(',')
 		}
 		fmt.Fprintf(&b, `{"queue":"bench","partition":"p%d",`, i%10)
-		if withTxID {
+		switch txid {
+		case "text":
 			fmt.Fprintf(&b, `"transactionId":"run-1-%d-%d",`, i%8, i)
+		case "uuid7":
+			fmt.Fprintf(&b, `"transactionId":"%s",`, uuid.Must(uuid.NewV7()))
 		}
 		fmt.Fprintf(&b, `"payload":{"p":%d,"s":%d,"pad":"%s"}}`, i%8, i, pad)
 	}
@@ -33,12 +40,13 @@ func benchBody(n, payloadBytes int, withTxID bool) []byte {
 var benchShapes = []struct {
 	name  string
 	items int
-	txid  bool
+	txid  string // benchBody's kind
 }{
-	{"items=1", 1, false},
-	{"items=1/txid", 1, true},
-	{"items=100", 100, false},
-	{"items=100/txid", 100, true},
+	{"items=1", 1, ""},
+	{"items=1/txid", 1, "text"},
+	{"items=100", 100, ""},
+	{"items=100/txid", 100, "text"},
+	{"items=100/uuid7", 100, "uuid7"},
 }
 
 // BenchmarkParseBody: validating a push body (256-byte payloads) into its
@@ -110,7 +118,7 @@ func encodedForBench(b *testing.B, body []byte) []byte {
 // BenchmarkDecodeRecord: what the projector does per WAL record before it
 // builds its batch: decode the push record (100 items of 256 bytes).
 func BenchmarkDecodeRecord(b *testing.B) {
-	encoded := func(b *testing.B, items int, txid bool) []byte {
+	encoded := func(b *testing.B, items int, txid string) []byte {
 		return encodedForBench(b, benchBody(items, 256, txid))
 	}
 	benchEachShape(b, encoded, func(b *testing.B, enc []byte, items int) {
@@ -123,13 +131,13 @@ func BenchmarkDecodeRecord(b *testing.B) {
 
 // benchShapeBody is the push body of a benchShapes entry (256-byte
 // payloads).
-func benchShapeBody(_ *testing.B, items int, txid bool) []byte { return benchBody(items, 256, txid) }
+func benchShapeBody(_ *testing.B, items int, txid string) []byte { return benchBody(items, 256, txid) }
 
 // benchEachShape runs one sub-benchmark per benchShapes entry: input makes
 // the entry's input (on the parent b, before the sub-benchmark; its length
 // is what bytes/s counts) and op is one iteration on it, failing b when
 // its result is wrong (items is the entry's item count).
-func benchEachShape(b *testing.B, input func(b *testing.B, items int, txid bool) []byte, op func(b *testing.B, in []byte, items int)) {
+func benchEachShape(b *testing.B, input func(b *testing.B, items int, txid string) []byte, op func(b *testing.B, in []byte, items int)) {
 	for _, sh := range benchShapes {
 		in := input(b, sh.items, sh.txid)
 		b.Run(sh.name, func(b *testing.B) {
@@ -146,7 +154,7 @@ func benchEachShape(b *testing.B, input func(b *testing.B, items int, txid bool)
 // one Record it reuses across records and batches (the items' fields are
 // then copied into the batch).
 func BenchmarkDecodeRecordInto(b *testing.B) {
-	encoded := func(b *testing.B, items int, txid bool) []byte {
+	encoded := func(b *testing.B, items int, txid string) []byte {
 		return encodedForBench(b, benchBody(items, 256, txid))
 	}
 	var r Record

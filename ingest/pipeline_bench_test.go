@@ -92,7 +92,7 @@ func startStandInProjector(l *wal.Log, reg *Registry, verdicts func(index uint64
 // each push on it), and one that cannot end (what the server passes since
 // it drains the Registry at shutdown: the wait is a plain receive).
 func BenchmarkPipelinePushWait(b *testing.B) {
-	body := benchBody(1, 256, false)
+	body := benchBody(1, 256, "")
 	shared, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	for _, c := range []struct {

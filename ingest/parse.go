@@ -403,11 +403,13 @@ func (p *itemParser) item(i int, allowTrace bool) (ParsedItem, error) {
 				// Room for this transactionId and one as long for each
 				// item the rest of the body holds at this item's size (s
 				// is at its end), at most the rest of the body (unescaping
-				// never lengthens one) and 1 KiB; a longer push's grow as
+				// never lengthens one) and 64 KiB; a longer push's grow as
 				// the builder does. A fixed 1 KiB was most of what a
-				// one-item push allocated.
+				// one-item push allocated; a cap of 1 KiB made a push of
+				// 100 UUID texts (3.6 KB) grow the builder twice, copying
+				// what it held each time.
 				more := (len(s.b) - s.pos) / max(s.pos-start, 1)
-				p.txids.Grow(min(64*16, len(s.b)-txid.start, len(t)*(1+more)))
+				p.txids.Grow(min(64<<10, len(s.b)-txid.start, len(t)*(1+more)))
 			}
 			p.txids.Write(t) // items sets TransactionID from it
 		default:

@@ -173,6 +173,9 @@ type itemParser struct {
 	// not one per transactionId.
 	txids strings.Builder
 	txEnd []int
+	// txidsSized: txids was sized for the body once (item); a repeated
+	// "items" array's builder is not sized again.
+	txidsSized bool
 }
 
 const maxInterned = 16
@@ -399,7 +402,7 @@ func (p *itemParser) item(i int, allowTrace bool) (ParsedItem, error) {
 			if !utf8.Valid(t) {
 				return it, bad("items[%d].transactionId is not valid UTF-8", i)
 			}
-			if p.txids.Cap() == 0 {
+			if p.txids.Cap() == 0 && !p.txidsSized {
 				// Room for this transactionId and one as long for each
 				// item the rest of the body holds at this item's size (s
 				// is at its end), at most the rest of the body (unescaping
@@ -407,7 +410,12 @@ func (p *itemParser) item(i int, allowTrace bool) (ParsedItem, error) {
 				// the builder does. A fixed 1 KiB was most of what a
 				// one-item push allocated; a cap of 1 KiB made a push of
 				// 100 UUID texts (3.6 KB) grow the builder twice, copying
-				// what it held each time.
+				// what it held each time. Once per body: a repeated
+				// "items" starts the builder again (Reset), and sizing
+				// each repeat for the rest of the body would allocate up
+				// to 64 KiB per repeat, many times the body; a repeat's
+				// builder grows from its first transactionId instead.
+				p.txidsSized = true
 				more := (len(s.b) - s.pos) / max(s.pos-start, 1)
 				p.txids.Grow(min(64<<10, len(s.b)-txid.start, len(t)*(1+more)))
 			}

@@ -247,9 +247,9 @@ func minted(m *Message) bool {
 // lowercase UUID text (hex digits 0-9 and a-f in groups of 8-4-4-4-12
 // joined by '-') of version 7. It is asked for every client
 // transactionId of a batch, so it reads the text once with a table
-// rather than through uuid.Parse, which also takes uppercase and other
-// spellings that a separate pass had to refuse (TestMintedFormMatchesParse
-// holds the two to the same answers).
+// rather than through uuid.Parse, which also takes uppercase hex digits
+// that a separate pass had to refuse (TestMintedFormMatchesParse holds
+// the two to the same answers).
 func mintedForm(txid string) (uuid.UUID, bool) {
 	if len(txid) != 36 || txid[8] != '-' || txid[13] != '-' || txid[18] != '-' || txid[23] != '-' || txid[14] != '7' {
 		return uuid.UUID{}, false

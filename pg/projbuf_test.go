@@ -2,9 +2,11 @@ package pg
 
 import (
 	"bytes"
+	"encoding/binary"
 	"slices"
 	"sync/atomic"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/google/uuid"
@@ -57,6 +59,68 @@ func TestPredictedSidecarKeys(t *testing.T) {
 	}
 	if !slices.Equal(w.newKeys, wantNew) || len(wantNew) != 40 {
 		t.Fatalf("new keys differ: got %d, want %d", len(w.newKeys), len(wantNew))
+	}
+}
+
+// TestPredictedSidecarUUIDv7Keys: the sidecar row buildPredicted builds
+// from what it learnt of each key (clientKey: hash and UUIDv7 time) is the
+// row dedupRuns.add builds from the messages alone, for UUIDv7-text keys
+// accepted within the skew of their time (kept under their tick), just
+// outside it on either side (own hash and the tick's mark), and plain
+// text keys, mixed in one batch without minted ids (which would send a
+// batch with minted-form keys the long way).
+func TestPredictedSidecarUUIDv7Keys(t *testing.T) {
+	items, ids := benchItems(80, 4, false)
+	now := time.Now().UnixMicro()
+	for i := range items {
+		m := &items[i].Message
+		m.CreatedAtMicros, items[i].AcceptedAtMicros = now, now
+		if i%4 == 3 {
+			continue // plain text
+		}
+		u, _ := uuid.NewV7()
+		ms := now/1000 + []int64{0, 1001, -1002}[i%4] // in the skew, after it, before it
+		binary.BigEndian.PutUint16(u[0:2], uint16(ms>>32))
+		binary.BigEndian.PutUint32(u[2:6], uint32(ms))
+		m.TransactionID = u.String()
+		if _, form := mintedForm(m.TransactionID); !form || mintedMillis(u) != ms {
+			t.Fatalf("item %d: %s is not the minted form of %d", i, m.TransactionID, ms)
+		}
+	}
+	parts := make(map[uuid.UUID]*partState)
+	var lockIDs []uuid.UUID
+	for _, id := range ids {
+		if _, ok := parts[id]; !ok {
+			parts[id] = &partState{id: id, next: 7, base: 7}
+			lockIDs = append(lockIDs, id)
+		}
+	}
+	sortIDs(lockIDs)
+	s := &Store{}
+	_, w, err := s.buildPredicted(items, ids, lockIDs, parts, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := dedupRuns{crowded: s.ticks.crowded}
+	for _, id := range lockIDs {
+		var msgs []Message
+		for i := range items {
+			if ids[i] == id {
+				msgs = append(msgs, items[i].Message)
+			}
+		}
+		want.add(id, 7, msgs, nil)
+	}
+	got := &w.runs
+	if !slices.Equal(got.hashes, want.hashes) || !slices.Equal(got.ticks, want.ticks) || !slices.Equal(got.marked, want.marked) ||
+		!slices.Equal(got.tickKeys, want.tickKeys) || !slices.Equal(got.pid, want.pid) || !slices.Equal(got.base, want.base) ||
+		got.newest != want.newest || len(got.mintedAt) != 0 || len(want.mintedAt) != 0 {
+		t.Fatalf("sidecar row differs:\n got %+v\nwant %+v", *got, want)
+	}
+	// 60 keys in the minted form, 20 within the skew: those go under their
+	// ticks, the 40 outside it keep their own hash beside their ticks' marks.
+	if len(got.tickKeys) != 20 || len(got.marked) == 0 {
+		t.Fatalf("%d keys under ticks, %d marks: the batch does not cover both ways", len(got.tickKeys), len(got.marked))
 	}
 }
 

@@ -83,7 +83,9 @@ type partState struct {
 // clientKey is what buildPredicted learns of one client transactionId and
 // the sidecar row (dedupRuns.add) needs again: its keyHash, and, when it
 // is in the minted form (mintedForm), its UUIDv7 time in Unix
-// milliseconds (mintedMillis); -1 when it is not.
+// milliseconds (mintedMillis); -1 when it is not. A minted id's entry
+// is left zero (ms 0 would read as a time): dedupRuns.add skips minted
+// messages before it reads keys.
 type clientKey struct {
 	hash int64
 	ms   int64

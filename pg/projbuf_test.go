@@ -25,30 +25,15 @@ func TestPredictedSidecarKeys(t *testing.T) {
 			items[i].Message = minted[i].Message
 		}
 	}
-	parts := make(map[uuid.UUID]*partState)
-	var lockIDs []uuid.UUID
-	for _, id := range ids {
-		if _, ok := parts[id]; !ok {
-			parts[id] = &partState{id: id, next: 7, base: 7}
-			lockIDs = append(lockIDs, id)
-		}
-	}
+	parts, lockIDs := predictedParts(ids, 7)
 	s := &Store{}
 	_, w, err := s.buildPredicted(items, ids, lockIDs, parts, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var want dedupRuns
+	addByPartition(&want, items, ids, lockIDs, 7)
 	var wantNew []int64
-	for _, id := range lockIDs {
-		var msgs []Message
-		for i := range items {
-			if ids[i] == id {
-				msgs = append(msgs, items[i].Message)
-			}
-		}
-		want.add(id, 7, msgs, nil)
-	}
 	for i := range items {
 		if !isMinted(items[i].Message.ID, items[i].Message.TransactionID) {
 			wantNew = append(wantNew, keyHash(ids[i], items[i].Message.TransactionID))
@@ -87,30 +72,14 @@ func TestPredictedSidecarUUIDv7Keys(t *testing.T) {
 			t.Fatalf("item %d: %s is not the minted form of %d", i, m.TransactionID, ms)
 		}
 	}
-	parts := make(map[uuid.UUID]*partState)
-	var lockIDs []uuid.UUID
-	for _, id := range ids {
-		if _, ok := parts[id]; !ok {
-			parts[id] = &partState{id: id, next: 7, base: 7}
-			lockIDs = append(lockIDs, id)
-		}
-	}
-	sortIDs(lockIDs)
+	parts, lockIDs := predictedParts(ids, 7)
 	s := &Store{}
 	_, w, err := s.buildPredicted(items, ids, lockIDs, parts, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := dedupRuns{crowded: s.ticks.crowded}
-	for _, id := range lockIDs {
-		var msgs []Message
-		for i := range items {
-			if ids[i] == id {
-				msgs = append(msgs, items[i].Message)
-			}
-		}
-		want.add(id, 7, msgs, nil)
-	}
+	addByPartition(&want, items, ids, lockIDs, 7)
 	got := &w.runs
 	if !slices.Equal(got.hashes, want.hashes) || !slices.Equal(got.ticks, want.ticks) || !slices.Equal(got.marked, want.marked) ||
 		!slices.Equal(got.tickKeys, want.tickKeys) || !slices.Equal(got.pid, want.pid) || !slices.Equal(got.base, want.base) ||
@@ -121,6 +90,39 @@ func TestPredictedSidecarUUIDv7Keys(t *testing.T) {
 	// ticks, the 40 outside it keep their own hash beside their ticks' marks.
 	if len(got.tickKeys) != 20 || len(got.marked) == 0 {
 		t.Fatalf("%d keys under ticks, %d marks: the batch does not cover both ways", len(got.tickKeys), len(got.marked))
+	}
+}
+
+// predictedParts is what projectPredicted has before buildPredicted for
+// a batch whose items are in the partitions ids: every partition's state
+// with next (and base) as its predicted next offset, and the partitions
+// once each in id order (lockIDs).
+func predictedParts(ids []uuid.UUID, next int64) (map[uuid.UUID]*partState, []uuid.UUID) {
+	parts := make(map[uuid.UUID]*partState)
+	var lockIDs []uuid.UUID
+	for _, id := range ids {
+		if _, ok := parts[id]; !ok {
+			parts[id] = &partState{id: id, next: next, base: next}
+			lockIDs = append(lockIDs, id)
+		}
+	}
+	sortIDs(lockIDs)
+	return parts, lockIDs
+}
+
+// addByPartition adds to r, partition by partition in lockIDs' order,
+// each partition's messages of items (ids[i] is item i's partition) as
+// stored from offset base, with no keys computed beforehand: the row
+// dedupRuns.add builds from the messages alone.
+func addByPartition(r *dedupRuns, items []ProjectItem, ids, lockIDs []uuid.UUID, base int64) {
+	for _, id := range lockIDs {
+		var msgs []Message
+		for i := range items {
+			if ids[i] == id {
+				msgs = append(msgs, items[i].Message)
+			}
+		}
+		r.add(id, base, msgs, nil)
 	}
 }
 

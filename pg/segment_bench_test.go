@@ -199,15 +199,7 @@ func BenchmarkProjectPredicted(b *testing.B) {
 			b.ReportAllocs()
 			defer benchcpu.Report(b)()
 			for i := 0; i < b.N; i++ {
-				parts := make(map[uuid.UUID]*partState)
-				var lockIDs []uuid.UUID
-				for _, id := range ids {
-					if _, ok := parts[id]; !ok {
-						parts[id] = &partState{id: id, next: 100, base: 100}
-						lockIDs = append(lockIDs, id)
-					}
-				}
-				sortIDs(lockIDs)
+				parts, lockIDs := predictedParts(ids, 100)
 				back := getBatchMsgs(len(items)) // as projectPredicted does
 				_, w, err := s.buildPredicted(items, ids, lockIDs, parts, false, *back)
 				if err != nil {

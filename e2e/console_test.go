@@ -567,7 +567,14 @@ func TestConsoleShowsBrokerState(t *testing.T) {
 	p.waitJS("the queue choices", `document.querySelectorAll('[data-test="dlq-queue"] option').length === 3`)
 	p.setValue(`[data-test="dlq-queue"]`, "orders")
 	p.setValue(`[data-test="dlq-group"]`, "g1")
-	p.setValue(`[data-test="dlq-from"]`, time.Now().Add(-time.Hour).Format("2006-01-02T15:04:05"))
+	// A datetime-local input normalizes its value: ":00" seconds are
+	// dropped ("…T08:18"), so a time on a whole minute would never read
+	// back as set. An hour ago, moved off the whole minute.
+	from := time.Now().Add(-time.Hour)
+	if from.Second() == 0 {
+		from = from.Add(-time.Second)
+	}
+	p.setValue(`[data-test="dlq-from"]`, from.Format("2006-01-02T15:04:05"))
 	p.click(`[data-test="dlq-apply"]`)
 	apiJSON(t, s.base, "", "/api/v1/dlq?queue=orders&consumerGroup=g1", &dlq)
 	p.waitValue(`[data-test="dlq-total"]`, fmt.Sprint(dlq.Total))

@@ -76,8 +76,8 @@ func appendPushAnswer(b []byte, res []ingest.Result) []byte {
 // pushBodies holds push request body buffers for reuse: the push path
 // keeps nothing that aliases the body once Pipeline.Push has returned
 // (the WAL writer has copied the payloads from it into its tail segment
-// by then, or never will: a refused or failed append). keepPushBody is the largest buffer
-// kept, so a huge push does not pin its memory: 1 MiB, so that bodies of
+// by then, or never will: a refused or failed append). keepPushBody is
+// the largest buffer kept, so a huge push does not pin its memory: 1 MiB, so that bodies of
 // pushes of 1,000 items of up to about 1 KB are reused rather than made
 // (and zeroed) afresh per push (the pool holds only what concurrent
 // pushes had in use, and empties over two garbage collections).

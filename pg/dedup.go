@@ -197,7 +197,7 @@ func tickStored(m *Message) (tick int64, form, ok bool) {
 // createdMicros (Unix µs): form is true.
 func tickStoredAt(ms, createdMicros int64) (tick int64, form, ok bool) {
 	d := ms - createdMicros/1000
-	return ms / mintedTickMillis, true, d >= -clientTickSkew.Milliseconds() && d <= clientTickSkew.Milliseconds()
+	return millisTick(ms), true, d >= -clientTickSkew.Milliseconds() && d <= clientTickSkew.Milliseconds()
 }
 
 // mintedPartKey is the minted key of rows written by versions before
@@ -297,7 +297,10 @@ func mintedMillis(u uuid.UUID) int64 {
 
 // mintedTick is a UUIDv7's time in mintedTickMillis steps since the Unix
 // epoch: the tick of its mintedKey.
-func mintedTick(u uuid.UUID) int64 { return mintedMillis(u) / mintedTickMillis }
+func mintedTick(u uuid.UUID) int64 { return millisTick(mintedMillis(u)) }
+
+// millisTick is the tick (mintedTick) of a time in Unix milliseconds.
+func millisTick(ms int64) int64 { return ms / mintedTickMillis }
 
 // mintedFloor is the smallest UUID whose UUIDv7 time is mintedSpan before
 // u's: the lower bound of minted_lo for a run of queen.dedup_runs that may

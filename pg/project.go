@@ -539,36 +539,36 @@ func (s *Store) buildPredicted(items []ProjectItem, ids, lockIDs []uuid.UUID, pa
 		if legacy {
 			return nil, nil, errNoPrediction
 		}
-		k := dedupKey{ids[i], m.TransactionID}
+		pid, txid := ids[i], m.TransactionID
 		if known == nil {
 			known = make(map[int64]struct{}, len(items)-i)
 			keys = make([]clientKey, len(items))
 			hashes = make([]int64, 0, len(items)-i)
 		}
-		h := keyHash(k.pid, k.txid)
+		h := keyHash(pid, txid)
 		if _, ok := known[h]; ok {
 			return nil, nil, errNoPrediction // first-wins inside the batch: the long way decides it
 		}
 		known[h] = struct{}{}
-		u, form := mintedForm(k.txid)
+		u, form := mintedForm(txid)
 		keys[i] = clientKey{hash: h, ms: -1}
 		if !form || unmarked {
 			hashes = append(hashes, h)
 		}
 		if form {
 			keys[i].ms = mintedMillis(u)
-			tick := keys[i].ms / mintedTickMillis
+			tick := millisTick(keys[i].ms)
 			if tickKeys == nil {
 				tickKeys = make([]tickKey, 0, len(items)-i)
 			}
-			tickKeys = append(tickKeys, tickKey{tick, h, k.pid})
+			tickKeys = append(tickKeys, tickKey{tick, h, pid})
 			if !unmarked {
 				continue
 			}
 			if extra == nil {
 				extra = make(map[int64]struct{})
 			}
-			if h := mintedPartKey(k.pid, tick); !hasKey(extra, h) {
+			if h := mintedPartKey(pid, tick); !hasKey(extra, h) {
 				extra[h] = struct{}{}
 				hashes = append(hashes, h)
 			}

@@ -143,7 +143,7 @@ func (c *tickCache) record(r *dedupRuns) {
 		b.keys = append(b.keys, uint32(k.hash))
 	}
 	c.keys += len(r.tickKeys)
-	c.newest = max(c.newest, r.newest/1000/mintedTickMillis)
+	c.newest = max(c.newest, millisTick(r.newest/1000))
 	for len(c.ticks) > 0 && (c.ticks[0] < c.newest-keepTicks || c.keys > maxTickKeys) {
 		c.keys -= len(c.buckets[c.ticks[0]].keys)
 		delete(c.buckets, c.ticks[0])

@@ -342,11 +342,12 @@ func (s *segStore) tailIndex() uint64 {
 // tail segment, sealing each one's envelope in its copy, and writes them
 // with one write call per segment touched (at the tail's data end: over
 // its zero padding, or extending the file), rolling to a new segment as
-// tidwall did: before the batch when the tail is already past SegmentSize, and after the record
-// that takes it to SegmentSize or more. rolled reports a roll (the caller
-// fsyncs the directory). Nothing is fsynced here except a segment rolled
-// from (its last bytes; the caller fsyncs the tail). On error the store
-// must not be written again (the Log reopens the directory).
+// tidwall did: before the batch when the tail is already past
+// SegmentSize, and after the record that takes it to SegmentSize or more.
+// rolled reports a roll (the caller fsyncs the directory). Nothing is
+// fsynced here except a segment rolled from (its last bytes; the caller
+// fsyncs the tail). On error the store must not be written again (the
+// Log reopens the directory).
 func (s *segStore) writeBatch(batch []*appendReq) (rolled bool, err error) {
 	s.mu.Lock() // truncateFront replaces segs (never removing the tail)
 	t := s.segs[len(s.segs)-1]

@@ -129,3 +129,38 @@ func TestTransactionMintedIDSentBackIsDuplicate(t *testing.T) {
 		t.Fatalf("partition holds %s, want %s", got, want)
 	}
 }
+
+// TestTransactionCountedInMetrics: a transaction's pushes and acks are
+// counted in /metrics as the push and ack routes' are (queen_push_items_total
+// by verdict, queen_acks_total by status), and an ack sent without a status
+// is counted under the status it is applied as, "completed", not under an
+// empty label.
+func TestTransactionCountedInMetrics(t *testing.T) {
+	t.Parallel()
+	s := setup(t, nil)
+	push(t, s.base, body(item{"txm", "P", 1, "M1"}, item{"txm", "P", 2, "M2"}))
+	_, r := pop(t, s.base, popPath("txm", "P"), "batch=1")
+	m1 := r.Messages[0]
+	if code, rb := post(t, s.base, "/api/v1/ack", []byte(fmt.Sprintf(
+		`{"transactionId":%q,"partitionId":%q,"leaseId":%q}`, m1.TransactionID, m1.PartitionID, m1.LeaseID))); code != 200 {
+		t.Fatalf("ack: %d %s", code, rb)
+	}
+	_, r = pop(t, s.base, popPath("txm", "P"), "batch=1")
+	m2 := r.Messages[0]
+	pushOp := map[string]any{"type": "push", "items": []map[string]any{
+		{"queue": "txm2", "payload": 1, "transactionId": "T1"}, {"queue": "txm2", "payload": 2, "transactionId": "T2"}}}
+	code, res := txCall(t, s.base, pushOp, map[string]any{"type": "ack", "transactionId": m2.TransactionID,
+		"partitionId": m2.PartitionID, "leaseId": m2.LeaseID, "status": "completed"})
+	if code != 200 || res["success"] != true {
+		t.Fatalf("transaction: %d %v", code, res)
+	}
+	code, b := get(t, s.base+"/metrics")
+	for _, want := range []string{`queen_acks_total{result="ok",status="completed"} 2`, `queen_push_items_total{status="queued"} 4`} {
+		if code != 200 || !strings.Contains(b, want) {
+			t.Errorf("metrics lack %s: %d %.3000s", want, code, b)
+		}
+	}
+	if strings.Contains(b, `status=""`) {
+		t.Errorf("metrics hold an empty status label: %.3000s", b)
+	}
+}

@@ -413,18 +413,33 @@ func (b *Broker) Ack(ctx context.Context, reqs []pg.AckRequest) ([]pg.AckResult,
 	if err != nil {
 		return nil, err
 	}
-	// The acks counter is added to once per run of acks with the same
-	// status and result (a batch of a whole lease is one run), not once
-	// per ack: its label lookup was 100 hashings per ack/batch of 100.
 	var woken []string // queues woken so far (a batch names one or a few)
+	for i := range res {
+		if r := &res[i]; r.LeaseReleased && !slices.Contains(woken, r.QueueName) {
+			woken = append(woken, r.QueueName)
+			b.waker.Wake(r.QueueName)
+		}
+	}
+	b.countAcks(reqs, res)
+	return res, nil
+}
+
+// countAcks adds acks (reqs[i] answered res[i]) to queen_acks_total: once
+// per run of acks with the same status and result (a batch of a whole
+// lease is one run), not once per ack, whose label lookup was 100
+// hashings per ack/batch of 100. The status label is the ack's status as
+// applied: an ack without one is "completed" (docs/consume.md, "Ack");
+// the HTTP routes refuse any status outside pg's five, so the label's
+// values are bounded.
+func (b *Broker) countAcks(reqs []pg.AckRequest, res []pg.AckResult) {
 	for i := 0; i < len(res); {
 		status, ok := reqs[i].Status, res[i].Success
-		j := i
-		for ; j < len(res) && reqs[j].Status == status && res[j].Success == ok; j++ {
-			if r := &res[j]; r.LeaseReleased && !slices.Contains(woken, r.QueueName) {
-				woken = append(woken, r.QueueName)
-				b.waker.Wake(r.QueueName)
-			}
+		j := i + 1
+		for j < len(res) && reqs[j].Status == status && res[j].Success == ok {
+			j++
+		}
+		if status == "" {
+			status = pg.AckCompleted
 		}
 		result := "ok"
 		if !ok {
@@ -433,7 +448,6 @@ func (b *Broker) Ack(ctx context.Context, reqs []pg.AckRequest) ([]pg.AckResult,
 		b.Metrics.Acks.WithLabelValues(status, result).Add(float64(j - i))
 		i = j
 	}
-	return res, nil
 }
 
 // ReleaseLease implements fastapi.Consumer.
@@ -493,5 +507,21 @@ func (b *Broker) Transaction(ctx context.Context, pushes []pg.ProjectItem, acks 
 	for q := range woken {
 		b.WakeQueue(ctx, q)
 	}
+	// Counted as the WAL path's pushes and the ack routes' acks are: the
+	// items by verdict, the acks by status (all applied: a refused ack
+	// aborts the whole transaction, which then counts nothing).
+	for i := 0; i < len(res.Pushes); {
+		j := i + 1
+		for j < len(res.Pushes) && res.Pushes[j].Duplicate == res.Pushes[i].Duplicate {
+			j++
+		}
+		status := ingest.StatusQueued
+		if res.Pushes[i].Duplicate {
+			status = ingest.StatusDuplicate
+		}
+		b.Metrics.PushItemsFor(string(status)).Add(float64(j - i))
+		i = j
+	}
+	b.countAcks(acks, res.Acks)
 	return res, nil
 }

@@ -1,11 +1,12 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"runtime"
 	"runtime/debug"
+	"slices"
+	"strings"
 
 	"github.com/queenmq/queen-go/internal/config"
 )
@@ -30,11 +31,11 @@ type command struct {
 var commands = []command{
 	{"queen", "Run the broker, configured by the environment (below). It never starts a database of its own."},
 	{"queen dev", "Run the broker for development: with no database configured (QUEEN_PG_URL and PG_HOST unset) it starts a throwaway PostgreSQL, deleted on exit; the WAL goes to a temporary directory, deleted on exit, unless FILE_BUFFER_DIR is set; it listens on 127.0.0.1 unless HOST is set."},
-	{"queen wal status [DIR]", "What a broker directory (default FILE_BUFFER_DIR) holds: broker id, the WAL's record range and, with a database configured, this broker's checkpoint, how many records are not yet in PostgreSQL and whether the WAL matches the checkpoint. With PostgreSQL unreachable it reports the WAL side and says so. Read-only, safe beside a running broker; exit status 1 when something is wrong or could not be checked."},
+	{"queen wal status [DIR]", "What a broker directory (default FILE_BUFFER_DIR) holds: broker id, the WAL's record range and, with a database configured, this broker's checkpoint, how many records are not yet in PostgreSQL and whether the WAL matches the checkpoint. With PostgreSQL unreachable it reports the WAL side and says so. Read-only, safe beside a running broker; exit status 1 when something is wrong or could not be checked, and for a directory that holds neither broker.id nor wal/."},
 	{"queen wal verify [DIR]", "Check every WAL record's checksum (read-only). DIR is the broker directory or its wal/ subdirectory; exit status 1 on a problem or when there are no segments."},
 	{"queen wal dump [--from N] [--limit N] [--json] [--payload BYTES] [DIR]", "Print WAL records from index N on (default: the first): index, acceptance time, item count and, per item, queue, partition, message id, transactionId and the first BYTES (default 80) of the payload. --json prints one JSON object per record. Read-only, safe beside a running broker."},
 	{"queen version", "Print the version, the commit it was built from and the Go version."},
-	{"queen help [--markdown]", "This text; --markdown prints it as docs/configuration.md."},
+	{"queen help [--markdown | COMMAND]", "This text; --markdown prints it as docs/configuration.md; COMMAND (such as `wal dump`) prints that command's usage alone, as `queen COMMAND --help` does."},
 }
 
 // help writes the usage text, or with --markdown the configuration
@@ -45,7 +46,7 @@ func help(w io.Writer, args []string) error {
 		return nil
 	}
 	if len(args) > 0 {
-		return errors.New("usage: queen help [--markdown]")
+		return helpFor(w, strings.Join(args, " "))
 	}
 	fmt.Fprintln(w, "queen: a Queen-compatible message broker. Pushes are fsynced into a local")
 	fmt.Fprintln(w, "write-ahead log, then projected into PostgreSQL; consumers pop from PostgreSQL.")
@@ -60,6 +61,35 @@ func help(w io.Writer, args []string) error {
 	fmt.Fprintln(w, "not parse stops the broker with an error naming the variable):")
 	config.WriteText(w)
 	return nil
+}
+
+// helpFor writes the usage and description of the commands named by
+// name ("wal", "wal dump", "dev": `queen help wal dump`, `queen wal dump
+// --help`), each command whose words begin with name's; an error naming
+// `queen help` when none does.
+func helpFor(w io.Writer, name string) error {
+	want := strings.Fields("queen " + name)
+	found := false
+	for _, c := range commands {
+		words := strings.Fields(c.usage)
+		if len(words) < len(want) || !slices.Equal(words[:len(want)], want) {
+			continue
+		}
+		found = true
+		fmt.Fprintf(w, "%s\n", c.usage)
+		for _, line := range config.Wrap(c.doc, 72) {
+			fmt.Fprintf(w, "    %s\n", line)
+		}
+	}
+	if !found {
+		return fmt.Errorf("no command %q: %w", "queen "+name, errUsage)
+	}
+	return nil
+}
+
+// wantsHelp reports whether args ask for help (-h, -help or --help).
+func wantsHelp(args []string) bool {
+	return slices.ContainsFunc(args, func(a string) bool { return a == "-h" || a == "-help" || a == "--help" })
 }
 
 // writeMarkdown writes docs/configuration.md.

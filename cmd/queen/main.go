@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"syscall"
 	"time"
 
@@ -52,9 +53,23 @@ func run(args []string, stdout io.Writer) error {
 	case "help", "-h", "--help", "-help":
 		return help(stdout, args[1:])
 	case "version", "--version", "-version":
+		if len(args) > 1 {
+			return fmt.Errorf("version takes no arguments: %w", errUsage)
+		}
 		printVersion(stdout)
 		return nil
-	case "", "dev", "wal":
+	case "dev", "wal":
+		if wantsHelp(args[1:]) {
+			var name []string // the command's words, up to the first flag or directory
+			for _, a := range args {
+				if strings.HasPrefix(a, "-") || len(name) == 2 {
+					break
+				}
+				name = append(name, a)
+			}
+			return helpFor(stdout, strings.Join(name, " "))
+		}
+	case "":
 	default:
 		return fmt.Errorf("unknown command %q: %w", cmd, errUsage)
 	}

@@ -213,3 +213,47 @@ func TestWALStatusPostgresDown(t *testing.T) {
 		}
 	}
 }
+
+// TestCommandHelp: `queen help COMMAND` and `queen COMMAND --help` print
+// that command's usage alone and succeed; an unknown command, and
+// arguments to a command that takes none, are errors pointing at `queen
+// help`.
+func TestCommandHelp(t *testing.T) {
+	for _, args := range [][]string{{"help", "wal", "dump"}, {"wal", "dump", "--help"}, {"wal", "dump", "-h"}, {"wal", "dump", "/some/dir", "--help"}} {
+		var out bytes.Buffer
+		if err := run(args, &out); err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		if s := out.String(); !strings.HasPrefix(s, "queen wal dump [--from N]") || strings.Contains(s, "queen wal status") {
+			t.Errorf("%v printed:\n%s", args, s)
+		}
+	}
+	var out bytes.Buffer
+	if err := run([]string{"wal", "--help"}, &out); err != nil || !strings.Contains(out.String(), "queen wal status") ||
+		!strings.Contains(out.String(), "queen wal verify") || strings.Contains(out.String(), "queen dev") {
+		t.Errorf("wal --help: %v\n%s", err, out.String())
+	}
+	for _, args := range [][]string{{"help", "nope"}, {"version", "extra"}, {"dev", "extra"}} {
+		if err := run(args, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "queen help") {
+			t.Errorf("%v: err = %v", args, err)
+		}
+	}
+}
+
+// TestWALStatusNotABrokerDirectory: a directory with neither broker.id nor
+// wal/ (a mistyped FILE_BUFFER_DIR) is an error, not an empty, healthy WAL;
+// a broker directory whose WAL holds no records yet is not.
+func TestWALStatusNotABrokerDirectory(t *testing.T) {
+	err := walStatus(&bytes.Buffer{}, t.TempDir(), "")
+	if err == nil || !strings.Contains(err.Error(), "neither broker.id nor wal/") {
+		t.Fatalf("empty directory: err = %v", err)
+	}
+	dir := t.TempDir()
+	if _, err := broker.BrokerID(dir); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := walStatus(&out, dir, ""); err != nil || !strings.Contains(out.String(), "no records") {
+		t.Fatalf("fresh broker directory: %v\n%s", err, out.String())
+	}
+}

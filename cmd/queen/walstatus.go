@@ -105,6 +105,13 @@ func walStatus(w io.Writer, dir, pgURL string) error {
 	} else if !st.IsDir() {
 		return fmt.Errorf("wal status: %s is not a directory (give the broker's FILE_BUFFER_DIR)", dir)
 	}
+	walDir := filepath.Join(dir, "wal")
+	_, idErr := os.Stat(filepath.Join(dir, "broker.id"))
+	if _, err := os.Stat(walDir); err != nil && idErr != nil {
+		// Neither: not a broker directory (a mistyped path would
+		// otherwise read as a healthy, empty one).
+		return fmt.Errorf("wal status: %s holds neither broker.id nor wal/ (give the broker's FILE_BUFFER_DIR)", dir)
+	}
 	var id uuid.UUID
 	if b, err := os.ReadFile(filepath.Join(dir, "broker.id")); err != nil {
 		fmt.Fprintf(w, "broker id   none (%s has no broker.id: no broker has run here)\n", dir)
@@ -113,7 +120,6 @@ func walStatus(w io.Writer, dir, pgURL string) error {
 	} else {
 		fmt.Fprintf(w, "broker id   %s\n", id)
 	}
-	walDir := filepath.Join(dir, "wal")
 	reports, ok, err := wal.Verify(walDir)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("wal status: %w", err)

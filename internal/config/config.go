@@ -386,7 +386,7 @@ var Vars = []Var{
 	// GOMEMLIMIT is read by the Go runtime itself; the row documents the
 	// broker's default and checks the value's shape.
 	{Name: "GOMEMLIMIT", Section: SectionLogDebug, Default: "44MiB",
-		Doc: "The Go runtime's soft memory limit (a number with B, KiB, MiB or GiB, or `off`). When unset the broker sets 44 MiB: its live heap is small, and without a limit the collector lets the heap reach twice its live size at every peak, so peak RSS followed the push rate. The limit is soft: a body larger than it still fits, the collector works harder until it is gone. A higher limit buys CPU with memory: at 50 connections × 100 items, 40 MiB cost about 2 µs of broker CPU a message more than 44 MiB, and 48 MiB brought peak RSS near 62 MB.",
+		Doc: "The Go runtime's soft memory limit (a number with B, KiB, MiB or GiB, or `off`). When unset the broker sets 44 MiB: its live heap is small, and without a limit the collector lets the heap reach twice its live size at every peak, so peak RSS followed the push rate. The limit is soft: a body larger than it still fits, the collector works harder until it is gone. A higher limit buys CPU with memory: at 50 connections × 100 items, 40 MiB cost about 2 µs of broker CPU a message more than 44 MiB, and 48 MiB brought peak RSS near 62 MB. Go's runtime reads the variable before the broker does: a value it cannot read (`GOMEMLIMIT=lots`) stops the process at once with the runtime's own `malformed GOMEMLIMIT` error and a stack trace, not with the broker's error naming the variable.",
 		parse: func(c *Config, v string) error {
 			if v == "off" {
 				return nil

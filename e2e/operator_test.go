@@ -194,6 +194,7 @@ func TestErrorsNameTheProblem(t *testing.T) {
 		{"/api/v1/ack/batch", `{"acknowledgments":{}}`, `{"error":"\"acknowledgments\" must be an array, not an object"}`},
 		{"/api/v1/configure", `{"queue":"q",}`, `{"error":"malformed JSON"}`},
 		{"/api/v1/configure", `[1]`, `{"error":"body must be a JSON object"}`},
+		{"/api/v1/system/maintenance", `garbage`, `{"error":"malformed JSON"}`},
 	} {
 		code, rb := post(t, s.base, tt.path, []byte(tt.body))
 		if code != http.StatusBadRequest || string(rb) != tt.want {

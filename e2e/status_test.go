@@ -272,6 +272,10 @@ func TestStatusRoutes(t *testing.T) {
 		if an.Interval != "minute" || len(an.DataPoints) < 10 || len(an.DataPoints) > 12 || n != 5 {
 			t.Fatalf("minute analytics: %s, %d points, %d messages", an.Interval, len(an.DataPoints), n)
 		}
+		if code, b := get(t, s.base+"/api/v1/status/analytics?interval=week"); code != http.StatusBadRequest ||
+			b != `{"error":"interval must be minute, hour or day"}` {
+			t.Fatalf("interval=week: %d %s, want 400 naming the intervals", code, b)
+		}
 	})
 
 	t.Run("dead letters", func(t *testing.T) {

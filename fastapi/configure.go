@@ -37,6 +37,9 @@ func decodeObject(body []byte, v any) (err error) {
 		return errors.New("empty request body")
 	}
 	if t[0] != '{' {
+		if !json.Valid(t) {
+			return errors.New("malformed JSON")
+		}
 		return errors.New("body must be a JSON object")
 	}
 	if err := json.Unmarshal(t, v); err != nil {

@@ -453,8 +453,11 @@ func (s *Server) statusAnalytics(ctx *fasthttp.RequestCtx) {
 		width = time.Minute
 	case "day":
 		width = 24 * time.Hour
-	default:
+	case "", "hour":
 		interval = "hour"
+	default:
+		writeErr(ctx, fasthttp.StatusBadRequest, "interval must be minute, hour or day")
+		return
 	}
 	if n := to.Sub(from) / width; n > maxAnalyticsPoints {
 		writeErr(ctx, fasthttp.StatusBadRequest, "range too long for interval "+interval+": at most "+

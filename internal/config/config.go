@@ -352,7 +352,15 @@ var Vars = []Var{
 		Doc:   "`true` refuses tokens without an `exp` claim; `false` accepts them (a present `exp` is always checked). Tokens with a `crit` header are always refused (RFC 7515 §4.1.11).",
 		parse: oneOf("true", "false")},
 	{Name: "JWT_SKIP_PATHS", Section: SectionAuth, Default: auth.DefaultSkipPaths,
-		Doc: "Comma-separated paths served without a token; an entry ending in `/` is a prefix.", parse: nop},
+		Doc: "Comma-separated paths served without a token; an entry ending in `/` is a prefix. Every entry starts with `/` (a request path always does, so an entry without it would never match).",
+		parse: func(c *Config, v string) error {
+			for _, p := range auth.ParseSkipPaths(v) {
+				if !strings.HasPrefix(p, "/") {
+					return fmt.Errorf("entry %q does not start with /", p)
+				}
+			}
+			return nil
+		}},
 	{Name: "JWT_ROLES_CLAIM", Section: SectionAuth, Default: auth.DefaultRolesClaim,
 		Doc: "Claim holding one role (string).", parse: nop},
 	{Name: "JWT_ROLES_ARRAY_CLAIM", Section: SectionAuth, Default: auth.DefaultRolesArrayClaim,

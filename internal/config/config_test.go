@@ -100,6 +100,7 @@ func TestBadValues(t *testing.T) {
 		{map[string]string{"JWT_CLOCK_SKEW": "-1"}, `JWT_CLOCK_SKEW="-1"`},
 		{map[string]string{"JWT_JWKS_TIMEOUT_MS": "0"}, `JWT_JWKS_TIMEOUT_MS="0"`},
 		{map[string]string{"JWT_ENABLED": "true"}, `JWT_SECRET`}, // auth's own combination check
+		{map[string]string{"JWT_SKIP_PATHS": "/metrics, health"}, `JWT_SKIP_PATHS="/metrics, health": entry "health" does not start with /`},
 		{map[string]string{"QUEEN_ENCRYPTION_KEY": "secretsecret"}, `QUEEN_ENCRYPTION_KEY: want 64 hexadecimal characters`},
 		{map[string]string{"QUEEN_PG_URL": "postgres://u:hunter2@h:x/db"}, `QUEEN_PG_URL: not a PostgreSQL connection string`},
 	} {

@@ -420,3 +420,43 @@ func TestCaseLoneSurrogateNames(t *testing.T) {
 		t.Fatalf("transaction payload stored as %+v, want \"\\ud800\" byte for byte", msgs)
 	}
 }
+
+// TestCaseBadTextIs400: text PostgreSQL cannot store (a NUL character,
+// bytes that are not UTF-8), names too long, and lone surrogate escapes
+// are refused with 400 naming the problem on the routes that once passed
+// them to PostgreSQL (500) or decoded them into U+FFFD (a different name
+// than the client sent); nothing is created.
+func TestCaseBadTextIs400(t *testing.T) {
+	t.Parallel()
+	s := setup(t, nil)
+	uuidZero := "00000000-0000-0000-0000-000000000000"
+	long := strings.Repeat("n", 300)
+	for _, tt := range []struct {
+		method, path, body, want string
+	}{
+		{"GET", "/api/v1/dlq?queue=%00", "", `{"error":"queue must be 1..255 bytes of UTF-8 without control characters"}`},
+		{"GET", "/api/v1/dlq?consumerGroup=%00", "", `{"error":"consumerGroup must be 1..255 bytes of UTF-8 without control characters"}`},
+		{"GET", "/api/v1/dlq?partition=%00", "", `{"error":"partition must be 1..255 bytes of UTF-8 without control characters"}`},
+		{"GET", "/api/v1/dlq?queue=%ff", "", `{"error":"queue must be 1..255 bytes of UTF-8 without control characters"}`},
+		{"POST", "/streams/v1/queries", `{"name":"a\u0000b","source_queue":"sq","config_hash":"h"}`, `{"error":"name must be 1..255 bytes of UTF-8 without control characters"}`},
+		{"POST", "/streams/v1/queries", `{"name":"` + long + `","source_queue":"sq","config_hash":"h"}`, `{"error":"name must be 1..255 bytes of UTF-8 without control characters"}`},
+		{"POST", "/streams/v1/queries", `{"name":"a\ud800","source_queue":"sq","config_hash":"h"}`, `{"error":"name contains a lone surrogate escape (\\uD800-\\uDFFF not in a high-low pair)"}`},
+		{"POST", "/streams/v1/queries", `{"name":"q","source_queue":"sq","config_hash":"h\u0000"}`, `{"error":"config_hash must be UTF-8 without a NUL character"}`},
+		{"POST", "/streams/v1/queries", `{"name":"q","source_queue":"sq","config_hash":"` + strings.Repeat("h", 1025) + `"}`, `{"error":"config_hash is longer than 1024 bytes"}`},
+		{"POST", "/streams/v1/queries", `{"name":5,"source_queue":"sq","config_hash":"h"}`, `{"error":"name must be a string"}`},
+		{"POST", "/streams/v1/queries", "{\"name\":\"q\xff\",\"source_queue\":\"sq\",\"config_hash\":\"h\"}", `{"error":"request body is not valid UTF-8"}`},
+		{"POST", "/streams/v1/state/get", `{"query_id":"` + uuidZero + `","partition_id":"` + uuidZero + `","keys":["a\u0000"]}`, `{"error":"keys[0] contains a NUL character"}`},
+		{"POST", "/streams/v1/state/get", `{"query_id":"` + uuidZero + `","partition_id":"` + uuidZero + `","key_prefix":"a\u0000"}`, `{"error":"key_prefix contains a NUL character"}`},
+		{"POST", "/api/v1/configure", "{\"queue\":\"cfg\xffX\"}", `{"error":"request body is not valid UTF-8"}`},
+		{"POST", "/api/v1/ack", "{\"transactionId\":\"a\xffb\",\"partitionId\":\"" + uuidZero + "\"}", `{"error":"request body is not valid UTF-8"}`},
+		{"POST", "/api/v1/ack/batch", "{\"acknowledgments\":[{\"transactionId\":\"a\xffb\",\"partitionId\":\"" + uuidZero + "\"}]}", `{"error":"request body is not valid UTF-8"}`},
+	} {
+		code, b := do(t, tt.method, s.base+tt.path, "", []byte(tt.body))
+		if code != http.StatusBadRequest || string(b) != tt.want {
+			t.Errorf("%s %s %.80q: %d %s, want 400 %s", tt.method, tt.path, tt.body, code, b, tt.want)
+		}
+	}
+	if code, _ := get(t, s.base+"/api/v1/resources/queues/cfg%EF%BF%BDX"); code != http.StatusNotFound {
+		t.Errorf("the refused configure created a queue: %d", code)
+	}
+}

@@ -276,6 +276,12 @@ func TestStatusRoutes(t *testing.T) {
 			b != `{"error":"interval must be minute, hour or day"}` {
 			t.Fatalf("interval=week: %d %s, want 400 naming the intervals", code, b)
 		}
+		// A range of millennia is refused at once, not answered with
+		// millions of points.
+		if code, b := get(t, s.base+"/api/v1/status?from=0001-01-01&to=9999-12-31"); code != http.StatusBadRequest ||
+			b != `{"error":"range too long: at most 10000 points of 360 minutes"}` {
+			t.Fatalf("status over millennia: %d %s, want 400", code, b)
+		}
 	})
 
 	t.Run("dead letters", func(t *testing.T) {

@@ -370,7 +370,7 @@ func TestStreamRegister(t *testing.T) {
 		{`[1]`, "request body must be a JSON object"},
 		{`{"source_queue":"s","config_hash":"h"}`, "name is required"},
 		{`{"name":"n","config_hash":"h"}`, "source_queue is required"},
-		{`{"name":"n","source_queue":"s","config_hash":7}`, "config_hash is required"},
+		{`{"name":"n","source_queue":"s","config_hash":7}`, "config_hash must be a string"},
 		{`{"name":"n","source_queue":"s","config_hash":"h","reset":"yes"}`, "reset must be a boolean"},
 	} {
 		code, rb := post(t, s.base, "/streams/v1/queries", []byte(c.body))

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	json "github.com/goccy/go-json"
 	"github.com/valyala/fasthttp"
@@ -22,7 +23,8 @@ import (
 var freeFormMembers = []string{"payload", "data"}
 
 // decodeObject decodes a JSON object body into v; errors are client
-// mistakes with a message fit for {"error": ...}. A lone surrogate escape
+// mistakes with a message fit for {"error": ...}. A body that is not valid
+// UTF-8 is refused whole, as the push route refuses it. A lone surrogate escape
 // in any string outside freeFormMembers (a name, an id, a status) is
 // refused, naming its field: decoders would silently make it U+FFFD
 // (ingest.ErrLoneSurrogate).
@@ -35,6 +37,11 @@ func decodeObject(body []byte, v any) (err error) {
 	t := bytes.TrimSpace(body)
 	if len(t) == 0 {
 		return errors.New("empty request body")
+	}
+	if !utf8.Valid(t) {
+		// Decoding would turn each invalid byte into U+FFFD: a name or id
+		// that is not what the client sent (as /push refuses it).
+		return errors.New("request body is not valid UTF-8")
 	}
 	if t[0] != '{' {
 		if !json.Valid(t) {

@@ -178,7 +178,7 @@ func (s *Server) popWith(ctx *fasthttp.RequestCtx, f *popFilter) {
 				s.log.Info("pop: the queue was deleted while the pop ran", "queue", queue, "err", err)
 				ctx.SetStatusCode(fasthttp.StatusNoContent)
 				return
-			case pg.ClassInternal:
+			case pg.ClassInternal, pg.ClassInvalidText:
 				s.dbFail(ctx, "pop", err)
 				return
 			}

@@ -54,6 +54,7 @@ func (s *Server) adminCtx() (context.Context, context.CancelFunc) {
 //	unavailable  503 {"error":"database unavailable"}
 //	conflict     503 {"error":"database conflict (concurrent transaction): retry"}, Retry-After: 1
 //	vanished     404 {"error":"not found: it was deleted while the request ran"}
+//	invalid text 400 {"error":"a text value of the request holds a NUL character or is not valid UTF-8"}
 //	internal     500 {"error":"internal error"}
 //
 // Only a connection-level failure is ever called "database unavailable";
@@ -69,6 +70,8 @@ func (s *Server) dbFail(ctx *fasthttp.RequestCtx, what string, err error) {
 		writeErr(ctx, fasthttp.StatusServiceUnavailable, "database conflict (concurrent transaction): retry")
 	case pg.ClassVanished:
 		writeErr(ctx, fasthttp.StatusNotFound, "not found: it was deleted while the request ran")
+	case pg.ClassInvalidText:
+		writeErr(ctx, fasthttp.StatusBadRequest, "a text value of the request holds a NUL character or is not valid UTF-8")
 	default:
 		writeErr(ctx, fasthttp.StatusInternalServerError, "internal error")
 	}

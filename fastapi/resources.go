@@ -9,6 +9,7 @@ import (
 	json "github.com/goccy/go-json"
 	"github.com/valyala/fasthttp"
 
+	"github.com/queenmq/queen-go/ingest"
 	"github.com/queenmq/queen-go/pg"
 )
 
@@ -372,6 +373,15 @@ func (s *Server) listDLQ(ctx *fasthttp.RequestCtx) {
 	f := pg.DeadLetterFilter{Queue: string(a.Peek("queue")), Partition: string(a.Peek("partition")),
 		Group: string(a.Peek("consumerGroup")), Limit: intArg(a, "limit", 100, 1, 1000),
 		Offset: intArg(a, "offset", 0, 0, 1<<30)}
+	// Filters are names (api.md, "Names"): one that cannot be a name (a NUL
+	// byte, invalid UTF-8, over 255 bytes) is the client's mistake, not a
+	// query for PostgreSQL to refuse.
+	for _, n := range []struct{ arg, v string }{{"queue", f.Queue}, {"partition", f.Partition}, {"consumerGroup", f.Group}} {
+		if n.v != "" && ingest.ValidateName(n.v) != nil {
+			writeErr(ctx, fasthttp.StatusBadRequest, n.arg+" must be 1..255 bytes of UTF-8 without control characters")
+			return
+		}
+	}
 	for _, b := range []struct {
 		name string
 		to   **time.Time

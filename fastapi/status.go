@@ -235,6 +235,13 @@ func (s *Server) status(ctx *fasthttp.RequestCtx) {
 	defer cancel()
 	bm := bucketMinutes(to.Sub(from))
 	width := time.Duration(bm) * time.Minute
+	// One throughput point per bucket of the range, as analytics: bounded
+	// (a range of centuries was millions of points and gigabytes).
+	if n := to.Sub(from) / width; n > maxAnalyticsPoints {
+		writeErr(ctx, fasthttp.StatusBadRequest, "range too long: at most "+strconv.Itoa(maxAnalyticsPoints)+
+			" points of "+strconv.Itoa(bm)+" minutes")
+		return
+	}
 	counts, err := s.deps.Status.StoredPerBucket(c, f, from, to, width)
 	if err != nil {
 		s.dbFail(ctx, "status throughput", err)
@@ -480,7 +487,8 @@ func (s *Server) statusAnalytics(ctx *fasthttp.RequestCtx) {
 		"from": from.UTC().Format(utcMillis), "to": to.UTC().Format(utcMillis)})
 }
 
-// maxAnalyticsPoints bounds the buckets of one analytics answer.
+// maxAnalyticsPoints bounds the buckets of one analytics or status answer
+// (the time buckets of its range; a longer range is a 400).
 const maxAnalyticsPoints = 10000
 
 // stat is Queen's aggregate of one metric over a bucket, here a single

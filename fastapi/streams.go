@@ -58,6 +58,10 @@ func (s *Server) streamsBody(ctx *fasthttp.RequestCtx) (map[string]json.RawMessa
 		writeErr(ctx, fasthttp.StatusBadRequest, "Empty request body")
 		return nil, false
 	}
+	if !utf8.Valid(t) {
+		writeErr(ctx, fasthttp.StatusBadRequest, "request body is not valid UTF-8")
+		return nil, false
+	}
 	if !json.Valid(t) {
 		writeErr(ctx, fasthttp.StatusBadRequest, "Invalid JSON: the body does not parse")
 		return nil, false
@@ -101,11 +105,15 @@ func fieldString(m map[string]json.RawMessage, name string) (v string, present b
 	return v, true, ""
 }
 
-// requiredString is a required non-empty string field ("<field> is
-// required" otherwise, Queen's text).
+// requiredString is a required non-empty string field: "<field> is
+// required" when it is absent, null or empty (Queen's text), "<field> must
+// be a string" when it is another JSON type.
 func requiredString(m map[string]json.RawMessage, name string) (string, string) {
 	v, ok, msg := fieldString(m, name)
-	if msg != "" || !ok || v == "" {
+	if msg != "" {
+		return "", msg
+	}
+	if !ok || v == "" {
 		return "", name + " is required"
 	}
 	return v, ""
@@ -158,8 +166,8 @@ func (s *Server) streamRegister(ctx *fasthttp.RequestCtx) {
 			req.ConfigHash, msg = requiredString(m, "config_hash")
 		}
 	}
-	if msg == "" && !utf8.ValidString(req.Name+req.ConfigHash) {
-		msg = "name and config_hash must be valid UTF-8"
+	if msg == "" {
+		msg = checkRegisterText(m, req.Name, req.ConfigHash)
 	}
 	if msg == "" {
 		if err := ingest.ValidateName(req.SourceQueue); err != nil {
@@ -196,6 +204,35 @@ func (s *Server) streamRegister(ctx *fasthttp.RequestCtx) {
 	}
 	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"success": true, "query_id": res.ID.String(), "name": req.Name,
 		"config_hash": req.ConfigHash, "fresh": res.Fresh, "reset": res.Reset})
+}
+
+// MaxConfigHashBytes is the longest config_hash accepted: the SDKs send a
+// hash of the operator chain (tens of hexadecimal characters); the bound
+// keeps a client from storing megabytes in the query registry.
+const MaxConfigHashBytes = 1024
+
+// checkRegisterText checks a registration's name and config_hash (m is the
+// body's members): the name is a name as queues and groups have them
+// (1..255 bytes of UTF-8 without control characters, api.md "Names"), the
+// hash at most MaxConfigHashBytes of UTF-8 without a NUL byte; neither may
+// hold a lone surrogate escape (which decoding would silently turn into
+// U+FFFD). It returns a 400 text, or "".
+func checkRegisterText(m map[string]json.RawMessage, name, hash string) string {
+	if err := ingest.ValidateName(name); err != nil {
+		return "name must be 1..255 bytes of UTF-8 without control characters"
+	}
+	switch {
+	case len(hash) > MaxConfigHashBytes:
+		return fmt.Sprintf("config_hash is longer than %d bytes", MaxConfigHashBytes)
+	case !utf8.ValidString(hash) || strings.IndexByte(hash, 0) >= 0:
+		return "config_hash must be UTF-8 without a NUL character"
+	}
+	for _, f := range []string{"name", "config_hash"} {
+		if _, lone := ingest.FindLoneSurrogate(m[f]); lone {
+			return f + " " + ingest.ErrLoneSurrogate.Error()
+		}
+	}
+	return ""
 }
 
 // rawArray reads an optional array field (absent or null: none).
@@ -482,10 +519,18 @@ func (s *Server) streamStateGet(ctx *fasthttp.RequestCtx) {
 			bad(fmt.Sprintf("keys[%d] must be a string", i))
 			return
 		}
+		if e := validKey(k); e != "" {
+			bad(fmt.Sprintf("keys[%d] %s", i, e))
+			return
+		}
 		q.Keys = append(q.Keys, k)
 	}
 	if q.KeyPrefix, _, msg = fieldString(m, "key_prefix"); msg != "" {
 		bad(msg)
+		return
+	}
+	if e := validKey(q.KeyPrefix); e != "" {
+		bad("key_prefix " + e)
 		return
 	}
 	if raw, ok := m["ripe_at_or_before"]; ok && !isNull(raw) {

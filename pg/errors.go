@@ -44,6 +44,13 @@ const (
 	// request refers to something that no longer exists. Pop and Ack retry
 	// it themselves and then see the queue or partition gone.
 	ClassVanished
+	// ClassInvalidText: PostgreSQL refused a text value the request
+	// carried: SQLSTATE 22021 (a NUL byte, or bytes that are not UTF-8)
+	// or 22P05 (a character the database encoding cannot hold). The HTTP
+	// routes check names and ids before any SQL runs; this class is the
+	// net under a route that missed one: the client's mistake (HTTP 400),
+	// and the statement changed nothing.
+	ClassInvalidText
 	// ClassInternal: anything else (a constraint this code should never
 	// violate, a syntax error, a corrupt segment, a decryption failure...).
 	// A bug or a damaged database, not an outage: it is logged in full and
@@ -62,6 +69,8 @@ func (c Class) String() string {
 		return "conflict"
 	case ClassVanished:
 		return "vanished"
+	case ClassInvalidText:
+		return "invalid text"
 	}
 	return "internal"
 }
@@ -73,6 +82,9 @@ const (
 	codeForeignKeyViolation  = "23503"
 	codeQueryCanceled        = "57014"
 	codeReadOnlyTransaction  = "25006"
+	// codeCharacterNotInRepertoire: a NUL byte or invalid UTF-8 in text.
+	codeCharacterNotInRepertoire = "22021"
+	codeUntranslatableCharacter  = "22P05"
 )
 
 // Classify sorts err (from any Store method, wrapped or not) into its
@@ -105,6 +117,8 @@ func classifyCode(code string) Class {
 		return ClassConflict
 	case code == codeForeignKeyViolation:
 		return ClassVanished
+	case code == codeCharacterNotInRepertoire || code == codeUntranslatableCharacter:
+		return ClassInvalidText
 	case strings.HasPrefix(code, "08"), strings.HasPrefix(code, "53"),
 		code == "57P01", code == "57P02", code == "57P03", code == "57P04", code == "57P05",
 		code == codeQueryCanceled, code == codeReadOnlyTransaction:

@@ -45,6 +45,9 @@ func TestClassifyRealErrors(t *testing.T) {
 		{"foreign key violation (a queue deleted under a pop)", pg.ClassVanished, func(t *testing.T) error {
 			return exec(`INSERT INTO queen.consumer_groups (queue_id, consumer_group, subscription_mode) VALUES ($1, 'g', 'all')`, uuid.New())
 		}},
+		{"a NUL character in a text parameter", pg.ClassInvalidText, func(t *testing.T) error {
+			return exec(`SELECT $1::text`, "a\x00b")
+		}},
 		{"serialization failure", pg.ClassConflict, func(t *testing.T) error { return serializationFailure(t, pool) }},
 		{"deadlock", pg.ClassConflict, func(t *testing.T) error { return deadlock(t, pool) }},
 		{"statement timeout", pg.ClassUnavailable, func(t *testing.T) error {
@@ -238,6 +241,8 @@ func TestClassifyCodes(t *testing.T) {
 		{"serialization failure 40001", pgErr("40001"), pg.ClassConflict},
 		{"deadlock 40P01", pgErr("40P01"), pg.ClassConflict},
 		{"foreign key 23503", pgErr("23503"), pg.ClassVanished},
+		{"NUL or invalid UTF-8 22021", pgErr("22021"), pg.ClassInvalidText},
+		{"untranslatable character 22P05", pgErr("22P05"), pg.ClassInvalidText},
 		{"unique 23505", pgErr("23505"), pg.ClassInternal},
 		{"check 23514", pgErr("23514"), pg.ClassInternal},
 		{"undefined table 42P01", pgErr("42P01"), pg.ClassInternal},

@@ -195,6 +195,8 @@ func TestErrorsNameTheProblem(t *testing.T) {
 		{"/api/v1/configure", `{"queue":"q",}`, `{"error":"malformed JSON"}`},
 		{"/api/v1/configure", `[1]`, `{"error":"body must be a JSON object"}`},
 		{"/api/v1/system/maintenance", `garbage`, `{"error":"malformed JSON"}`},
+		{"/api/v1/transaction", `{"operations":[{"type":"push"}]}`, `{"error":"operations[0].items (an array of push items) is required"}`},
+		{"/api/v1/stats/refresh", `{"x":1e400}`, `{"error":"\"x\" is out of range for a number"}`},
 	} {
 		code, rb := post(t, s.base, tt.path, []byte(tt.body))
 		if code != http.StatusBadRequest || string(rb) != tt.want {

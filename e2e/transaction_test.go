@@ -57,7 +57,8 @@ func TestTransactionPushAndAckAtomic(t *testing.T) {
 	// Client mistakes are 400 and apply nothing.
 	for _, bad := range []string{`{}`, `{"operations":[]}`, `{"operations":[{"type":"nope"}]}`,
 		`{"operations":[{"type":"push","items":[{"queue":"tx3","payload":1,"traceId":"not-a-uuid"}]}]}`,
-		`{"operations":[{"type":"push","items":[{"queue":"tx3","payload":1}]},{"type":"ack","partitionId":"x"}]}`} {
+		`{"operations":[{"type":"push","items":[{"queue":"tx3","payload":1}]},{"type":"ack","partitionId":"x"}]}`,
+		`{"operations":[{"type":"push"}]}`} {
 		if code, rb := post(t, s.base, "/api/v1/transaction", []byte(bad)); code != http.StatusBadRequest {
 			t.Errorf("%s: %d %s, want 400", bad, code, rb)
 		}

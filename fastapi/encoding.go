@@ -54,7 +54,13 @@ func shapeError(err error) error {
 		}
 		b.WriteString(p)
 	}
-	return fmt.Errorf("%q must be %s, not %s", b.String(), kindName(te.Type), article(te.Value))
+	want, got := kindName(te.Type), article(te.Value)
+	if want == got {
+		// The right kind that does not fit the field (1e400 for a float,
+		// 300 for a byte, 1.5 for an integer).
+		return fmt.Errorf("%q is out of range for %s", b.String(), want)
+	}
+	return fmt.Errorf("%q must be %s, not %s", b.String(), want, got)
 }
 
 func isIndex(s string) bool {

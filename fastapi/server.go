@@ -464,12 +464,23 @@ func readAtMost(r io.Reader, buf []byte, n int) ([]byte, error) {
 	return buf, nil
 }
 
+// drain reads and discards what the client is still sending of a body
+// over the limit, at most drainLimitFactor × MaxBodyBytes and for at most
+// drainTime (a client that declared a huge Content-Length and then sends
+// nothing gets its 413 after drainTime, not after the read timeout), and
+// marks the connection to close.
 func (s *Server) drain(ctx *fasthttp.RequestCtx) {
 	ctx.SetConnectionClose()
 	if stream := ctx.RequestBodyStream(); stream != nil {
+		_ = ctx.Conn().SetReadDeadline(time.Now().Add(drainTime))
 		_, _ = io.CopyN(io.Discard, stream, int64(drainLimitFactor)*int64(s.cfg.MaxBodyBytes))
 	}
 }
+
+// drainTime bounds drain: long enough for a client sending at full speed
+// to reach the point where it reads the answer, short against the read
+// timeout.
+const drainTime = 2 * time.Second
 
 func (s *Server) push(ctx *fasthttp.RequestCtx) {
 	bp, _ := pushBodies.Get().(*[]byte)

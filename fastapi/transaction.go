@@ -107,6 +107,10 @@ func (s *Server) transaction(ctx *fasthttp.RequestCtx) {
 	for i, op := range req.Operations {
 		switch op.Type {
 		case "push":
+			if len(bytes.TrimSpace(op.Items)) == 0 {
+				writeErr(ctx, fasthttp.StatusBadRequest, fmt.Sprintf("operations[%d].items (an array of push items) is required", i))
+				return
+			}
 			items, err := ingest.ParseTransactionItems(op.Items)
 			if err != nil {
 				writeErr(ctx, fasthttp.StatusBadRequest, fmt.Sprintf("operations[%d]: %v", i, err))

@@ -72,6 +72,10 @@ func New(walIndex, checkpoint, backlog, walBytes func() float64) *Metrics {
 			Help: "Acks by status and result."}, []string{"status", "result"}),
 	}
 	m.pushWAL, m.pushProjection = m.PushStage.WithLabelValues("wal"), m.PushStage.WithLabelValues("projection")
+	// The ok series exists from the start, as the fsync histogram does:
+	// /metrics and Snapshot show its buckets at zero before the first
+	// batch instead of no buckets at all.
+	m.ProjectorBatch.WithLabelValues("ok")
 	r.MustRegister(m.PushItems, m.WALFsync, m.ProjectorBatch, m.ProjectorItems, m.PushStage, m.Popped, m.Acks,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "queen_wal_durable_index", Help: "Last fsynced WAL index."}, walIndex),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "queen_projector_checkpoint", Help: "Last WAL index committed to PostgreSQL."}, checkpoint),

@@ -72,3 +72,16 @@ func TestPushItemsFor(t *testing.T) {
 		}
 	}
 }
+
+// TestSnapshotBeforeFirstBatch: before any projection batch the projector
+// histogram has its buckets, all at zero, as the fsync histogram does
+// (it had none: an empty list beside a full one).
+func TestSnapshotBeforeFirstBatch(t *testing.T) {
+	zero := func() float64 { return 0 }
+	s := New(zero, zero, zero, zero).Snapshot()
+	for name, h := range map[string]Histogram{"projector": s.ProjectorBatch, "fsync": s.WALFsync} {
+		if len(h.Buckets) < 2 || h.Count != 0 || h.Buckets[len(h.Buckets)-1].UpperBound != nil {
+			t.Errorf("%s: %+v, want zero buckets ending in +Inf", name, h)
+		}
+	}
+}

@@ -61,7 +61,13 @@ func (s *Server) adminCtx() (context.Context, context.CancelFunc) {
 // the error itself is logged, never sent (it may name tables and values).
 func (s *Server) dbFail(ctx *fasthttp.RequestCtx, what string, err error) {
 	class := pg.Classify(err)
-	s.log.Error(what+" failed", "class", class.String(), "err", err)
+	if class == pg.ClassInvalidText {
+		// The client's mistake, at a client's rate: not an error of the
+		// broker's.
+		s.log.Warn(what+" refused by PostgreSQL: invalid text", "err", err)
+	} else {
+		s.log.Error(what+" failed", "class", class.String(), "err", err)
+	}
 	switch class {
 	case pg.ClassUnavailable:
 		writeErr(ctx, fasthttp.StatusServiceUnavailable, "database unavailable")

@@ -33,6 +33,8 @@ func TestDBFail(t *testing.T) {
 		{"deadlock", pgErr("40P01"), 503, `{"error":"database conflict (concurrent transaction): retry"}`, "1"},
 		{"serialization", pgErr("40001"), 503, `{"error":"database conflict (concurrent transaction): retry"}`, "1"},
 		{"foreign key", pgErr("23503"), 404, `{"error":"not found: it was deleted while the request ran"}`, ""},
+		{"NUL in text", pgErr("22021"), 400, `{"error":"a text value of the request holds a NUL character or is not valid UTF-8"}`, ""},
+		{"untranslatable character", pgErr("22P05"), 400, `{"error":"a text value of the request holds a NUL character or is not valid UTF-8"}`, ""},
 		{"unique violation", pgErr("23505"), 500, `{"error":"internal error"}`, ""},
 		{"plain error", errors.New("segment checksum mismatch"), 500, `{"error":"internal error"}`, ""},
 	}

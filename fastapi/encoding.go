@@ -55,10 +55,15 @@ func shapeError(err error) error {
 		b.WriteString(p)
 	}
 	want, got := kindName(te.Type), article(te.Value)
-	if want == got {
-		// The right kind that does not fit the field (1e400 for a float,
-		// 300 for a byte, 1.5 for an integer).
+	switch {
+	case want == got:
+		// A number that does not fit a float field (1e400).
 		return fmt.Errorf("%q is out of range for %s", b.String(), want)
+	case want == "an integer" && got == "a number":
+		// The decoder does not say which: a fraction (1.5), an exponent
+		// (1e2), or a whole number outside the field's type (300 for a
+		// byte, -1 for an unsigned count, 2^64).
+		return fmt.Errorf("%q must be a whole number (no fraction or exponent) within the field's range", b.String())
 	}
 	return fmt.Errorf("%q must be %s, not %s", b.String(), want, got)
 }

@@ -465,22 +465,37 @@ func readAtMost(r io.Reader, buf []byte, n int) ([]byte, error) {
 }
 
 // drain reads and discards what the client is still sending of a body
-// over the limit, at most drainLimitFactor × MaxBodyBytes and for at most
-// drainTime (a client that declared a huge Content-Length and then sends
-// nothing gets its 413 after drainTime, not after the read timeout), and
-// marks the connection to close.
+// over the limit, at most drainLimitFactor × MaxBodyBytes, and marks the
+// connection to close. A client that stops sending for bodyDrainIdle (it
+// declared a huge Content-Length and sent nothing more) gets its 413 then,
+// not at the read timeout; one that keeps sending is drained until the
+// read timeout (QUEEN_READ_TIMEOUT_MS after the handler was called), so
+// that it reaches the point where it reads the answer.
 func (s *Server) drain(ctx *fasthttp.RequestCtx) {
 	ctx.SetConnectionClose()
-	if stream := ctx.RequestBodyStream(); stream != nil {
-		_ = ctx.Conn().SetReadDeadline(time.Now().Add(drainTime))
-		_, _ = io.CopyN(io.Discard, stream, int64(drainLimitFactor)*int64(s.cfg.MaxBodyBytes))
+	stream := ctx.RequestBodyStream()
+	if stream == nil {
+		return
+	}
+	end := ctx.Time().Add(s.cfg.ReadTimeout)
+	left := int64(drainLimitFactor) * int64(s.cfg.MaxBodyBytes)
+	buf := make([]byte, 32<<10)
+	for left > 0 {
+		d := time.Now().Add(bodyDrainIdle)
+		if d.After(end) {
+			d = end
+		}
+		_ = ctx.Conn().SetReadDeadline(d)
+		n, err := stream.Read(buf[:min(int64(len(buf)), left)])
+		left -= int64(n)
+		if err != nil {
+			return
+		}
 	}
 }
 
-// drainTime bounds drain: long enough for a client sending at full speed
-// to reach the point where it reads the answer, short against the read
-// timeout.
-const drainTime = 2 * time.Second
+// bodyDrainIdle is how long drain waits for more of an over-limit body.
+const bodyDrainIdle = 2 * time.Second
 
 func (s *Server) push(ctx *fasthttp.RequestCtx) {
 	bp, _ := pushBodies.Get().(*[]byte)

@@ -41,7 +41,10 @@ var commands = []command{
 // help writes the usage text, or with --markdown the configuration
 // reference (docs/configuration.md).
 func help(w io.Writer, args []string) error {
-	if len(args) == 1 && args[0] == "--markdown" {
+	if len(args) > 0 && args[0] == "--markdown" {
+		if len(args) > 1 {
+			return fmt.Errorf("help --markdown takes no arguments: %w", errUsage)
+		}
 		writeMarkdown(w)
 		return nil
 	}

@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -60,12 +61,11 @@ func run(args []string, stdout io.Writer) error {
 		return nil
 	case "dev", "wal":
 		if wantsHelp(args[1:]) {
-			var name []string // the command's words, up to the first flag or directory
-			for _, a := range args {
-				if strings.HasPrefix(a, "-") || len(name) == 2 {
-					break
-				}
-				name = append(name, a)
+			// The command's words: "wal", then its subcommand when the
+			// next argument is one (not a flag or a directory).
+			name := []string{args[0]}
+			if args[0] == "wal" && len(args) > 1 && slices.Contains([]string{"status", "verify", "dump"}, args[1]) {
+				name = append(name, args[1])
 			}
 			return helpFor(stdout, strings.Join(name, " "))
 		}

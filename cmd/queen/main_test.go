@@ -233,7 +233,11 @@ func TestCommandHelp(t *testing.T) {
 		!strings.Contains(out.String(), "queen wal verify") || strings.Contains(out.String(), "queen dev") {
 		t.Errorf("wal --help: %v\n%s", err, out.String())
 	}
-	for _, args := range [][]string{{"help", "nope"}, {"version", "extra"}, {"dev", "extra"}} {
+	out.Reset()
+	if err := run([]string{"wal", "/some/dir", "--help"}, &out); err != nil || !strings.Contains(out.String(), "queen wal dump") {
+		t.Errorf("wal DIR --help: %v\n%s", err, out.String())
+	}
+	for _, args := range [][]string{{"help", "nope"}, {"version", "extra"}, {"dev", "extra"}, {"help", "--markdown", "x"}} {
 		if err := run(args, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "queen help") {
 			t.Errorf("%v: err = %v", args, err)
 		}

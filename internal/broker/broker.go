@@ -428,9 +428,9 @@ func (b *Broker) Ack(ctx context.Context, reqs []pg.AckRequest) ([]pg.AckResult,
 // per run of acks with the same status and result (a batch of a whole
 // lease is one run), not once per ack, whose label lookup was 100
 // hashings per ack/batch of 100. The status label is the ack's status as
-// applied: an ack without one is "completed" (docs/consume.md, "Ack");
-// the HTTP routes refuse any status outside pg's five, so the label's
-// values are bounded.
+// sent, an ack without one counted as "completed", the status it is
+// applied as (docs/consume.md, "Ack"); the HTTP routes refuse any status
+// outside pg's five, so the label's values are bounded.
 func (b *Broker) countAcks(reqs []pg.AckRequest, res []pg.AckResult) {
 	for i := 0; i < len(res); {
 		status, ok := reqs[i].Status, res[i].Success
@@ -507,20 +507,11 @@ func (b *Broker) Transaction(ctx context.Context, pushes []pg.ProjectItem, acks 
 	for q := range woken {
 		b.WakeQueue(ctx, q)
 	}
-	// Counted as the WAL path's pushes and the ack routes' acks are: the
-	// items by verdict, the acks by status (all applied: a refused ack
-	// aborts the whole transaction, which then counts nothing).
-	for i := 0; i < len(res.Pushes); {
-		j := i + 1
-		for j < len(res.Pushes) && res.Pushes[j].Duplicate == res.Pushes[i].Duplicate {
-			j++
-		}
-		status := ingest.StatusQueued
-		if res.Pushes[i].Duplicate {
-			status = ingest.StatusDuplicate
-		}
-		b.Metrics.PushItemsFor(string(status)).Add(float64(j - i))
-		i = j
+	// Counted as the WAL path's pushes and the ack routes' acks are. Every
+	// push of a committed transaction is queued: a duplicate, like a
+	// refused ack, aborts the whole transaction, which then counts nothing.
+	if len(res.Pushes) > 0 {
+		b.Metrics.PushItemsFor(string(ingest.StatusQueued)).Add(float64(len(res.Pushes)))
 	}
 	b.countAcks(acks, res.Acks)
 	return res, nil

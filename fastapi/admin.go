@@ -6,7 +6,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/fasthttp/router"
 	"github.com/valyala/fasthttp"
 
 	"github.com/queenmq/queen-go/ingest"
@@ -52,7 +51,7 @@ type adminRoutes struct {
 // "tasks" and "partitions" are static segments beside "queues", and
 // ".../queues/{queue}/depth" is one segment longer than the queue detail
 // route, so no route shadows another.
-func (s *Server) routeAdmin(r *router.Router) {
+func (s *Server) routeAdmin(r listingRoutes) {
 	ar := &adminRoutes{s: s, a: s.deps.Admin}
 	r.GET("/api/v1/resources/queues/{queue}/depth", ar.depth)
 	r.GET("/api/v1/resources/overview", ar.overview)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/fasthttp/router"
 	json "github.com/goccy/go-json"
 	"github.com/google/uuid"
 	"github.com/valyala/fasthttp"
@@ -51,7 +50,7 @@ type messageRoutes struct {
 // traces"). DELETE of one message is served by fastapi/streams.go
 // (tombstones, pg/tombstone.go). Both routes need the read role
 // (auth/roles.go: any GET under /api/v1).
-func (s *Server) routeMessages(r *router.Router) {
+func (s *Server) routeMessages(r listingRoutes) {
 	mr := &messageRoutes{s: s, m: s.deps.Messages}
 	r.GET("/api/v1/messages", mr.list)
 	r.GET("/api/v1/messages/{partitionId}/{transactionId}", mr.get)

@@ -203,6 +203,13 @@ type Config struct {
 	// message and trace routes (QUEEN_ADMIN_DB_TIMEOUT_MS; default
 	// DefaultAdminDBTimeout, 30 s). Past it they answer 503.
 	AdminDBTimeout time.Duration
+	// MaxListingRequests is how many GET requests of the listing routes
+	// (status, analytics, resources, consumer groups, DLQ, messages,
+	// traces) may run at once; more wait for a turn (listingGate). The
+	// broker sets a quarter of its PostgreSQL pool (DB_POOL_SIZE / 4, at
+	// least 1), so that reads, however heavy, always leave the projector,
+	// pops and acks most of the pool. 0: DefaultMaxListingRequests.
+	MaxListingRequests int
 	// Pprof serves Go's profiles under /debug/pprof/ (QUEEN_PPROF=true).
 	Pprof bool
 	// Auth, when set, wraps every route (JWT, role policy); nil = no auth.
@@ -228,6 +235,10 @@ type Server struct {
 	// failLog logs failures that repeat on every request (a WAL that
 	// cannot be written) once per interval with a count.
 	failLog *ratelog.Logger
+	// listingTurns is the listing gate's semaphore, listingWait how long a
+	// request waits for a turn (listingGate).
+	listingTurns chan struct{}
+	listingWait  time.Duration
 }
 
 // New builds the server and its routes from cfg (zero fields take the
@@ -256,10 +267,14 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if cfg.AdminDBTimeout <= 0 {
 		cfg.AdminDBTimeout = DefaultAdminDBTimeout
 	}
+	if cfg.MaxListingRequests <= 0 {
+		cfg.MaxListingRequests = DefaultMaxListingRequests
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Server{cfg: cfg, deps: deps, log: cfg.Logger, failLog: ratelog.New(cfg.Logger, ratelog.DefaultInterval)}
+	s := &Server{cfg: cfg, deps: deps, log: cfg.Logger, failLog: ratelog.New(cfg.Logger, ratelog.DefaultInterval),
+		listingTurns: make(chan struct{}, cfg.MaxListingRequests), listingWait: defaultListingWait}
 	// The router matches the raw path, so a queue named "a/b" arrives as
 	// one segment a%2Fb and is decoded by the handler (pathName).
 	r := router.New()
@@ -275,11 +290,14 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	r.POST("/api/v1/ack", s.ack)
 	r.POST("/api/v1/ack/batch", s.ackBatch)
 	r.POST("/api/v1/transaction", s.transaction)
-	s.routeResources(r)
-	s.routeTraces(r)
-	s.routeAdmin(r)
-	s.routeMessages(r)
-	s.routeStatus(r)
+	// The listing routes' GETs take a turn of the listing gate; their
+	// writes (configure, delete, seek) and everything else do not.
+	lr := listingRoutes{r, s}
+	s.routeResources(lr)
+	s.routeTraces(lr)
+	s.routeAdmin(lr)
+	s.routeMessages(lr)
+	s.routeStatus(lr)
 	s.routePipeline(r)
 	r.POST("/api/v1/lease/{leaseId}/extend", s.extendLease)
 	s.routeStreams(r) // streams and single-message delete: fastapi/streams.go

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"unicode/utf8"
 
-	"github.com/fasthttp/router"
 	json "github.com/goccy/go-json"
 	"github.com/google/uuid"
 	"github.com/valyala/fasthttp"
@@ -52,7 +51,7 @@ type traceRoutes struct {
 // and traces"). The static segments "by-name" and "names" take priority over
 // {partitionId} in fasthttp/router, so they never reach the per-message route
 // (e2e TestTraceRoutesStaticSegmentsWin).
-func (s *Server) routeTraces(r *router.Router) {
+func (s *Server) routeTraces(r listingRoutes) {
 	tr := &traceRoutes{s: s, t: s.deps.Traces}
 	r.POST("/api/v1/traces", tr.record)
 	r.GET("/api/v1/traces/names", tr.names)

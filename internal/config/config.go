@@ -290,7 +290,7 @@ var Vars = []Var{
 		"`true` leaves `sslmode` to the driver's default (`prefer`); `false` connects with `sslmode=disable`.",
 		func(c *Config) *bool { return &c.PGUseSSL }),
 	intVar("DB_POOL_SIZE", SectionPG, 10, unitNone, 1, 10000,
-		"PostgreSQL connections in the pool.",
+		"PostgreSQL connections in the pool. The listing routes (status, analytics, resources, consumer groups, DLQ, messages, traces) run at most a quarter of it at once (at least 1), so that heavy reads never take the connections the projector, pops and acks need; a listing that waits more than 10 s for its turn is answered 503 with `Retry-After: 1`.",
 		func(c *Config) *int { return &c.PoolSize }),
 	boolVar("QUEEN_SEGMENT_COMPRESSION", SectionPG, true,
 		"`true` stores a segment's messages compressed (S2) when that saves at least a sixteenth of a body of 1 KiB or more, so PostgreSQL receives, logs and stores fewer bytes; other bodies are stored as they are. PostgreSQL's own compression of the column is off either way (STORAGE EXTERNAL), so `false` stores every body at its full size: use it only while brokers of a version before compression (which cannot read compressed bodies) share the database during a rolling upgrade, or before going back to such a version (docs/operations.md, \"Upgrading\"). Every broker of this version reads both forms.",

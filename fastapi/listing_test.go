@@ -1,0 +1,65 @@
+package fastapi
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// TestListingGate: no more than the gate's turns run at once; a request
+// that finds every turn taken waits for one, and past the wait is
+// answered 503 with Retry-After, its handler never run.
+func TestListingGate(t *testing.T) {
+	s := &Server{listingTurns: make(chan struct{}, 2), listingWait: 200 * time.Millisecond}
+	release := make(chan struct{})
+	var mu sync.Mutex
+	running, most := 0, 0
+	h := s.listingGate(func(ctx *fasthttp.RequestCtx) {
+		mu.Lock()
+		running++
+		most = max(most, running)
+		mu.Unlock()
+		<-release
+		mu.Lock()
+		running--
+		mu.Unlock()
+		ctx.SetStatusCode(fasthttp.StatusOK)
+	})
+	ctxs := make([]*fasthttp.RequestCtx, 3)
+	var wg sync.WaitGroup
+	for i := range ctxs {
+		ctxs[i] = new(fasthttp.RequestCtx)
+		wg.Add(1)
+		go func() { defer wg.Done(); h(ctxs[i]) }()
+	}
+	time.Sleep(50 * time.Millisecond)
+	close(release) // the two running end; the third takes a freed turn
+	wg.Wait()
+	for i, c := range ctxs {
+		if c.Response.StatusCode() != fasthttp.StatusOK {
+			t.Errorf("request %d: %d, want 200 after waiting for a turn", i, c.Response.StatusCode())
+		}
+	}
+	if most != 2 {
+		t.Errorf("%d ran at once, want 2", most)
+	}
+
+	// Both turns held past the wait: 503, handler not run.
+	block := make(chan struct{})
+	held := s.listingGate(func(*fasthttp.RequestCtx) { <-block })
+	for range 2 {
+		go held(new(fasthttp.RequestCtx))
+	}
+	time.Sleep(50 * time.Millisecond)
+	var late fasthttp.RequestCtx
+	ran := false
+	s.listingGate(func(*fasthttp.RequestCtx) { ran = true })(&late)
+	close(block)
+	if ran || late.Response.StatusCode() != fasthttp.StatusServiceUnavailable ||
+		string(late.Response.Header.Peek(fasthttp.HeaderRetryAfter)) != "1" ||
+		string(late.Response.Body()) != `{"error":"busy: 2 listing requests are running (at most DB_POOL_SIZE/4 at once); retry"}` {
+		t.Errorf("no turn: ran %v, %d %s", ran, late.Response.StatusCode(), late.Response.Body())
+	}
+}

@@ -480,3 +480,22 @@ func TestCaseHugeContentLengthAnsweredAtOnce(t *testing.T) {
 		t.Fatalf("413 after %v", d)
 	}
 }
+
+// TestCaseAckBatchBounded: an ack/batch is at most 10,000 acknowledgments
+// (the largest pop) and 8 MiB; more is refused before anything is applied
+// (a 62 MB body of 780,000 acks took hundreds of MB to decode).
+func TestCaseAckBatchBounded(t *testing.T) {
+	t.Parallel()
+	s := setup(t, nil)
+	ack := `{"transactionId":"t","partitionId":"00000000-0000-0000-0000-000000000000"}`
+	many := `{"acknowledgments":[` + strings.TrimSuffix(strings.Repeat(ack+",", 10001), ",") + `]}`
+	code, b := post(t, s.base, "/api/v1/ack/batch", []byte(many))
+	if code != http.StatusBadRequest || string(b) != `{"error":"the batch has 10001 acknowledgments; at most 10000 are accepted per request"}` {
+		t.Errorf("10,001 acks: %d %s", code, b)
+	}
+	huge := `{"acknowledgments":[{"transactionId":"` + strings.Repeat("x", 9<<20) + `"}]}`
+	code, b = post(t, s.base, "/api/v1/ack/batch", []byte(huge))
+	if code != http.StatusRequestEntityTooLarge || string(b) != `{"error":"request body exceeds the ack/batch limit of 8 MiB"}` {
+		t.Errorf("9 MiB ack/batch: %d %.200s", code, b)
+	}
+}

@@ -27,6 +27,14 @@ const (
 	DefaultPopTimeout = 30 * time.Second
 	// MaxPopBatch caps one pop's batch.
 	MaxPopBatch = 10000
+	// MaxAckBatch caps the acknowledgments of one ack/batch: the largest
+	// pop's messages. MaxAckBatchBytes caps its body (within
+	// QUEEN_MAX_BODY_BYTES): decoding an ack takes several times its bytes
+	// in memory, and three 62 MB bodies of 780,000 acks took the broker
+	// past 1 GB (a hostile-input probe, 2026-12-07); 10,000 acks of
+	// Queen's SDKs are about 1.5 MB.
+	MaxAckBatch      = MaxPopBatch
+	MaxAckBatchBytes = 8 << 20
 	// AutopilotBatch is the batch of a pop that sends autopilot=true and no
 	// batch. Newer Queen SDKs consume that way by default and leave the
 	// batch size to the broker; without a batch parameter the API default
@@ -456,7 +464,7 @@ func decodeAckBatch(body []byte, buf *ackBatchBuf) (ackBatchBody, error) {
 func (s *Server) ackBatch(ctx *fasthttp.RequestCtx) {
 	buf := ackBatchBufs.Get().(*ackBatchBuf)
 	defer ackBatchBufs.Put(buf)
-	body, ok := s.readBodyOrAnswerInto(ctx, buf.body)
+	body, ok := s.readBodyUpTo(ctx, buf.body, MaxAckBatchBytes, "the ack/batch limit of 8 MiB")
 	if !ok {
 		return
 	}
@@ -473,6 +481,10 @@ func (s *Server) ackBatch(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	n := len(*a.Acknowledgments)
+	if n > MaxAckBatch {
+		writeErr(ctx, fasthttp.StatusBadRequest, "the batch has "+strconv.Itoa(n)+" acknowledgments; at most "+strconv.Itoa(MaxAckBatch)+" are accepted per request")
+		return
+	}
 	reqs, leases := buf.reqs[:0], buf.leases
 	if n > maxKeptAckItems {
 		reqs, leases = nil, nil

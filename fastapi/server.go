@@ -413,14 +413,20 @@ func (s *Server) readBodyOrAnswer(ctx *fasthttp.RequestCtx) ([]byte, bool) {
 // readBodyOrAnswerInto is readBodyOrAnswer reading into buf's memory when
 // it is large enough (the push handler's pooled buffers).
 func (s *Server) readBodyOrAnswerInto(ctx *fasthttp.RequestCtx, buf []byte) ([]byte, bool) {
-	body, err := s.readBody(ctx, buf)
+	return s.readBodyUpTo(ctx, buf, s.cfg.MaxBodyBytes, "QUEEN_MAX_BODY_BYTES")
+}
+
+// readBodyUpTo is readBodyOrAnswerInto with a limit of its own, limit
+// bytes (at most MaxBodyBytes), named by limitName in the 413.
+func (s *Server) readBodyUpTo(ctx *fasthttp.RequestCtx, buf []byte, limit int, limitName string) ([]byte, bool) {
+	body, err := s.readBody(ctx, buf, min(limit, s.cfg.MaxBodyBytes))
 	if err == nil {
 		// Before the error tests: isTimeout's errors.As target escapes, an
 		// allocation per request even for a nil error.
 		return body, true
 	}
 	if errors.Is(err, errTooLarge) {
-		writeErr(ctx, fasthttp.StatusRequestEntityTooLarge, "request body exceeds QUEEN_MAX_BODY_BYTES")
+		writeErr(ctx, fasthttp.StatusRequestEntityTooLarge, "request body exceeds "+limitName)
 		return nil, false
 	}
 	if isTimeout(err) {
@@ -435,14 +441,13 @@ func (s *Server) readBodyOrAnswerInto(ctx *fasthttp.RequestCtx, buf []byte) ([]b
 // errTooLarge is returned by readBody for a body over the limit.
 var errTooLarge = errors.New("request body too large")
 
-// readBody reads the request body up to MaxBodyBytes. Over the limit it
+// readBody reads the request body up to limit bytes. Over the limit it
 // drains (bounded) what the client still sends, so the 413 is readable and
 // not lost to a connection reset, then marks the connection to close.
 //
 // buf, when its capacity suffices, is where the body is read (from its
 // start); otherwise a new buffer is made.
-func (s *Server) readBody(ctx *fasthttp.RequestCtx, buf []byte) ([]byte, error) {
-	limit := s.cfg.MaxBodyBytes
+func (s *Server) readBody(ctx *fasthttp.RequestCtx, buf []byte, limit int) ([]byte, error) {
 	if cl := ctx.Request.Header.ContentLength(); cl > limit {
 		s.drain(ctx)
 		return nil, errTooLarge

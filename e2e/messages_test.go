@@ -282,6 +282,14 @@ func TestMessagesFiltersPagingAndWindow(t *testing.T) {
 	if p := listMessages(t, s.base, "limit=0"); len(p.Messages) != 1 || p.Pagination.Limit != 1 {
 		t.Fatalf("limit=0 is clamped to 1: %+v", p)
 	}
+	// Past the deepest offset served: refused, not the deepest page again
+	// (a client paging until an empty page would never stop).
+	if code, b := get(t, s.base+"/api/v1/messages?offset=10001"); code != http.StatusBadRequest || !strings.Contains(b, "offset is at most 10000") {
+		t.Fatalf("offset=10001: %d %s", code, b)
+	}
+	if p := listMessages(t, s.base, "offset=10000"); len(p.Messages) != 0 || p.Pagination.Offset != 10000 {
+		t.Fatalf("offset=10000: %+v", p)
+	}
 
 	full := listMessages(t, s.base, "").Messages
 	at := func(txid string) string {

@@ -3,6 +3,8 @@ package fastapi
 import (
 	"context"
 	"errors"
+	"math"
+	"strconv"
 	"time"
 
 	json "github.com/goccy/go-json"
@@ -31,7 +33,7 @@ const (
 	DefaultMessagesLimit = 200
 	// MaxMessagesLimit is the largest limit served (larger is clamped).
 	MaxMessagesLimit = 1000
-	// MaxMessagesOffset is the largest offset served (larger is clamped):
+	// MaxMessagesOffset is the largest offset served (larger is a 400):
 	// offset+limit messages are decoded to answer, so it bounds the work.
 	MaxMessagesOffset = 10000
 	// DefaultMessagesWindow is the window when from is absent: the hour
@@ -75,8 +77,8 @@ func (s *Server) routeMessages(r listingRoutes) {
 // group's live lease when status is processing, else null. Messages are
 // newest first (createdAt, then offset, descending); payloads are not
 // listed (GET /api/v1/messages/:partitionId/:transactionId has them).
-// limit is clamped to 1..1000, offset to 0..10000; a non-number takes the
-// default.
+// limit is clamped to 1..1000, offset to at least 0; an offset over 10000
+// is a 400 (move to instead); a non-number takes the default.
 //
 // "mode" describes who consumes the partitions the name filters match
 // (the time window aside), as Queen's: hasQueueMode when queue mode has a
@@ -94,7 +96,14 @@ func (mr *messageRoutes) list(ctx *fasthttp.RequestCtx) {
 		Namespace: string(a.Peek("ns")), Task: string(a.Peek("task")), Group: string(a.Peek("consumerGroup")),
 		Status: string(a.Peek("status")),
 		Limit:  intArg(a, "limit", DefaultMessagesLimit, 1, MaxMessagesLimit),
-		Offset: intArg(a, "offset", 0, 0, MaxMessagesOffset)}
+		Offset: intArg(a, "offset", 0, 0, math.MaxInt)}
+	if f.Offset > MaxMessagesOffset {
+		// Clamped, a deeper page answered the page at the cap again: a
+		// client paging until an empty page never stopped.
+		writeErr(ctx, fasthttp.StatusBadRequest, "offset is at most "+strconv.Itoa(MaxMessagesOffset)+
+			": page further back by moving to (createdAt of the last message listed) instead")
+		return
+	}
 	if f.Namespace == "" {
 		f.Namespace = string(a.Peek("namespace"))
 	}

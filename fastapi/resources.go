@@ -395,6 +395,10 @@ func (s *Server) listDLQ(ctx *fasthttp.RequestCtx) {
 			*b.to = &t
 		}
 	}
+	if f.From != nil && f.To != nil && f.From.After(*f.To) {
+		writeErr(ctx, fasthttp.StatusBadRequest, "from must not be after to")
+		return
+	}
 	limit, offset := f.Limit, f.Offset
 	c, cancel := s.adminCtx()
 	defer cancel()

@@ -500,3 +500,28 @@ func TestCaseAckBatchBounded(t *testing.T) {
 		t.Errorf("9 MiB ack/batch: %d %.200s", code, b)
 	}
 }
+
+// TestCasePushPartitionsBounded: a push naming more than 1,000 distinct
+// partitions is refused whole (400, nothing stored); many items over few
+// partitions are not.
+func TestCasePushPartitionsBounded(t *testing.T) {
+	t.Parallel()
+	s := setup(t, nil)
+	var wide, narrow []item
+	for i := range 1001 {
+		wide = append(wide, item{"ppb", fmt.Sprint("p", i), i, ""})
+	}
+	for i := range 2000 {
+		narrow = append(narrow, item{"ppb2", fmt.Sprint("p", i%10), i, ""})
+	}
+	code, b := post(t, s.base, "/api/v1/push", body(wide...))
+	if code != http.StatusBadRequest || !strings.Contains(string(b), "at most 1000 are accepted per request (QUEEN_MAX_PUSH_PARTITIONS)") {
+		t.Fatalf("1,001 partitions: %d %s", code, b)
+	}
+	if n := len(readQueue(t, s.store, "ppb")); n != 0 {
+		t.Fatalf("refused push stored %d", n)
+	}
+	if code, b := post(t, s.base, "/api/v1/push", body(narrow...)); code != http.StatusCreated {
+		t.Fatalf("2,000 items over 10 partitions: %d %.200s", code, b)
+	}
+}

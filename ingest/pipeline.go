@@ -81,6 +81,9 @@ type Pipeline struct {
 	// MaxItems is the most items one push may carry (0 = no limit); a
 	// longer push is a *ValidationError.
 	MaxItems int
+	// MaxPartitions is the most distinct partitions one push may name (0 =
+	// no limit; CheckPartitions); more is a *ValidationError.
+	MaxPartitions int
 	// ObserveStages, when set, is called once per push answered with its
 	// verdicts (queued or duplicate items; not for a push answered
 	// buffered or failed), from the push's goroutine, with the time its
@@ -127,6 +130,9 @@ func (p *Pipeline) Push(ctx context.Context, body []byte, producerSub *string) (
 	sc.parsed = parsed
 	if len(parsed) == 0 {
 		return []Result{}, nil
+	}
+	if err := CheckPartitions(parsed, p.MaxPartitions); err != nil {
+		return nil, err
 	}
 	items, err := newItemsInto(sc.items, parsed, producerSub)
 	if err != nil {

@@ -139,6 +139,7 @@ func serve(cfg *config.Config, logger *slog.Logger, dev bool) error {
 		WALDir:            walDir,
 		MaxBodyBytes:      cfg.MaxBodyBytes,
 		MaxPushItems:      cfg.PushItemLimit(),
+		MaxPushPartitions: cfg.PushPartitionLimit(),
 		WAL:               wal.Options{SegmentSize: cfg.WALSegmentBytes, MaxBytes: int64(cfg.WALMaxBytes), NoPreallocate: !cfg.WALPreallocate},
 		Projector:         projector.Config{WALRetention: cfg.WALRetention()},
 		VerdictTimeout:    cfg.VerdictTimeout,

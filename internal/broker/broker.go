@@ -53,6 +53,10 @@ type Config struct {
 	// (QUEEN_MAX_PUSH_ITEMS): 0 means ingest.DefaultMaxPushItems, negative
 	// means no limit.
 	MaxPushItems int
+	// MaxPushPartitions is the most distinct partitions one push may name
+	// (QUEEN_MAX_PUSH_PARTITIONS): 0 means
+	// ingest.DefaultMaxPushPartitions, negative no limit.
+	MaxPushPartitions int
 	// WAL, Projector and HTTP tune the parts; zero values take defaults.
 	WAL            wal.Options
 	Projector      projector.Config
@@ -227,6 +231,12 @@ func Start(cfg Config) (*Broker, error) {
 		b.pipeline.MaxItems = ingest.DefaultMaxPushItems
 	} else if b.pipeline.MaxItems < 0 {
 		b.pipeline.MaxItems = 0
+	}
+	switch b.pipeline.MaxPartitions = cfg.MaxPushPartitions; {
+	case cfg.MaxPushPartitions == 0:
+		b.pipeline.MaxPartitions = ingest.DefaultMaxPushPartitions
+	case cfg.MaxPushPartitions < 0:
+		b.pipeline.MaxPartitions = 0
 	}
 	b.retention = retention.New(retention.Config{Interval: cfg.RetentionInterval, Logger: cfg.Logger}, store)
 	b.listener = pg.NewListener(store, b.waker.Wake, cfg.Logger)

@@ -157,6 +157,9 @@ type Config struct {
 	// MaxPushItems is the most items one push may carry; 0 = no limit
 	// (QUEEN_MAX_PUSH_ITEMS).
 	MaxPushItems int
+	// MaxPushPartitions is the most distinct partitions one push may name
+	// (QUEEN_MAX_PUSH_PARTITIONS).
+	MaxPushPartitions int
 
 	// Auth is the JWT configuration (JWT_*), built by auth.ConfigFromEnv
 	// after the table's own checks.
@@ -217,6 +220,15 @@ func (c *Config) PushItemLimit() int {
 		return -1
 	}
 	return c.MaxPushItems
+}
+
+// PushPartitionLimit maps QUEEN_MAX_PUSH_PARTITIONS to broker.Config's
+// MaxPushPartitions, as PushItemLimit does (0 = no limit becomes -1).
+func (c *Config) PushPartitionLimit() int {
+	if c.MaxPushPartitions == 0 {
+		return -1
+	}
+	return c.MaxPushPartitions
 }
 
 // Vars is the table of every environment variable the broker reads.
@@ -324,6 +336,9 @@ var Vars = []Var{
 	intVar("QUEEN_MAX_PUSH_ITEMS", SectionWAL, ingest.DefaultMaxPushItems, unitNone, 0, math.MaxInt32,
 		"Most items one push may carry; a longer push is answered 400 naming the limit (nothing stored), and items past the limit are never decoded, so what a push can cost the broker is bounded. 0 = no limit. A push is one WAL record: a larger one is projected into PostgreSQL in pieces, each its own transaction.",
 		func(c *Config) *int { return &c.MaxPushItems }),
+	intVar("QUEEN_MAX_PUSH_PARTITIONS", SectionWAL, ingest.DefaultMaxPushPartitions, unitNone, 0, math.MaxInt32,
+		"Most distinct partitions (queue and partition pairs) one push may name; more is answered 400 naming the limit (nothing stored). The projector creates new queues and partitions in order with everything it writes, so a push naming many new ones delays every other producer's verdicts (100,000 new queues in one push: some 20 s; 1,000: about 0.2 s). 0 = no limit.",
+		func(c *Config) *int { return &c.MaxPushPartitions }),
 
 	// Authentication: auth.ConfigFromEnv builds auth.Config from these;
 	// the rows add strictness where it would silently fall back.

@@ -524,4 +524,20 @@ func TestCasePushPartitionsBounded(t *testing.T) {
 	if code, b := post(t, s.base, "/api/v1/push", body(narrow...)); code != http.StatusCreated {
 		t.Fatalf("2,000 items over 10 partitions: %d %.200s", code, b)
 	}
+	// The transaction route's pushes, whose queues are created on the
+	// request's time, are bounded alike: over all its push operations.
+	half := func(from, to int) map[string]any {
+		var items []map[string]any
+		for i := from; i < to; i++ {
+			items = append(items, map[string]any{"queue": fmt.Sprint("ppt", i), "payload": i})
+		}
+		return map[string]any{"type": "push", "items": items}
+	}
+	code, res := txCall(t, s.base, half(0, 600), half(600, 1001))
+	if code != http.StatusBadRequest || !strings.Contains(fmt.Sprint(res["error"]), "QUEEN_MAX_PUSH_PARTITIONS") {
+		t.Fatalf("transaction over 1,001 queues: %d %v", code, res)
+	}
+	if code, _ := get(t, s.base+"/api/v1/resources/queues/ppt0"); code != http.StatusNotFound {
+		t.Fatalf("the refused transaction created a queue: %d", code)
+	}
 }

@@ -210,6 +210,11 @@ type Config struct {
 	// least 1), so that reads, however heavy, always leave the projector,
 	// pops and acks most of the pool. 0: DefaultMaxListingRequests.
 	MaxListingRequests int
+	// MaxPushPartitions is the most distinct partitions the pushes of one
+	// /api/v1/transaction may name (QUEEN_MAX_PUSH_PARTITIONS, as for a
+	// push; ingest.CheckPartitions); 0 is no limit. The broker sets its
+	// push limit.
+	MaxPushPartitions int
 	// Pprof serves Go's profiles under /debug/pprof/ (QUEEN_PPROF=true).
 	Pprof bool
 	// Auth, when set, wraps every route (JWT, role policy); nil = no auth.

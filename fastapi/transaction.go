@@ -100,6 +100,7 @@ func (s *Server) transaction(ctx *fasthttp.RequestCtx) {
 		op   int // index into req.Operations
 	}
 	var pushes []pg.ProjectItem
+	var parsed []ingest.ParsedItem // every push item, for the partition limit
 	var acks []pg.AckRequest
 	var order []slot
 	now := time.Now().UnixMicro()
@@ -116,6 +117,7 @@ func (s *Server) transaction(ctx *fasthttp.RequestCtx) {
 				writeErr(ctx, fasthttp.StatusBadRequest, fmt.Sprintf("operations[%d]: %v", i, err))
 				return
 			}
+			parsed = append(parsed, items...)
 			built, err := inTxPushItems(items, now, sub, true)
 			if err != nil {
 				writeErr(ctx, fasthttp.StatusInternalServerError, "internal error")
@@ -141,6 +143,12 @@ func (s *Server) transaction(ctx *fasthttp.RequestCtx) {
 			writeErr(ctx, fasthttp.StatusBadRequest, fmt.Sprintf("operations[%d].type must be \"push\" or \"ack\"", i))
 			return
 		}
+	}
+	// The queues and partitions of the pushes are created before the
+	// transaction, on the request's time: bounded as a push's are.
+	if err := ingest.CheckPartitions(parsed, s.cfg.MaxPushPartitions); err != nil {
+		writeErr(ctx, fasthttp.StatusBadRequest, err.Error())
+		return
 	}
 	txID, _ := uuid.NewV7()
 	c, cancel := s.dbCtx()

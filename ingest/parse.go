@@ -546,7 +546,7 @@ func CheckPartitions(items []ParsedItem, max int) error {
 	for i := range items {
 		seen[pair{items[i].Queue, items[i].Partition}] = struct{}{}
 		if len(seen) > max {
-			return bad("the push names more than %d partitions (queue and partition pairs); at most %d are accepted per request (QUEEN_MAX_PUSH_PARTITIONS): split it", max, max)
+			return bad("the request's push items name more than %d partitions (queue and partition pairs); at most %d are accepted per request (QUEEN_MAX_PUSH_PARTITIONS): split it", max, max)
 		}
 	}
 	return nil

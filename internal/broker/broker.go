@@ -267,6 +267,7 @@ func Start(cfg Config) (*Broker, error) {
 	b.verifier = verifier
 	hc := cfg.HTTP
 	hc.MaxBodyBytes = cfg.MaxBodyBytes
+	hc.MaxPushPartitions = b.pipeline.MaxPartitions // the transaction route's pushes too
 	if verifier.Enabled() {
 		hc.Auth = verifier
 	}

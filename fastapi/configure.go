@@ -50,6 +50,11 @@ func decodeObject(body []byte, v any) (err error) {
 		return errors.New("body must be a JSON object")
 	}
 	if err := json.Unmarshal(t, v); err != nil {
+		if d, ok := ingest.JSONDepth(t); ok && d > ingest.MaxDepth {
+			// Checked on failure only: the decoder refuses such a body, and
+			// saying why costs nothing on the common path.
+			return fmt.Errorf("JSON nested deeper than %d levels", ingest.MaxDepth)
+		}
 		if !json.Valid(t) {
 			return errors.New("malformed JSON")
 		}

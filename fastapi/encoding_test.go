@@ -1,6 +1,9 @@
 package fastapi
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // TestShapeErrorNumbers: a number that does not fit its field names the
 // field and the reason, not "must be a number, not a number".
@@ -21,5 +24,20 @@ func TestShapeErrorNumbers(t *testing.T) {
 		if err := decodeObject([]byte(tt.body), &v); err == nil || err.Error() != tt.want {
 			t.Errorf("%s: %v, want %s", tt.body, err, tt.want)
 		}
+	}
+}
+
+// TestDecodeObjectTooDeep: a body nested past ingest.MaxDepth is refused
+// naming the limit, as the push route refuses it, not as "malformed JSON".
+func TestDecodeObjectTooDeep(t *testing.T) {
+	var v struct {
+		X any `json:"x"`
+	}
+	deep := `{"x":` + strings.Repeat("[", 100000) + strings.Repeat("]", 100000) + `}`
+	if err := decodeObject([]byte(deep), &v); err == nil || err.Error() != "JSON nested deeper than 512 levels" {
+		t.Fatalf("100,000 levels: %v", err)
+	}
+	if err := decodeObject([]byte(`{"x":[[1]]}`), &v); err != nil {
+		t.Fatalf("shallow: %v", err)
 	}
 }

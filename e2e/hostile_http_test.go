@@ -439,6 +439,8 @@ func TestCaseBadTextIs400(t *testing.T) {
 		{"GET", "/api/v1/dlq?partition=%00", "", `{"error":"partition must be 1..255 bytes of UTF-8 without control characters"}`},
 		{"GET", "/api/v1/dlq?queue=%ff", "", `{"error":"queue must be 1..255 bytes of UTF-8 without control characters"}`},
 		{"GET", "/api/v1/dlq?from=2026-01-02&to=2026-01-01", "", `{"error":"from must not be after to"}`},
+		{"GET", "/api/v1/pop/queue/" + strings.Repeat("q", 256), "", `{"error":"invalid queue name: is longer than 255 bytes"}`},
+		{"GET", "/api/v1/pop/queue/a%00b", "", `{"error":"invalid queue name: contains a control character"}`},
 		{"POST", "/streams/v1/queries", `{"name":"a\u0000b","source_queue":"sq","config_hash":"h"}`, `{"error":"name must be 1..255 bytes of UTF-8 without control characters"}`},
 		{"POST", "/streams/v1/queries", `{"name":"` + long + `","source_queue":"sq","config_hash":"h"}`, `{"error":"name must be 1..255 bytes of UTF-8 without control characters"}`},
 		{"POST", "/streams/v1/queries", `{"name":"a\ud800","source_queue":"sq","config_hash":"h"}`, `{"error":"name contains a lone surrogate escape (\\uD800-\\uDFFF not in a high-low pair)"}`},

@@ -84,12 +84,16 @@ func intArg(a *fasthttp.Args, name string, def, lo, hi int) int {
 }
 
 // pathName decodes a percent-encoded path segment ("+" stays "+") and
-// checks it as a name.
+// checks it as a name; a 400 says what is wrong with it.
 func pathName(ctx *fasthttp.RequestCtx, key string) (string, bool) {
 	raw, _ := ctx.UserValue(key).(string)
 	s, err := url.PathUnescape(raw)
-	if err != nil || ingest.ValidateName(s) != nil {
-		writeErr(ctx, fasthttp.StatusBadRequest, "invalid "+key+" name")
+	if err != nil {
+		writeErr(ctx, fasthttp.StatusBadRequest, "invalid "+key+" name: a malformed percent escape")
+		return "", false
+	}
+	if err := ingest.ValidateName(s); err != nil {
+		writeErr(ctx, fasthttp.StatusBadRequest, "invalid "+key+" name: "+err.Error())
 		return "", false
 	}
 	return s, true

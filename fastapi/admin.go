@@ -87,9 +87,11 @@ func (ar *adminRoutes) depth(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	group := string(ctx.QueryArgs().Peek("group"))
-	if group != "" && ingest.ValidateName(group) != nil {
-		writeErr(ctx, fasthttp.StatusBadRequest, "invalid group name")
-		return
+	if group != "" {
+		if err := ingest.ValidateName(group); err != nil {
+			writeErr(ctx, fasthttp.StatusBadRequest, "invalid group name: "+err.Error())
+			return
+		}
 	}
 	c, cancel := ar.s.adminCtx()
 	defer cancel()
@@ -226,9 +228,11 @@ func (ar *adminRoutes) partitions(ctx *fasthttp.RequestCtx) {
 	f := pg.PartitionFilter{Queue: string(a.Peek("queue")),
 		Limit:  intArg(a, "limit", DefaultPartitionsLimit, 1, MaxPartitionsLimit),
 		Offset: intArg(a, "offset", 0, 0, 1<<30)}
-	if f.Queue != "" && ingest.ValidateName(f.Queue) != nil {
-		writeErr(ctx, fasthttp.StatusBadRequest, "invalid queue name")
-		return
+	if f.Queue != "" {
+		if err := ingest.ValidateName(f.Queue); err != nil {
+			writeErr(ctx, fasthttp.StatusBadRequest, "invalid queue name: "+err.Error())
+			return
+		}
 	}
 	c, cancel := ar.s.adminCtx()
 	defer cancel()

@@ -195,8 +195,11 @@ func statusFilter(ctx *fasthttp.RequestCtx, withQueue bool) (pg.StatusFilter, bo
 		f.Queue = string(a.Peek("queue"))
 	}
 	for name, v := range map[string]string{"queue": f.Queue, "namespace": f.Namespace, "task": f.Task} {
-		if v != "" && ingest.ValidateName(v) != nil {
-			writeErr(ctx, fasthttp.StatusBadRequest, "invalid "+name+" name")
+		if v == "" {
+			continue
+		}
+		if err := ingest.ValidateName(v); err != nil {
+			writeErr(ctx, fasthttp.StatusBadRequest, "invalid "+name+" name: "+err.Error())
 			return f, false
 		}
 	}

@@ -285,6 +285,20 @@ func TestCaseExpectContinueChecksFirst(t *testing.T) {
 		t.Fatal("50 MB without auth: invited")
 	}
 	wantJSONError(t, "50 MB without auth", resp, b, 413, "QUEEN_MAX_BODY_BYTES")
+
+	// ack/batch has its own, lower limit (8 MiB), judged before the body
+	// too; under a global limit below it, the global one is named.
+	big := setup(t, nil)
+	ackHead := "POST /api/v1/ack/batch HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nExpect: 100-continue\r\n" +
+		fmt.Sprintf("Content-Length: %d\r\n\r\n", 9<<20)
+	if resp, b, invited = expectExchange(t, big.base, ackHead, ""); invited {
+		t.Fatal("a 9 MiB ack/batch: invited")
+	}
+	wantJSONError(t, "9 MiB ack/batch", resp, b, 413, "the ack/batch limit of 8 MiB")
+	code, ab := post(t, open.base, "/api/v1/ack/batch", []byte(`{"acknowledgments":[{"transactionId":"`+strings.Repeat("x", 2<<20)+`"}]}`))
+	if code != http.StatusRequestEntityTooLarge || !strings.Contains(string(ab), "QUEEN_MAX_BODY_BYTES") {
+		t.Fatalf("a 2 MiB ack/batch under a 1 MiB global limit: %d %s", code, ab)
+	}
 }
 
 // TestCaseHeadOnGetRoutes: HEAD answers as GET does, without a body, on
@@ -316,13 +330,15 @@ func TestCaseHeadOnGetRoutes(t *testing.T) {
 			t.Fatalf("HEAD /health: Content-Length %d, GET's body is %d bytes", head.ContentLength, len(getBody))
 		}
 	}
-	head, err := http.Head(s.base + "/api/v1/pop/queue/headq")
-	if err != nil {
-		t.Fatal(err)
-	}
-	head.Body.Close()
-	if head.StatusCode != http.StatusMethodNotAllowed || head.Header.Get("Allow") != "GET" {
-		t.Fatalf("HEAD on pop: %d Allow %q, want 405 Allow GET", head.StatusCode, head.Header.Get("Allow"))
+	for _, path := range []string{"/api/v1/pop/queue/headq", "/api/v1/pop?namespace=headq"} {
+		head, err := http.Head(s.base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		head.Body.Close()
+		if head.StatusCode != http.StatusMethodNotAllowed || head.Header.Get("Allow") != "GET" {
+			t.Fatalf("HEAD %s: %d Allow %q, want 405 Allow GET", path, head.StatusCode, head.Header.Get("Allow"))
+		}
 	}
 	// The HEAD did not lease the message: a pop gets it.
 	code, b := do(t, "GET", s.base+"/api/v1/pop/queue/headq?batch=1", "", nil)
@@ -330,7 +346,7 @@ func TestCaseHeadOnGetRoutes(t *testing.T) {
 		t.Fatalf("pop after HEAD: %d %s, want the message", code, b)
 	}
 	// HEAD on a POST-only route is still 405.
-	if head, err = http.Head(s.base + "/api/v1/push"); err != nil || head.StatusCode != http.StatusMethodNotAllowed {
+	if head, err := http.Head(s.base + "/api/v1/push"); err != nil || head.StatusCode != http.StatusMethodNotAllowed {
 		t.Fatalf("HEAD /api/v1/push: %v %v, want 405", head.StatusCode, err)
 	}
 
@@ -539,7 +555,15 @@ func TestCasePushPartitionsBounded(t *testing.T) {
 	if code != http.StatusBadRequest || !strings.Contains(fmt.Sprint(res["error"]), "QUEEN_MAX_PUSH_PARTITIONS") {
 		t.Fatalf("transaction over 1,001 queues: %d %v", code, res)
 	}
+	// And a stream cycle's push_items, refused before the cycle runs.
+	cycle, _ := json.Marshal(map[string]any{"query_id": "00000000-0000-0000-0000-000000000000",
+		"partition_id": "00000000-0000-0000-0000-000000000000", "push_items": half(0, 1001)["items"]})
+	if code, b := post(t, s.base, "/streams/v1/cycle", cycle); code != http.StatusBadRequest ||
+		!strings.Contains(string(b), "push_items: the request's push items name more than 1000 partitions") {
+		t.Fatalf("stream cycle over 1,001 queues: %d %.300s", code, b)
+	}
 	if code, _ := get(t, s.base+"/api/v1/resources/queues/ppt0"); code != http.StatusNotFound {
 		t.Fatalf("the refused transaction created a queue: %d", code)
 	}
 }
+

@@ -51,9 +51,10 @@ func decodeObject(body []byte, v any) (err error) {
 	}
 	if err := json.Unmarshal(t, v); err != nil {
 		if d, ok := ingest.JSONDepth(t); ok && d > ingest.MaxDepth {
-			// Checked on failure only: the decoder refuses such a body, and
-			// saying why costs nothing on the common path.
-			return fmt.Errorf("JSON nested deeper than %d levels", ingest.MaxDepth)
+			// Checked on failure only, so the common path pays nothing: the
+			// decoder refuses a body nested past its own limit (about
+			// 10,000 levels; /push refuses past 512), and this says so.
+			return fmt.Errorf("JSON nested too deep (%d levels)", d)
 		}
 		if !json.Valid(t) {
 			return errors.New("malformed JSON")

@@ -121,8 +121,8 @@ func (s *Server) popWith(ctx *fasthttp.RequestCtx, f *popFilter) {
 	group := string(a.Peek("consumerGroup"))
 	if group == "" {
 		group = pg.QueueModeGroup
-	} else if ingest.ValidateName(group) != nil {
-		writeErr(ctx, fasthttp.StatusBadRequest, "invalid consumerGroup name")
+	} else if err := ingest.ValidateName(group); err != nil {
+		writeErr(ctx, fasthttp.StatusBadRequest, "invalid consumerGroup name: "+err.Error())
 		return
 	}
 	defBatch := 1
@@ -469,6 +469,7 @@ func (s *Server) ackBatch(ctx *fasthttp.RequestCtx) {
 	buf := ackBatchBufs.Get().(*ackBatchBuf)
 	defer ackBatchBufs.Put(buf)
 	body, ok := s.readBodyUpTo(ctx, buf.body, MaxAckBatchBytes, "the ack/batch limit of 8 MiB")
+	// (readBodyUpTo names QUEEN_MAX_BODY_BYTES instead when that is lower.)
 	if !ok {
 		return
 	}

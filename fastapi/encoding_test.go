@@ -27,14 +27,14 @@ func TestShapeErrorNumbers(t *testing.T) {
 	}
 }
 
-// TestDecodeObjectTooDeep: a body nested past ingest.MaxDepth is refused
-// naming the limit, as the push route refuses it, not as "malformed JSON".
+// TestDecodeObjectTooDeep: a body nested past what the decoder accepts is
+// refused saying so, with its depth, not as "malformed JSON".
 func TestDecodeObjectTooDeep(t *testing.T) {
 	var v struct {
 		X any `json:"x"`
 	}
 	deep := `{"x":` + strings.Repeat("[", 100000) + strings.Repeat("]", 100000) + `}`
-	if err := decodeObject([]byte(deep), &v); err == nil || err.Error() != "JSON nested deeper than 512 levels" {
+	if err := decodeObject([]byte(deep), &v); err == nil || err.Error() != "JSON nested too deep (100001 levels)" {
 		t.Fatalf("100,000 levels: %v", err)
 	}
 	if err := decodeObject([]byte(`{"x":[[1]]}`), &v); err != nil {

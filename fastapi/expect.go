@@ -7,7 +7,8 @@ import "github.com/valyala/fasthttp"
 // body only when the request would be served: with authentication on, the
 // token must verify and its roles cover the route (the same decision as the
 // auth middleware, auth.Verifier.Authorize: 401/403); a Content-Length
-// over QUEEN_MAX_BODY_BYTES is refused with 413. A refusal is the final
+// over QUEEN_MAX_BODY_BYTES (for ack/batch, over its 8 MiB) is refused
+// with 413. A refusal is the final
 // answer, JSON as everywhere, and fasthttp closes the connection after it
 // (the client may already be sending). A body without Content-Length
 // (chunked) is invited; its size is checked as it is read.
@@ -19,6 +20,11 @@ func (s *Server) expect(ctx *fasthttp.RequestCtx) int {
 	}
 	if ctx.Request.Header.ContentLength() > s.cfg.MaxBodyBytes {
 		writeErr(ctx, fasthttp.StatusRequestEntityTooLarge, "request body exceeds QUEEN_MAX_BODY_BYTES")
+		return fasthttp.StatusRequestEntityTooLarge
+	}
+	// ack/batch has a lower limit of its own (MaxAckBatchBytes).
+	if ctx.Request.Header.ContentLength() > MaxAckBatchBytes && string(ctx.Path()) == "/api/v1/ack/batch" {
+		writeErr(ctx, fasthttp.StatusRequestEntityTooLarge, "request body exceeds the ack/batch limit of 8 MiB")
 		return fasthttp.StatusRequestEntityTooLarge
 	}
 	return fasthttp.StatusContinue

@@ -6,8 +6,14 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// popPrefix starts the pop routes, the GET routes that are not safe.
-var popPrefix = []byte("/api/v1/pop/")
+// popPrefix starts the pop routes, the GET routes that are not safe;
+// filteredPop is the filtered pop's path (GET /api/v1/pop?namespace&task).
+var popPrefix, filteredPop = []byte("/api/v1/pop/"), []byte("/api/v1/pop")
+
+// isPop reports whether path is a pop route's.
+func isPop(path []byte) bool {
+	return bytes.HasPrefix(path, popPrefix) || bytes.Equal(bytes.TrimSuffix(path, []byte("/")), filteredPop)
+}
 
 // serveHead answers HEAD on every GET route as GET would, with the same
 // status and headers (Content-Length included) and no body (RFC 9110
@@ -22,7 +28,7 @@ func serveHead(next fasthttp.RequestHandler) fasthttp.RequestHandler {
 			next(ctx)
 			return
 		}
-		if bytes.HasPrefix(ctx.Path(), popPrefix) || bytes.HasPrefix(ctx.Request.URI().PathOriginal(), popPrefix) {
+		if isPop(ctx.Path()) || isPop(ctx.Request.URI().PathOriginal()) {
 			ctx.Response.Header.Set(fasthttp.HeaderAllow, fasthttp.MethodGet)
 			writeErr(ctx, fasthttp.StatusMethodNotAllowed, "HEAD is not served on pop routes: a pop leases messages")
 			return

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fasthttp/router"
 	"github.com/valyala/fasthttp"
 )
 
@@ -61,5 +62,29 @@ func TestListingGate(t *testing.T) {
 		string(late.Response.Header.Peek(fasthttp.HeaderRetryAfter)) != "1" ||
 		string(late.Response.Body()) != `{"error":"busy: 2 listing requests are running (at most DB_POOL_SIZE/4 at once); retry"}` {
 		t.Errorf("no turn: ran %v, %d %s", ran, late.Response.StatusCode(), late.Response.Body())
+	}
+}
+
+// TestListingGateRoutes: with every turn held, a listing route waits and
+// is answered "busy", while the filtered pop (GET /api/v1/pop, a pop, not
+// a listing) is served at once. Both requests are ones their handlers
+// refuse before any database work, so the Server needs no dependencies.
+func TestListingGateRoutes(t *testing.T) {
+	s := &Server{listingTurns: make(chan struct{}, 1), listingWait: 50 * time.Millisecond}
+	r := router.New()
+	s.routeStatus(r, listingRoutes{r, s})
+	s.listingTurns <- struct{}{} // the one turn, held
+	get := func(uri string) *fasthttp.RequestCtx {
+		var ctx fasthttp.RequestCtx
+		ctx.Request.SetRequestURI(uri)
+		ctx.Request.Header.SetMethod(fasthttp.MethodGet)
+		r.Handler(&ctx)
+		return &ctx
+	}
+	if c := get("/api/v1/pop"); c.Response.StatusCode() != fasthttp.StatusBadRequest {
+		t.Errorf("filtered pop with the gate full: %d %s, want its own 400 at once", c.Response.StatusCode(), c.Response.Body())
+	}
+	if c := get("/api/v1/status?from=nonsense"); c.Response.StatusCode() != fasthttp.StatusServiceUnavailable {
+		t.Errorf("status with the gate full: %d %s, want 503 busy", c.Response.StatusCode(), c.Response.Body())
 	}
 }

@@ -302,7 +302,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s.routeTraces(lr)
 	s.routeAdmin(lr)
 	s.routeMessages(lr)
-	s.routeStatus(lr)
+	s.routeStatus(r, lr)
 	s.routePipeline(r)
 	r.POST("/api/v1/lease/{leaseId}/extend", s.extendLease)
 	s.routeStreams(r) // streams and single-message delete: fastapi/streams.go
@@ -422,9 +422,13 @@ func (s *Server) readBodyOrAnswerInto(ctx *fasthttp.RequestCtx, buf []byte) ([]b
 }
 
 // readBodyUpTo is readBodyOrAnswerInto with a limit of its own, limit
-// bytes (at most MaxBodyBytes), named by limitName in the 413.
+// bytes, named by limitName in the 413; when MaxBodyBytes is lower, it is
+// the limit and QUEEN_MAX_BODY_BYTES the name.
 func (s *Server) readBodyUpTo(ctx *fasthttp.RequestCtx, buf []byte, limit int, limitName string) ([]byte, bool) {
-	body, err := s.readBody(ctx, buf, min(limit, s.cfg.MaxBodyBytes))
+	if limit >= s.cfg.MaxBodyBytes {
+		limit, limitName = s.cfg.MaxBodyBytes, "QUEEN_MAX_BODY_BYTES"
+	}
+	body, err := s.readBody(ctx, buf, limit)
 	if err == nil {
 		// Before the error tests: isTimeout's errors.As target escapes, an
 		// allocation per request even for a nil error.

@@ -107,17 +107,21 @@ func statusCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), statusTimeout)
 }
 
-func (s *Server) routeStatus(r interface {
+// routeStatus registers the status and analytics routes: those that read
+// PostgreSQL on gated (the listing gate, fastapi/listing.go), the others
+// (the WAL's state, this process's figures, fixed answers, and the
+// filtered pop, which is a pop, not a listing) on r.
+func (s *Server) routeStatus(r, gated interface {
 	GET(string, fasthttp.RequestHandler)
 }) {
-	r.GET("/api/v1/status", s.status)
-	r.GET("/api/v1/status/queues", s.statusQueues)
-	r.GET("/api/v1/status/queues/{queue}", s.statusQueue)
-	r.GET("/api/v1/status/queues/{queue}/messages", s.statusQueueMessages)
+	gated.GET("/api/v1/status", s.status)
+	gated.GET("/api/v1/status/queues", s.statusQueues)
+	gated.GET("/api/v1/status/queues/{queue}", s.statusQueue)
+	gated.GET("/api/v1/status/queues/{queue}/messages", s.statusQueueMessages)
+	gated.GET("/api/v1/status/analytics", s.statusAnalytics)
+	gated.GET("/api/v1/analytics/postgres-stats", s.postgresStats)
 	r.GET("/api/v1/status/buffers", s.statusBuffers)
-	r.GET("/api/v1/status/analytics", s.statusAnalytics)
 	r.GET("/api/v1/analytics/system-metrics", s.systemMetrics)
-	r.GET("/api/v1/analytics/postgres-stats", s.postgresStats)
 	r.GET("/api/v1/analytics/retention", s.retentionAnalytics)
 	r.GET("/api/v1/analytics/worker-metrics", s.unrecordedSeries(map[string]any{
 		"timeSeries": []any{}, "workers": []any{}, "queues": []any{}, "summary": map[string]any{}}))
@@ -609,8 +613,11 @@ func (s *Server) popFiltered(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	for name, v := range map[string]string{"namespace": f.namespace, "task": f.task} {
-		if v != "" && ingest.ValidateName(v) != nil {
-			writeErr(ctx, fasthttp.StatusBadRequest, "invalid "+name+" name")
+		if v == "" {
+			continue
+		}
+		if err := ingest.ValidateName(v); err != nil {
+			writeErr(ctx, fasthttp.StatusBadRequest, "invalid "+name+" name: "+err.Error())
 			return
 		}
 	}

@@ -430,6 +430,12 @@ func (s *Server) streamCycle(ctx *fasthttp.RequestCtx) {
 			bad("push_items: " + err.Error())
 			return
 		}
+		// Their queues are created before the cycle's transaction, as a
+		// transaction's: bounded alike (QUEEN_MAX_PUSH_PARTITIONS).
+		if err := ingest.CheckPartitions(items, s.cfg.MaxPushPartitions); err != nil {
+			bad("push_items: " + err.Error())
+			return
+		}
 		if req.Pushes, err = inTxPushItems(items, time.Now().UnixMicro(), producerSub(ctx), false); err != nil {
 			writeErr(ctx, fasthttp.StatusInternalServerError, "internal error")
 			return

@@ -566,4 +566,3 @@ func TestCasePushPartitionsBounded(t *testing.T) {
 		t.Fatalf("the refused transaction created a queue: %d", code)
 	}
 }
-

@@ -8,7 +8,6 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/queenmq/queen-go/ingest"
 	"github.com/queenmq/queen-go/pg"
 )
 
@@ -87,11 +86,8 @@ func (ar *adminRoutes) depth(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	group := string(ctx.QueryArgs().Peek("group"))
-	if group != "" {
-		if err := ingest.ValidateName(group); err != nil {
-			writeErr(ctx, fasthttp.StatusBadRequest, "invalid group name: "+err.Error())
-			return
-		}
+	if group != "" && !validName(ctx, "group", group) {
+		return
 	}
 	c, cancel := ar.s.adminCtx()
 	defer cancel()
@@ -228,11 +224,8 @@ func (ar *adminRoutes) partitions(ctx *fasthttp.RequestCtx) {
 	f := pg.PartitionFilter{Queue: string(a.Peek("queue")),
 		Limit:  intArg(a, "limit", DefaultPartitionsLimit, 1, MaxPartitionsLimit),
 		Offset: intArg(a, "offset", 0, 0, 1<<30)}
-	if f.Queue != "" {
-		if err := ingest.ValidateName(f.Queue); err != nil {
-			writeErr(ctx, fasthttp.StatusBadRequest, "invalid queue name: "+err.Error())
-			return
-		}
+	if f.Queue != "" && !validName(ctx, "queue", f.Queue) {
+		return
 	}
 	c, cancel := ar.s.adminCtx()
 	defer cancel()

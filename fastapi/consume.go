@@ -35,6 +35,8 @@ const (
 	// Queen's SDKs are about 1.5 MB.
 	MaxAckBatch      = MaxPopBatch
 	MaxAckBatchBytes = 8 << 20
+	// ackBatchPath is the ack/batch route.
+	ackBatchPath = "/api/v1/ack/batch"
 	// AutopilotBatch is the batch of a pop that sends autopilot=true and no
 	// batch. Newer Queen SDKs consume that way by default and leave the
 	// batch size to the broker; without a batch parameter the API default
@@ -92,11 +94,20 @@ func pathName(ctx *fasthttp.RequestCtx, key string) (string, bool) {
 		writeErr(ctx, fasthttp.StatusBadRequest, "invalid "+key+" name: a malformed percent escape")
 		return "", false
 	}
-	if err := ingest.ValidateName(s); err != nil {
-		writeErr(ctx, fasthttp.StatusBadRequest, "invalid "+key+" name: "+err.Error())
+	if !validName(ctx, key, s) {
 		return "", false
 	}
 	return s, true
+}
+
+// validName checks v as a name (ingest.ValidateName); when it is not one it
+// answers 400 "invalid <what> name: <why>" and returns false.
+func validName(ctx *fasthttp.RequestCtx, what, v string) bool {
+	if err := ingest.ValidateName(v); err != nil {
+		writeErr(ctx, fasthttp.StatusBadRequest, "invalid "+what+" name: "+err.Error())
+		return false
+	}
+	return true
 }
 
 // optionalPathName is pathName for a segment a route may lack ("" then).
@@ -121,8 +132,7 @@ func (s *Server) popWith(ctx *fasthttp.RequestCtx, f *popFilter) {
 	group := string(a.Peek("consumerGroup"))
 	if group == "" {
 		group = pg.QueueModeGroup
-	} else if err := ingest.ValidateName(group); err != nil {
-		writeErr(ctx, fasthttp.StatusBadRequest, "invalid consumerGroup name: "+err.Error())
+	} else if !validName(ctx, "consumerGroup", group) {
 		return
 	}
 	defBatch := 1
@@ -468,8 +478,7 @@ func decodeAckBatch(body []byte, buf *ackBatchBuf) (ackBatchBody, error) {
 func (s *Server) ackBatch(ctx *fasthttp.RequestCtx) {
 	buf := ackBatchBufs.Get().(*ackBatchBuf)
 	defer ackBatchBufs.Put(buf)
-	body, ok := s.readBodyUpTo(ctx, buf.body, MaxAckBatchBytes, "the ack/batch limit of 8 MiB")
-	// (readBodyUpTo names QUEEN_MAX_BODY_BYTES instead when that is lower.)
+	body, ok := s.readBodyOrAnswerInto(ctx, buf.body) // the ack/batch limit (bodyLimit)
 	if !ok {
 		return
 	}

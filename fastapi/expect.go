@@ -18,13 +18,8 @@ func (s *Server) expect(ctx *fasthttp.RequestCtx) int {
 			return ctx.Response.StatusCode()
 		}
 	}
-	if ctx.Request.Header.ContentLength() > s.cfg.MaxBodyBytes {
-		writeErr(ctx, fasthttp.StatusRequestEntityTooLarge, "request body exceeds QUEEN_MAX_BODY_BYTES")
-		return fasthttp.StatusRequestEntityTooLarge
-	}
-	// ack/batch has a lower limit of its own (MaxAckBatchBytes).
-	if ctx.Request.Header.ContentLength() > MaxAckBatchBytes && string(ctx.Path()) == "/api/v1/ack/batch" {
-		writeErr(ctx, fasthttp.StatusRequestEntityTooLarge, "request body exceeds the ack/batch limit of 8 MiB")
+	if limit, name := s.bodyLimit(ctx.Path()); ctx.Request.Header.ContentLength() > limit {
+		writeErr(ctx, fasthttp.StatusRequestEntityTooLarge, "request body exceeds "+name)
 		return fasthttp.StatusRequestEntityTooLarge
 	}
 	return fasthttp.StatusContinue

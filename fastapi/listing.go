@@ -37,9 +37,8 @@ type listingRoutes struct {
 // GET registers h for path behind the listing gate.
 func (l listingRoutes) GET(path string, h fasthttp.RequestHandler) { l.r.GET(path, l.s.listingGate(h)) }
 
-// POST, PUT and DELETE register h as it is: a write is not a listing.
+// POST and DELETE register h as it is: a write is not a listing.
 func (l listingRoutes) POST(path string, h fasthttp.RequestHandler)   { l.r.POST(path, h) }
-func (l listingRoutes) PUT(path string, h fasthttp.RequestHandler)    { l.r.PUT(path, h) }
 func (l listingRoutes) DELETE(path string, h fasthttp.RequestHandler) { l.r.DELETE(path, h) }
 
 // listingGate runs h once it holds one of the s.listingTurns; without a

@@ -293,7 +293,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	r.GET("/api/v1/pop/queue/{queue}", s.pop)
 	r.GET("/api/v1/pop/queue/{queue}/partition/{partition}", s.pop)
 	r.POST("/api/v1/ack", s.ack)
-	r.POST("/api/v1/ack/batch", s.ackBatch)
+	r.POST(ackBatchPath, s.ackBatch)
 	r.POST("/api/v1/transaction", s.transaction)
 	// The listing routes' GETs take a turn of the listing gate; their
 	// writes (configure, delete, seek) and everything else do not.
@@ -408,26 +408,29 @@ func writeErr(ctx *fasthttp.RequestCtx, status int, msg string) {
 }
 
 // readBodyOrAnswer is readBody for handlers: on failure it has answered
-// 413 (over QUEEN_MAX_BODY_BYTES), 408 (the body did not arrive within
+// 413 (over QUEEN_MAX_BODY_BYTES, or the route's own lower limit), 408 (the body did not arrive within
 // QUEEN_READ_TIMEOUT_MS, e.g. a Content-Length longer than what is sent)
 // or 400, and returns false.
 func (s *Server) readBodyOrAnswer(ctx *fasthttp.RequestCtx) ([]byte, bool) {
 	return s.readBodyOrAnswerInto(ctx, nil)
 }
 
-// readBodyOrAnswerInto is readBodyOrAnswer reading into buf's memory when
-// it is large enough (the push handler's pooled buffers).
-func (s *Server) readBodyOrAnswerInto(ctx *fasthttp.RequestCtx, buf []byte) ([]byte, bool) {
-	return s.readBodyUpTo(ctx, buf, s.cfg.MaxBodyBytes, "QUEEN_MAX_BODY_BYTES")
+// bodyLimit is the body limit of the route at path and the name a 413
+// gives it: QUEEN_MAX_BODY_BYTES, except for ack/batch, whose own
+// MaxAckBatchBytes applies when it is lower. Both the read
+// (readBodyOrAnswerInto) and the Expect: 100-continue check (expect) ask it.
+func (s *Server) bodyLimit(path []byte) (int, string) {
+	if string(path) == ackBatchPath && MaxAckBatchBytes < s.cfg.MaxBodyBytes {
+		return MaxAckBatchBytes, "the ack/batch limit of 8 MiB"
+	}
+	return s.cfg.MaxBodyBytes, "QUEEN_MAX_BODY_BYTES"
 }
 
-// readBodyUpTo is readBodyOrAnswerInto with a limit of its own, limit
-// bytes, named by limitName in the 413; when MaxBodyBytes is lower, it is
-// the limit and QUEEN_MAX_BODY_BYTES the name.
-func (s *Server) readBodyUpTo(ctx *fasthttp.RequestCtx, buf []byte, limit int, limitName string) ([]byte, bool) {
-	if limit >= s.cfg.MaxBodyBytes {
-		limit, limitName = s.cfg.MaxBodyBytes, "QUEEN_MAX_BODY_BYTES"
-	}
+// readBodyOrAnswerInto is readBodyOrAnswer reading into buf's memory when
+// it is large enough (the push handler's pooled buffers), up to the route's
+// limit (bodyLimit).
+func (s *Server) readBodyOrAnswerInto(ctx *fasthttp.RequestCtx, buf []byte) ([]byte, bool) {
+	limit, limitName := s.bodyLimit(ctx.Path())
 	body, err := s.readBody(ctx, buf, limit)
 	if err == nil {
 		// Before the error tests: isTimeout's errors.As target escapes, an

@@ -10,7 +10,6 @@ import (
 	json "github.com/goccy/go-json"
 	"github.com/valyala/fasthttp"
 
-	"github.com/queenmq/queen-go/ingest"
 	"github.com/queenmq/queen-go/pg"
 )
 
@@ -199,11 +198,7 @@ func statusFilter(ctx *fasthttp.RequestCtx, withQueue bool) (pg.StatusFilter, bo
 		f.Queue = string(a.Peek("queue"))
 	}
 	for name, v := range map[string]string{"queue": f.Queue, "namespace": f.Namespace, "task": f.Task} {
-		if v == "" {
-			continue
-		}
-		if err := ingest.ValidateName(v); err != nil {
-			writeErr(ctx, fasthttp.StatusBadRequest, "invalid "+name+" name: "+err.Error())
+		if v != "" && !validName(ctx, name, v) {
 			return f, false
 		}
 	}
@@ -613,11 +608,7 @@ func (s *Server) popFiltered(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	for name, v := range map[string]string{"namespace": f.namespace, "task": f.task} {
-		if v == "" {
-			continue
-		}
-		if err := ingest.ValidateName(v); err != nil {
-			writeErr(ctx, fasthttp.StatusBadRequest, "invalid "+name+" name: "+err.Error())
+		if v != "" && !validName(ctx, name, v) {
 			return
 		}
 	}

@@ -224,7 +224,7 @@ func checkRegisterText(m map[string]json.RawMessage, name, hash string) string {
 	switch {
 	case len(hash) > MaxConfigHashBytes:
 		return fmt.Sprintf("config_hash is longer than %d bytes", MaxConfigHashBytes)
-	case !utf8.ValidString(hash) || strings.IndexByte(hash, 0) >= 0:
+	case strings.IndexByte(hash, 0) >= 0: // UTF-8 already: streamsBody
 		return "config_hash must be UTF-8 without a NUL character"
 	}
 	for _, f := range []string{"name", "config_hash"} {

@@ -90,6 +90,22 @@ func helpFor(w io.Writer, name string) error {
 	return nil
 }
 
+// commandName is the leading words of args that name a command ("wal
+// dump" of "wal dump --from 3 DIR"): as many as some command's usage
+// begins with, so flags and directories are left out.
+func commandName(args []string) string {
+	n := 0
+	for _, c := range commands {
+		words := strings.Fields(c.usage)[1:] // without "queen"
+		k := 0
+		for k < len(args) && k < len(words) && args[k] == words[k] {
+			k++
+		}
+		n = max(n, k)
+	}
+	return strings.Join(args[:n], " ")
+}
+
 // wantsHelp reports whether args ask for help (-h, -help or --help).
 func wantsHelp(args []string) bool {
 	return slices.ContainsFunc(args, func(a string) bool { return a == "-h" || a == "-help" || a == "--help" })

@@ -18,8 +18,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
-	"slices"
-	"strings"
 	"syscall"
 	"time"
 
@@ -61,13 +59,7 @@ func run(args []string, stdout io.Writer) error {
 		return nil
 	case "dev", "wal":
 		if wantsHelp(args[1:]) {
-			// The command's words: "wal", then its subcommand when the
-			// next argument is one (not a flag or a directory).
-			name := []string{args[0]}
-			if args[0] == "wal" && len(args) > 1 && slices.Contains([]string{"status", "verify", "dump"}, args[1]) {
-				name = append(name, args[1])
-			}
-			return helpFor(stdout, strings.Join(name, " "))
+			return helpFor(stdout, commandName(args))
 		}
 	case "":
 	default:

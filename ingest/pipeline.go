@@ -57,8 +57,10 @@ type Result struct {
 // Gate tells the pipeline whether waiting for a verdict is worthwhile.
 type Gate interface {
 	// Accepting is false while the projector is paused (maintenance mode)
-	// or PostgreSQL is away: no verdict would come, so the push answers
-	// buffered at once. A long backlog is not a reason: the push waits for
+	// or PostgreSQL is away, or while a record it takes seconds to store
+	// stands in front (projector.Projector.Accepting): no verdict would
+	// come soon, so the push answers buffered at once. A long backlog of
+	// ordinary pushes is not a reason: the push waits for
 	// its own verdict (at most VerdictTimeout), which slows producers to the
 	// projector's pace instead of letting the WAL grow without bound.
 	// It is called from the WAL writer goroutine once per durable record

@@ -307,6 +307,32 @@ func (r *Registry) FailAll() {
 	}
 }
 
+// FailAfter answers "buffered" every waiting push whose record comes after
+// the WAL record at index, as FailAll does (one not durable yet once its
+// write is reported); pushes of records up to index keep waiting. The
+// projector calls it before it sends a batch that will take seconds
+// (projector.DefaultMaxWaitBatchBytes), which ends at index.
+func (r *Registry) FailAfter(index uint64) {
+	r.mu.Lock()
+	var send []*waiter
+	for i, x := range r.waiters {
+		if i <= index {
+			continue
+		}
+		delete(r.waiters, i)
+		x.taken = true
+		if !x.durable {
+			x.held = true
+			continue
+		}
+		send = append(send, x)
+	}
+	r.mu.Unlock()
+	for _, x := range send {
+		x.ch <- nil
+	}
+}
+
 // Drain is for a server shutting down, whose pushes wait without a
 // context that ends (Pipeline.Push): every push waiting for a verdict is
 // answered buffered now (FailAll: a push whose record is not durable yet

@@ -368,3 +368,51 @@ func TestRegistryDrain(t *testing.T) {
 type closedGate struct{}
 
 func (closedGate) Accepting() bool { return false }
+
+// TestRegistryFailAfter: FailAfter(2) answers buffered (nil) at once the
+// durable record after index 2 that waits for its verdict, holds the one
+// still being written until written reports it (nil then, not before),
+// and leaves the records up to index 2 waiting for their verdicts.
+func TestRegistryFailAfter(t *testing.T) {
+	t.Parallel()
+	r := NewRegistry()
+	own := assignedWaiter(r, 2) // in the batch: keeps waiting
+	earlier := assignedWaiter(r, 1)
+	behind := assignedWaiter(r, 3)
+	writing := writingWaiter(r, 4)
+	r.FailAfter(2)
+	select {
+	case v := <-behind.ch:
+		if v != nil || behind.failed {
+			t.Fatalf("the durable push behind the batch got %v, failed %v; want nil (buffered)", v, behind.failed)
+		}
+		behind.done()
+	case <-time.After(5 * time.Second):
+		t.Fatal("FailAfter did not answer the durable push behind the batch")
+	}
+	noValue(t, writing, "record behind the batch still being written")
+	if r.Waiting(3) || r.Waiting(4) {
+		t.Fatal("a push behind the batch is still registered")
+	}
+	if !r.Waiting(1) || !r.Waiting(2) {
+		t.Fatal("a push of the batch no longer waits for its verdict")
+	}
+	writing.written(4, nil)
+	select {
+	case v := <-writing.ch:
+		if v != nil || writing.failed {
+			t.Fatalf("got %v, failed %v; want nil (buffered)", v, writing.failed)
+		}
+		writing.done()
+	case <-time.After(5 * time.Second):
+		t.Fatal("the held push was not answered once durable")
+	}
+	r.Deliver(2, []Verdict{{}})
+	r.Deliver(1, []Verdict{{}})
+	for _, w := range []*waiter{own, earlier} {
+		if v := <-w.ch; len(v) != 1 {
+			t.Fatalf("a push of the batch got %v, want its verdict", v)
+		}
+		w.done()
+	}
+}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/queenmq/queen-go/ingest"
 	"github.com/queenmq/queen-go/internal/testenv"
-	"github.com/queenmq/queen-go/pg"
 	"github.com/queenmq/queen-go/projector"
 	"github.com/queenmq/queen-go/wal"
 )
@@ -26,17 +25,9 @@ import (
 func TestHeavyBatchAnswersBehindBuffered(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	w, _, err := wal.Open(t.TempDir(), wal.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	w := openWAL(t, wal.Options{})
 	url := testenv.NewDatabase(t)
-	store, err := pg.Open(pg.Config{URL: url, PoolSize: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := openStore(t, url)
 	if err := store.EnsureSchema(ctx); err != nil {
 		t.Fatal(err)
 	}

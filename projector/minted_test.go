@@ -89,16 +89,8 @@ func TestDedupOfMarkedItemsThroughTheWAL(t *testing.T) {
 func testDedupOfMarkedItems(t *testing.T, maxItems, resume int) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	w, _, err := wal.Open(t.TempDir(), wal.Options{NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	store, err := pg.Open(pg.Config{URL: testenv.NewDatabase(t), PoolSize: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	w := openWAL(t, wal.Options{NoSync: true})
+	store := openStore(t, testenv.NewDatabase(t))
 
 	const q, p = "mark", "P"
 	n := 0

@@ -20,6 +20,30 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
+// openWAL opens a WAL with opts in a directory of the test's, closed when
+// the test ends.
+func openWAL(t *testing.T, opts wal.Options) *wal.Log {
+	t.Helper()
+	w, _, err := wal.Open(t.TempDir(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	return w
+}
+
+// openStore opens a Store of 4 connections on the database at url, closed
+// when the test ends.
+func openStore(t *testing.T, url string) *pg.Store {
+	t.Helper()
+	store, err := pg.Open(pg.Config{URL: url, PoolSize: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+	return store
+}
+
 // record returns a push record of n items to queue q, partition "P",
 // transaction ids prefix0..prefix(n-1).
 func record(q, prefix string, n int) []byte {
@@ -39,16 +63,8 @@ func record(q, prefix string, n int) []byte {
 func TestBatchesAndPieces(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	w, _, err := wal.Open(t.TempDir(), wal.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	store, err := pg.Open(pg.Config{URL: testenv.NewDatabase(t), PoolSize: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	w := openWAL(t, wal.Options{})
+	store := openStore(t, testenv.NewDatabase(t))
 	sizes := []int{3, 4, 5, 25, 2}
 	for i, n := range sizes {
 		if _, err := w.Append(record("q", fmt.Sprintf("r%d-", i), n), nil); err != nil {
@@ -131,20 +147,12 @@ func TestSmallBatchWaitsForGroupCommit(t *testing.T) {
 			// the records count as durable: blocking it holds the group in
 			// flight.
 			release := make(chan struct{})
-			w, _, err := wal.Open(t.TempDir(), wal.Options{ObserveSync: func(time.Duration) {
+			w := openWAL(t, wal.Options{ObserveSync: func(time.Duration) {
 				if held.Load() {
 					<-release
 				}
 			}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer w.Close()
-			store, err := pg.Open(pg.Config{URL: testenv.NewDatabase(t), PoolSize: 4})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer store.Close()
+			store := openStore(t, testenv.NewDatabase(t))
 			var mu sync.Mutex
 			var batches []int
 			var first time.Time
@@ -219,20 +227,12 @@ func TestStopWhileWaitingForGroupCommit(t *testing.T) {
 	defer cancel()
 	var held atomic.Bool
 	release := make(chan struct{})
-	w, _, err := wal.Open(t.TempDir(), wal.Options{ObserveSync: func(time.Duration) {
+	w := openWAL(t, wal.Options{ObserveSync: func(time.Duration) {
 		if held.Load() {
 			<-release
 		}
 	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	store, err := pg.Open(pg.Config{URL: testenv.NewDatabase(t), PoolSize: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := openStore(t, testenv.NewDatabase(t))
 	broker := uuid.New()
 	pause := &pauseSwitch{}
 	cfg := projector.Config{BrokerID: broker, MaxBatchWait: time.Minute, Logger: testenv.Logger, Maintenance: pause}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/queenmq/queen-go/ingest"
 	"github.com/queenmq/queen-go/internal/testenv"
-	"github.com/queenmq/queen-go/pg"
 	"github.com/queenmq/queen-go/projector"
 	"github.com/queenmq/queen-go/wal"
 )
@@ -37,16 +36,8 @@ func reusePayload(r, k int) string {
 func TestProjectionOverReusedSegmentBuffers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	w, _, err := wal.Open(t.TempDir(), wal.Options{SegmentSize: 4 << 10, NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	store, err := pg.Open(pg.Config{URL: testenv.NewDatabase(t), PoolSize: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	w := openWAL(t, wal.Options{SegmentSize: 4 << 10, NoSync: true})
+	store := openStore(t, testenv.NewDatabase(t))
 	p := projector.New(projector.Config{BrokerID: uuid.New(), MaxBatchItems: 64, BackoffMin: time.Millisecond,
 		BackoffMax: 20 * time.Millisecond, Logger: testenv.Logger}, w, store, ingest.NewRegistry())
 	if err := p.Start(ctx); err != nil {

@@ -465,3 +465,45 @@ func TestConsumeInputErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestPopDeadLettersLapsedAndDelivers: a pop that finds its group's lease
+// lapsed with retries exhausted dead-letters the message at the cursor and
+// delivers the next one in the same answer, also when the next one is in
+// another segment than the claim read (each push here is its own
+// segment), through the queue's pop (the claim statement) and the
+// partition's, without wait and with it.
+func TestPopDeadLettersLapsedAndDelivers(t *testing.T) {
+	t.Parallel()
+	s := setup(t, nil)
+	configure(t, s.base, "dl", map[string]any{"leaseTime": 60, "retryLimit": 0})
+	for i := 1; i <= 8; i++ {
+		pushN(t, s.base, "dl", "A", i, i)
+	}
+	expire := func() {
+		t.Helper()
+		if _, err := s.store.Pool().Exec(context.Background(), `UPDATE queen.consumer_cursors
+			SET lease_expires_at = now() - interval '1 second' WHERE consumer_group = 'g' AND lease_id IS NOT NULL`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, c := range []struct{ partition, query string }{
+		{"", "consumerGroup=g&batch=1"}, {"", "consumerGroup=g&batch=1&wait=true&timeout=2000"},
+		{"A", "consumerGroup=g&batch=1"}, {"A", "consumerGroup=g&batch=1&wait=true&timeout=2000"},
+	} {
+		q := c.query
+		code, r := pop(t, s.base, popPath("dl", c.partition), q)
+		want := fmt.Sprintf("m-%d", 2*i+1)
+		if code != 200 || r.Messages[0].TransactionID != want {
+			t.Fatalf("pop %q: %d %+v, want %s", q, code, r, want)
+		}
+		expire()
+		want = fmt.Sprintf("m-%d", 2*i+2)
+		code, r = pop(t, s.base, popPath("dl", c.partition), q)
+		if code != 200 || len(r.Messages) != 1 || r.Messages[0].TransactionID != want {
+			t.Fatalf("pop %q after the lease lapsed (its message dead-lettered): %d %s, want %s", q, code, r.raw, want)
+		}
+		if a := ack(t, s.base, r.Messages[0], "completed", "g"); !a.Success {
+			t.Fatalf("ack %s: %+v", want, a)
+		}
+	}
+}

@@ -649,7 +649,10 @@ func (s *Store) popPartition(ctx context.Context, tx dbtx, q *queueRow, partID u
 	}
 	if cursor < c.nextOffset && !windowActive(q, c.lastMsgAt) {
 		to := min(cursor+int64(budget)-1, c.nextOffset-1)
-		if pre != nil && !pre.deleted {
+		// pre holds the segments of offsets c.offset..c.offset+take-1
+		// only: a cursor moved past a dead-lettered message reads the
+		// rest itself.
+		if pre != nil && !pre.deleted && cursor >= c.offset && to <= c.offset+int64(pre.take)-1 {
 			sp := storedScratch.Get().(*[]StoredMessage)
 			msgs, err = pre.messages(*sp, cursor, to)
 			if err == nil {

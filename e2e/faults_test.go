@@ -269,6 +269,11 @@ func TestDiskFull(t *testing.T) {
 	big := strings.Repeat("x", 200<<10)
 	res := push(t, s.base, body(item{"qd", "P", big, "TF1"}, item{"qd", "P", 1, "TF2"}))
 	wantStatuses(t, res, F, F)
+	for _, r := range res {
+		if !strings.Contains(r.Error, "no space left on device") {
+			t.Fatalf("failed verdict with error %q, want the write's ENOSPC", r.Error)
+		}
+	}
 	if code := healthCode(t, s.base); code != http.StatusOK {
 		t.Fatalf("broker unhealthy after a full disk: %d", code)
 	}

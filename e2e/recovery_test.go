@@ -214,10 +214,11 @@ func TestStaleWALDirectoryIsRefused(t *testing.T) {
 
 // TestWALByteCap: with QUEEN_WAL_MAX_BYTES set and PostgreSQL away, pushes
 // are buffered until the WAL's segment files reach the cap; after that they
-// answer failed and nothing of them is ever stored, while the disk keeps
-// its room. Once PostgreSQL is back every buffered item is stored, the
-// projected segments are truncated ahead of their retention (the WAL is
-// above 3/4 of its cap) and pushes are queued again.
+// answer failed, naming the cap, and nothing of them is ever stored,
+// while the disk keeps its room. Once PostgreSQL is back every buffered
+// item is stored, the projected segments are truncated ahead of their
+// retention as soon as the projector has caught up (the WAL is above 3/4
+// of its cap), and the next push is queued.
 func TestWALByteCap(t *testing.T) {
 	t.Parallel()
 	c, url := testenv.OwnCluster(t)
@@ -226,6 +227,7 @@ func TestWALByteCap(t *testing.T) {
 		cfg.WAL.MaxBytes = limit
 		cfg.WAL.SegmentSize = 16 << 10
 		cfg.Projector.WALRetention = time.Hour
+		cfg.Projector.MaintainInterval = time.Hour // truncation by the tick would hide the catch-up's
 	})
 	base := "http://" + b.Addr()
 	wantStatuses(t, push(t, base, body(item{"cap", "P", "first", "first"})), Q)
@@ -250,6 +252,9 @@ func TestWALByteCap(t *testing.T) {
 				}
 				buffered = append(buffered, r.TransactionID)
 			case ingest.StatusFailed:
+				if !strings.Contains(r.Error, "QUEEN_WAL_MAX_BYTES") {
+					t.Fatalf("%s failed with error %q, want the byte cap named", r.TransactionID, r.Error)
+				}
 				failed = append(failed, r.TransactionID)
 			default:
 				t.Fatalf("%s: %s with PostgreSQL away", r.TransactionID, r.Status)
@@ -273,9 +278,12 @@ func TestWALByteCap(t *testing.T) {
 	if got := txids(readPartition(t, s, "cap", "P")); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("partition holds %d items, want the first and the %d buffered ones in order", len(got), len(buffered))
 	}
-	testenv.WaitFor(t, 30*time.Second, "a queued push after truncation", func() bool {
-		return push(t, base, body(item{"cap", "Q", payload, ""}))[0].Status == Q
+	// Caught up, the projector makes room itself: no push has to be
+	// refused at the cap first (the maintenance tick is 30 s away).
+	testenv.WaitFor(t, 10*time.Second, "the WAL truncated below 3/4 of its cap after catching up", func() bool {
+		return b.WAL.Size() <= limit/4*3
 	})
+	wantStatuses(t, push(t, base, body(item{"cap", "Q", payload, ""})), Q)
 	for _, id := range failed {
 		for _, m := range readPartition(t, s, "cap", "P") {
 			if m.TransactionID == id {
@@ -365,4 +373,27 @@ func TestCorruptSealedSegmentSkip(t *testing.T) {
 	if through < from || through-from+1 >= n {
 		t.Fatalf("gave up records %d..%d of %d", from, through, n+1)
 	}
+}
+
+// TestProjectorErrorClearedOnRecovery: the projector's last error (the
+// pipeline route's lastError) is set while PostgreSQL is away and cleared
+// once it answers again, without a push to project.
+func TestProjectorErrorClearedOnRecovery(t *testing.T) {
+	t.Parallel()
+	c, url := testenv.OwnCluster(t)
+	b := testenv.StartBroker(t, url, "", nil)
+	base := "http://" + b.Addr()
+	wantStatuses(t, push(t, base, body(item{"rec", "P", "one", "one"})), Q)
+	if err := c.Stop(context.Background(), "fast"); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 30*time.Second, "the outage seen by the idle projector", func() bool {
+		return !b.Projector.Healthy() && b.Projector.LastError() != nil
+	})
+	if err := c.Restart(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 30*time.Second, "the projector healthy and its error cleared", func() bool {
+		return b.Projector.Healthy() && b.Projector.LastError() == nil
+	})
 }

@@ -14,6 +14,7 @@ import (
 //
 //	[{"index":0,"message_id":"…","transaction_id":"…","queueName":"…","status":"queued"},…]
 //
+// (a failed item also has "error" after "status": ingest.FailedReason)
 // appended in one pass into the response's own pooled body buffer, sized
 // once: the field names are constant fragments, the strings are escaped as
 // goccy/go-json escapes them (appendJSONString), so the bytes are those
@@ -29,6 +30,9 @@ func writePushAnswer(ctx *fasthttp.RequestCtx, res []ingest.Result) {
 	for i := range res {
 		r := &res[i]
 		n += pushItemOverhead + len(r.MessageID) + len(r.TransactionID) + len(r.QueueName)
+		if r.Error != "" {
+			n += len(`,"error":""`) + len(r.Error)
+		}
 	}
 	b := ctx.Response.SwapBody(nil)[:0]
 	b = appendPushAnswer(slices.Grow(b, n), res)
@@ -67,6 +71,10 @@ func appendPushAnswer(b []byte, res []ingest.Result) []byte {
 		default:
 			b = append(b, `,"status":`...)
 			b = appendJSONString(b, string(r.Status))
+			if r.Error != "" {
+				b = append(b, `,"error":`...)
+				b = appendJSONString(b, r.Error)
+			}
 			b = append(b, '}')
 		}
 	}

@@ -1,6 +1,7 @@
 package fastapi
 
 import (
+	"errors"
 	"testing"
 
 	json "github.com/goccy/go-json"
@@ -18,6 +19,8 @@ func TestPushAnswerMatchesMarshal(t *testing.T) {
 			{Index: 0, MessageID: "a", TransactionID: `tx "quoted" \ back`, QueueName: "q<&>", Status: ingest.StatusDuplicate},
 			{Index: 1, MessageID: "b", TransactionID: "ctl\x01\n\ttab", QueueName: "名前", Status: ingest.StatusBuffered},
 			{Index: 12345, MessageID: "c", TransactionID: "\u2028\u2029", QueueName: "q", Status: ingest.StatusFailed},
+			{Index: 12346, MessageID: "d", TransactionID: "d", QueueName: "q", Status: ingest.StatusFailed,
+				Error: ingest.FailedReason(errors.New(`disk "full"`))},
 		},
 		// The same id and transactionId (a minted id), plain and escaped.
 		{

@@ -52,6 +52,32 @@ type Result struct {
 	TransactionID string `json:"transaction_id"`
 	QueueName     string `json:"queueName"`
 	Status        Status `json:"status"`
+	// Error says why a failed item was not stored (FailedReason); empty,
+	// and left out of the JSON, for every other status.
+	Error string `json:"error,omitempty"`
+}
+
+// FailedReason is the error text of a failed verdict for the WAL append's
+// err: the byte cap (wal.ErrFull) named by its setting, anything else as
+// the write's own error (disk full, an I/O error).
+func FailedReason(err error) string {
+	switch {
+	case err == nil:
+		return "WAL write failed"
+	case errors.Is(err, wal.ErrFull):
+		return "WAL full: QUEEN_WAL_MAX_BYTES reached while records wait for PostgreSQL"
+	default:
+		return "WAL write failed: " + err.Error()
+	}
+}
+
+// setFailed marks every result failed, with err's FailedReason.
+func setFailed(res []Result, err error) []Result {
+	reason := FailedReason(err)
+	for i := range res {
+		res[i].Status, res[i].Error = StatusFailed, reason
+	}
+	return res
 }
 
 // Gate tells the pipeline whether waiting for a verdict is worthwhile.
@@ -207,7 +233,7 @@ func (p *Pipeline) Push(ctx context.Context, body []byte, producerSub *string) (
 	if err := p.WAL.AppendGatheredAsync(vec, w.assign, w.onWritten); err != nil {
 		w.refs.Add(-1) // refused at once: written will not run
 		w.release()
-		return setAll(res, StatusFailed), nil
+		return setFailed(res, err), nil
 	}
 	// A context that cannot end (the HTTP server's, which drains the
 	// Registry at shutdown instead) is waited on with a plain receive: a
@@ -229,11 +255,11 @@ func (p *Pipeline) Push(ctx context.Context, body []byte, producerSub *string) (
 	if p.ObserveStages != nil {
 		received = time.Now()
 	}
-	failed := w.failed
+	failed, writeErr := w.failed, w.writeErr
 	durableAt := w.durableAt.Load()
 	w.done()
 	if failed {
-		return setAll(res, StatusFailed), nil
+		return setFailed(res, writeErr), nil
 	}
 	if len(verdicts) != len(res) {
 		return setAll(res, StatusBuffered), nil

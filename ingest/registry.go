@@ -63,9 +63,10 @@ type waiter struct {
 	// durable is set by written once the record is fsynced; held, by a
 	// sender (FailAll, cancel) that took w before that, which leaves the
 	// send to written; failed, by written when the write failed (the value
-	// it sends is nil). All three under Registry.mu; the push reads failed
-	// after its receive.
+	// it sends is nil), with the write's error in writeErr. All under
+	// Registry.mu; the push reads failed and writeErr after its receive.
 	durable, held, failed bool
+	writeErr              error
 	// deadline is zero until written starts the verdict timeout (or a
 	// test calls expireAt); the reaper leaves a waiter without one alone.
 	deadline time.Time
@@ -112,7 +113,7 @@ func NewRegistry() *Registry {
 func (r *Registry) newWaiter() *waiter {
 	w := r.pool.Get().(*waiter)
 	w.deadline, w.index, w.taken = time.Time{}, 0, false
-	w.durable, w.held, w.failed = false, false, false
+	w.durable, w.held, w.failed, w.writeErr = false, false, false, nil
 	w.pipe, w.timeout = nil, 0
 	w.durableAt.Store(0)
 	w.refs.Store(1)
@@ -150,7 +151,7 @@ func (w *waiter) written(_ uint64, err error) {
 			delete(r.waiters, w.index)
 		}
 		send = !w.taken || w.held
-		w.taken, w.failed = true, true
+		w.taken, w.failed, w.writeErr = true, true, err
 	case w.held:
 		w.durable, send = true, true
 	case w.taken: // the verdict is on its way (or there)

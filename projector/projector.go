@@ -158,6 +158,9 @@ type Projector struct {
 	piecesLeft atomic.Int64  // items still to project of the record in pieces (0: none)
 	heavy      atomic.Bool   // a batch of more than MaxWaitBatchBytes is being sent
 	wake       chan struct{}
+	// room asks the maintenance loop to truncate now: a commit left the
+	// WAL above 3/4 of its byte cap (truncateWAL).
+	room chan struct{}
 	cur        *wal.Cursor // owned by the loop
 	// cp is the checkpoint as last read or committed, and open the record
 	// after it while it is projected in pieces (nil otherwise); both are
@@ -221,7 +224,7 @@ func New(cfg Config, w *wal.Log, store *pg.Store, reg *ingest.Registry) *Project
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Projector{cfg: cfg, wal: w, store: store, reg: reg, log: cfg.Logger, wake: make(chan struct{}, 1),
+	return &Projector{cfg: cfg, wal: w, store: store, reg: reg, log: cfg.Logger, wake: make(chan struct{}, 1), room: make(chan struct{}, 1),
 		cur: w.NewCursor(1), outage: outageLog{log: cfg.Logger, now: time.Now}}
 }
 
@@ -356,7 +359,7 @@ func (p *Projector) run(ctx context.Context) {
 				continue
 			}
 			known = true
-			p.outage.succeeded(p.checkpoint.Load(), p.Backlog())
+			p.recovered()
 		}
 		cursor := p.checkpoint.Load() + 1 // the next WAL index to project
 		if cursor > p.wal.DurableIndex() {
@@ -369,8 +372,7 @@ func (p *Projector) run(ctx context.Context) {
 				if err := p.ping(ctx); err != nil {
 					fail(err)
 				} else {
-					p.unhealthy.Store(false)
-					p.outage.succeeded(p.checkpoint.Load(), p.Backlog())
+					p.recovered()
 				}
 			case <-ctx.Done():
 			}
@@ -385,7 +387,27 @@ func (p *Projector) run(ctx context.Context) {
 		}
 		p.outage.succeeded(p.checkpoint.Load(), p.Backlog())
 		backoff = p.cfg.BackoffMin
+		if limit := p.wal.MaxBytes(); limit > 0 && p.wal.Size() > limit/4*3 {
+			// Catching up after an outage that filled the WAL: room for
+			// pushes now, not at the next maintenance tick (nor after a
+			// push refused at the cap).
+			select {
+			case p.room <- struct{}{}:
+			default:
+			}
+		}
 	}
+}
+
+// recovered records a PostgreSQL step that succeeded outside a batch (the
+// cursor loaded, an idle ping): the projector is healthy and its last
+// error is cleared, as after a committed batch.
+func (p *Projector) recovered() {
+	p.unhealthy.Store(false)
+	p.mu.Lock()
+	p.lastErr = nil
+	p.mu.Unlock()
+	p.outage.succeeded(p.checkpoint.Load(), p.Backlog())
 }
 
 func (p *Projector) ping(ctx context.Context) error {
@@ -754,6 +776,8 @@ func (p *Projector) maintainLoop(ctx context.Context) {
 		case <-t.C:
 			p.maintain(ctx)
 		case <-p.wal.Full(): // a push was refused at the byte cap: make room now
+			p.truncateWAL()
+		case <-p.room: // a commit left the WAL near its byte cap
 			p.truncateWAL()
 		}
 	}

@@ -161,7 +161,7 @@ type Projector struct {
 	// room asks the maintenance loop to truncate now: a commit left the
 	// WAL above 3/4 of its byte cap (truncateWAL).
 	room chan struct{}
-	cur        *wal.Cursor // owned by the loop
+	cur  *wal.Cursor // owned by the loop
 	// cp is the checkpoint as last read or committed, and open the record
 	// after it while it is projected in pieces (nil otherwise); both are
 	// owned by the loop.

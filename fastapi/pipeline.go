@@ -55,9 +55,13 @@ type PipelineWAL struct {
 type PipelineProjector struct {
 	// Checkpoint is the last WAL index committed to PostgreSQL
 	// (queen_projector_checkpoint); Backlog the durable records after it
-	// (queen_projector_backlog).
-	Checkpoint uint64 `json:"checkpoint"`
-	Backlog    uint64 `json:"backlog"`
+	// (queen_projector_backlog). CheckpointConfirmed is false while the
+	// broker has not reached PostgreSQL since it started: Checkpoint is
+	// then the one the broker kept from its last run
+	// (projector.Config.CheckpointHint; 0 without one).
+	Checkpoint          uint64 `json:"checkpoint"`
+	CheckpointConfirmed bool   `json:"checkpointConfirmed"`
+	Backlog             uint64 `json:"backlog"`
 	// OldestUnprojectedAt is the acceptance time of the first record not
 	// yet in PostgreSQL, and LagSeconds how long ago that was; both null
 	// when the backlog is empty (LagSeconds is then 0) or the record

@@ -23,7 +23,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -136,6 +139,14 @@ type Config struct {
 	// ObserveBatch, when set, is called after each projection attempt with
 	// its item count, duration and error (nil when committed).
 	ObserveBatch func(items int, d time.Duration, err error)
+	// CheckpointHint, when set, is a file where the projector keeps the
+	// last checkpoint PostgreSQL confirmed (written at each maintenance
+	// tick and at Stop; decimal WAL index, no fsync): read at New, it is
+	// what Checkpoint and Backlog report until PostgreSQL is reached, so
+	// that a broker started while PostgreSQL is away does not count every
+	// WAL record as unprojected. It is never used to project or to
+	// truncate. Empty: no hint, the checkpoint reads 0 until then.
+	CheckpointHint string
 	// Maintenance, when set, is the owner of push maintenance mode: while
 	// it reports on, projection holds (see MaintenanceChanged). Nil: never.
 	Maintenance interface{ PushEnabled() bool }
@@ -154,9 +165,13 @@ type Projector struct {
 	// unhealthy is set by a failed PostgreSQL step and cleared by a
 	// successful one; a projector that has not tried yet is not unhealthy.
 	unhealthy  atomic.Bool
-	checkpoint atomic.Uint64 // last committed WAL index
-	piecesLeft atomic.Int64  // items still to project of the record in pieces (0: none)
-	heavy      atomic.Bool   // a batch of more than MaxWaitBatchBytes is being sent
+	checkpoint atomic.Uint64 // last committed WAL index (the hint's until confirmed)
+	// confirmed is set once the checkpoint was read from PostgreSQL
+	// (loadCursor); until then checkpoint holds CheckpointHint's value.
+	confirmed  atomic.Bool
+	hinted     uint64       // the checkpoint last written to CheckpointHint (owned by the maintenance loop and Stop)
+	piecesLeft atomic.Int64 // items still to project of the record in pieces (0: none)
+	heavy      atomic.Bool  // a batch of more than MaxWaitBatchBytes is being sent
 	wake       chan struct{}
 	// room asks the maintenance loop to truncate now: a commit left the
 	// WAL above 3/4 of its byte cap (truncateWAL).
@@ -224,8 +239,49 @@ func New(cfg Config, w *wal.Log, store *pg.Store, reg *ingest.Registry) *Project
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Projector{cfg: cfg, wal: w, store: store, reg: reg, log: cfg.Logger, wake: make(chan struct{}, 1), room: make(chan struct{}, 1),
+	p := &Projector{cfg: cfg, wal: w, store: store, reg: reg, log: cfg.Logger, wake: make(chan struct{}, 1), room: make(chan struct{}, 1),
 		cur: w.NewCursor(1), outage: outageLog{log: cfg.Logger, now: time.Now}}
+	if v, ok := readCheckpointHint(cfg.CheckpointHint); ok && v <= w.DurableIndex() {
+		p.checkpoint.Store(v)
+		p.hinted = v
+	}
+	return p
+}
+
+// readCheckpointHint reads the checkpoint hint at path ("" or a missing or
+// malformed file: not ok).
+func readCheckpointHint(path string) (uint64, bool) {
+	if path == "" {
+		return 0, false
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	return v, err == nil
+}
+
+// writeCheckpointHint writes the confirmed checkpoint to CheckpointHint
+// when it moved since the last write (a temporary file renamed over it;
+// no fsync: a hint lost in a crash only makes the next start report more
+// backlog until PostgreSQL answers). A failure is logged at debug: it
+// costs only that report.
+func (p *Projector) writeCheckpointHint() {
+	cp := p.checkpoint.Load()
+	if p.cfg.CheckpointHint == "" || !p.confirmed.Load() || cp == p.hinted {
+		return
+	}
+	tmp := p.cfg.CheckpointHint + ".tmp"
+	err := os.WriteFile(tmp, strconv.AppendUint(nil, cp, 10), 0o640)
+	if err == nil {
+		err = os.Rename(tmp, p.cfg.CheckpointHint)
+	}
+	if err != nil {
+		p.log.Debug("projector: checkpoint hint not written", "path", p.cfg.CheckpointHint, "err", err)
+		return
+	}
+	p.hinted = cp
 }
 
 // Start launches the projection and maintenance loops. It returns
@@ -238,10 +294,11 @@ func (p *Projector) Start(ctx context.Context) error {
 }
 
 // Stop ends the loop after the transaction in flight and waits for it,
-// then the maintenance loop. Idempotent.
+// then the maintenance loop, and writes the checkpoint hint. Idempotent.
 func (p *Projector) Stop() {
 	p.loop.Stop()
 	p.maint.Stop()
+	p.writeCheckpointHint()
 }
 
 // MaintenanceChanged is called after Config.Maintenance changed: when on,
@@ -283,8 +340,15 @@ func (p *Projector) Backlog() uint64 {
 	return d - c
 }
 
-// Checkpoint is the last WAL index known committed.
+// Checkpoint is the last WAL index known committed: until PostgreSQL
+// has been reached, the one CheckpointHint kept from the last run (0
+// without one), which CheckpointConfirmed tells apart.
 func (p *Projector) Checkpoint() uint64 { return p.checkpoint.Load() }
+
+// CheckpointConfirmed reports whether Checkpoint (and so Backlog) was
+// read from PostgreSQL or committed since, rather than taken from the
+// hint of the last run.
+func (p *Projector) CheckpointConfirmed() bool { return p.confirmed.Load() }
 
 // LastError is the last projection error (nil after a success).
 func (p *Projector) LastError() error {
@@ -480,6 +544,7 @@ func (p *Projector) loadCursor(ctx context.Context) error {
 	p.cp, p.open = cp, nil
 	p.cur.Seek(next)
 	p.checkpoint.Store(next - 1) // next >= 1
+	p.confirmed.Store(true)
 	p.unhealthy.Store(false)
 	p.log.Debug("projector: cursor loaded", "cursor", next)
 	return nil
@@ -786,6 +851,7 @@ func (p *Projector) maintainLoop(ctx context.Context) {
 // maintain truncates projected WAL segments past retention and sweeps
 // expired dedup entries. Errors are logged; they never stop projection.
 func (p *Projector) maintain(ctx context.Context) {
+	p.writeCheckpointHint()
 	p.truncateWAL()
 	sctx, cancel := context.WithTimeout(ctx, p.cfg.TxTimeout)
 	defer cancel()
@@ -797,6 +863,9 @@ func (p *Projector) maintain(ctx context.Context) {
 // truncateWAL removes projected WAL segments past their retention, or past
 // none when the WAL is above 3/4 of its byte cap.
 func (p *Projector) truncateWAL() {
+	if !p.confirmed.Load() {
+		return // a checkpoint from the hint is never a reason to delete
+	}
 	retention := p.cfg.WALRetention
 	if retention < 0 {
 		retention = 0

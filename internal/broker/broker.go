@@ -223,6 +223,9 @@ func Start(cfg Config) (*Broker, error) {
 	pc.Maintenance = b.Maintenance
 	pc.BrokerID = id
 	pc.Logger = cfg.Logger
+	if pc.CheckpointHint == "" {
+		pc.CheckpointHint = filepath.Join(cfg.WALDir, "checkpoint.hint")
+	}
 	b.Projector = projector.New(pc, w, store, reg)
 	b.pipeline = &ingest.Pipeline{WAL: w, Registry: reg, Gate: b.Projector, Maintenance: b.Maintenance.PushEnabled,
 		ObserveStages:  b.Metrics.ObservePushStages,

@@ -52,6 +52,7 @@ func (b *Broker) Pipeline(ctx context.Context) fastapi.PipelineStatus {
 	}
 	p := &st.Projector
 	p.Checkpoint, p.Backlog = b.Projector.Checkpoint(), b.Projector.Backlog()
+	p.CheckpointConfirmed = b.Projector.CheckpointConfirmed()
 	p.Paused, p.DBHealthy = b.Projector.Paused(), b.Projector.Healthy()
 	if err := b.Projector.Stopped(); err != nil {
 		p.Stopped = err.Error()

@@ -538,8 +538,10 @@ func (s *Store) LaggingPartitions(ctx context.Context, minLagSeconds int) ([]Lag
 
 // Seek moves a group's existing cursors on a queue (partition "" = all):
 // toEnd to the end; otherwise to the first message committed after at
-// (messages committed at or before at count as consumed), or the start when
-// there are none. Leases are released. It returns how many cursors moved.
+// (messages committed at or before at count as consumed), or the end when
+// none was: a cursor past that message moves backwards (a replay). Leases
+// are released. It returns how many cursors moved (0 for a queue the group
+// has no cursor on, or that does not exist).
 func (s *Store) Seek(ctx context.Context, group, queue, partition string, toEnd bool, at time.Time) (int64, error) {
 	tag, err := s.pool.Exec(ctx, `UPDATE queen.consumer_cursors c SET
 		cursor_offset = CASE WHEN $4 THEN p.next_offset ELSE coalesce(

@@ -14,6 +14,7 @@ import (
 	json "github.com/goccy/go-json"
 
 	"github.com/queenmq/queen-go/internal/testenv"
+	"github.com/queenmq/queen-go/pg"
 )
 
 type popMsg struct {
@@ -440,6 +441,8 @@ func TestConsumeInputErrors(t *testing.T) {
 		{"/api/v1/ack", `{"transactionId":"x","partitionId":"` + pid + `","consumerGroup":"a\u0000b"}`},
 		{"/api/v1/ack", `{"transactionId":"x","partitionId":"` + pid + `","error":"a\u0000b"}`},
 		{"/api/v1/ack", `{"transactionId":"x","partitionId":"` + pid + `","leaseId":"not-a-uuid"}`},
+		{"/api/v1/ack", `{"transactionId":"` + strings.Repeat("t", 1025) + `","partitionId":"` + pid + `"}`},
+		{"/api/v1/ack/batch", `{"acknowledgments":[{"transactionId":"` + strings.Repeat("t", 1025) + `","partitionId":"` + pid + `"}]}`},
 		{"/api/v1/ack/batch", `{"acknowledgments":{}}`},
 		{"/api/v1/ack/batch", `{}`},
 		{"/api/v1/lease/nope/extend", `{}`},
@@ -505,5 +508,42 @@ func TestPopDeadLettersLapsedAndDelivers(t *testing.T) {
 		if a := ack(t, s.base, r.Messages[0], "completed", "g"); !a.Success {
 			t.Fatalf("ack %s: %+v", want, a)
 		}
+	}
+}
+
+// TestDeadLetterErrorTruncated: an ack's error text longer than
+// pg.MaxDeadLetterError is stored (and listed by /api/v1/dlq) cut to that
+// many bytes, with the original length named; the ack itself succeeds.
+func TestDeadLetterErrorTruncated(t *testing.T) {
+	t.Parallel()
+	s := setup(t, nil)
+	pushN(t, s.base, "dlerr", "A", 1, 1)
+	code, r := pop(t, s.base, popPath("dlerr", ""), "batch=1")
+	if code != 200 {
+		t.Fatalf("pop: %d", code)
+	}
+	long := strings.Repeat(`stack frame\n`, 200_000) // JSON-escaped: 2.6 MB of JSON, 2.4 MB of text
+	m := r.Messages[0]
+	b := []byte(`{"transactionId":"` + m.TransactionID + `","partitionId":"` + m.PartitionID + `","leaseId":"` + m.LeaseID +
+		`","status":"dlq","error":"` + long + `"}`)
+	if code, rb := post(t, s.base, "/api/v1/ack", b); code != http.StatusOK || !strings.Contains(string(rb), `"success":true`) {
+		t.Fatalf("ack with a long error: %d %.200s", code, rb)
+	}
+	resp, err := testenv.Client.Get(s.base + "/api/v1/dlq?queue=dlerr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var d struct {
+		Messages []struct {
+			ErrorMessage string `json:"errorMessage"`
+		} `json:"messages"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&d); err != nil || len(d.Messages) != 1 {
+		t.Fatalf("dlq: %v, %d messages", err, len(d.Messages))
+	}
+	e := d.Messages[0].ErrorMessage
+	if len(e) > pg.MaxDeadLetterError || !strings.HasPrefix(e, "stack frame\n") || !strings.HasSuffix(e, "(truncated from 2400000 bytes)") {
+		t.Fatalf("stored error of %d bytes: %.40q … %q", len(e), e, e[max(0, len(e)-40):])
 	}
 }

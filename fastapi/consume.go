@@ -2,6 +2,7 @@ package fastapi
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"slices"
 	"strconv"
@@ -338,6 +339,10 @@ func (c *ackParseCache) validGroup(g string) bool {
 func toAckRequestWith(a ackBody, group string, lease *uuid.UUID, c *ackParseCache) (pg.AckRequest, string) {
 	if a.TransactionID == nil || *a.TransactionID == "" {
 		return pg.AckRequest{}, "transactionId is required"
+	}
+	if len(*a.TransactionID) > ingest.MaxTransactionIDBytes {
+		// No stored message has a longer one (push refuses it).
+		return pg.AckRequest{}, fmt.Sprintf("transactionId is longer than %d bytes", ingest.MaxTransactionIDBytes)
 	}
 	if a.PartitionID == nil {
 		return pg.AckRequest{}, "partitionId is required"

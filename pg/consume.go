@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -795,6 +796,7 @@ func firstStoredOffset(ctx context.Context, tx dbtx, partID uuid.UUID, from int6
 // returns false when the message no longer exists (retention removed it),
 // in which case only the cursor moves.
 func deadLetter(ctx context.Context, tx dbtx, partID uuid.UUID, group string, offset int64, reason string, retries int) (bool, error) {
+	reason = DeadLetterError(reason)
 	msgs, err := fetch(ctx, tx, partID, offset, offset)
 	if err != nil {
 		return false, err
@@ -807,6 +809,30 @@ func deadLetter(ctx context.Context, tx dbtx, partID uuid.UUID, group string, of
 		VALUES ($1, $2, $3, $4, $5, $6, $7)`, partID, group, offset, pgtype.UUID{Bytes: m.ID, Valid: true},
 		[]byte(m.TransactionID), reason, retries)
 	return err == nil, err
+}
+
+// MaxDeadLetterError is the most bytes of a dead letter's error text that
+// are stored (DeadLetterError).
+const MaxDeadLetterError = 8 << 10
+
+// DeadLetterError returns the error text a dead letter stores for err (an
+// ack's `error`, or the broker's own reason): err itself up to
+// MaxDeadLetterError bytes; a longer one cut at a UTF-8 boundary, with
+// " … (truncated from N bytes)" in place of the rest, within that length.
+// The text is informational and an ack is not refused for it (a client's
+// stack trace may be long), but a dead letter must not store megabytes
+// that every DLQ listing then reads back (a 25 MiB error made /dlq answer
+// 210 MB and the broker grow past 1 GB).
+func DeadLetterError(err string) string {
+	if len(err) <= MaxDeadLetterError {
+		return err
+	}
+	marker := fmt.Sprintf(" … (truncated from %d bytes)", len(err))
+	cut := MaxDeadLetterError - len(marker)
+	for cut > 0 && !utf8.RuneStart(err[cut]) {
+		cut--
+	}
+	return err[:cut] + marker
 }
 
 // Ack statuses (POST /api/v1/ack).

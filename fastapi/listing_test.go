@@ -65,8 +65,8 @@ func TestListingGate(t *testing.T) {
 	}
 }
 
-// TestListingGateRoutes: with every turn held, a listing route waits and
-// is answered "busy", while the filtered pop (GET /api/v1/pop, a pop, not
+// TestListingGateRoutes: with every turn held, a listing route (and the
+// single-message delete) waits and is answered "busy", while the filtered pop (GET /api/v1/pop, a pop, not
 // a listing) is served at once. Both requests are ones their handlers
 // refuse before any database work, so the Server needs no dependencies.
 func TestListingGateRoutes(t *testing.T) {
@@ -86,5 +86,14 @@ func TestListingGateRoutes(t *testing.T) {
 	}
 	if c := get("/api/v1/status?from=nonsense"); c.Response.StatusCode() != fasthttp.StatusServiceUnavailable {
 		t.Errorf("status with the gate full: %d %s, want 503 busy", c.Response.StatusCode(), c.Response.Body())
+	}
+	// The single-message delete may scan a partition: it takes a turn too.
+	s.routeStreams(r)
+	var del fasthttp.RequestCtx
+	del.Request.SetRequestURI("/api/v1/messages/not-a-uuid/tx")
+	del.Request.Header.SetMethod(fasthttp.MethodDelete)
+	r.Handler(&del)
+	if del.Response.StatusCode() != fasthttp.StatusServiceUnavailable {
+		t.Errorf("message delete with the gate full: %d %s, want 503 busy", del.Response.StatusCode(), del.Response.Body())
 	}
 }

@@ -43,7 +43,9 @@ func (s *Server) routeStreams(r interface {
 	r.POST("/streams/v1/queries", s.streamRegister)
 	r.POST("/streams/v1/cycle", s.streamCycle)
 	r.POST("/streams/v1/state/get", s.streamStateGet)
-	r.DELETE("/api/v1/messages/{partitionId}/{transactionId}", s.deleteMessage)
+	// The delete may scan a partition's segments (pg.Tombstones): it
+	// takes a listing turn, so that a few of them cannot hold the pool.
+	r.DELETE("/api/v1/messages/{partitionId}/{transactionId}", s.listingGate(s.deleteMessage))
 }
 
 // streamsBody reads a streams request body as a JSON object of raw fields,

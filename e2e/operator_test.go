@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"github.com/queenmq/queen-go/ingest"
 	"github.com/queenmq/queen-go/internal/broker"
 	"github.com/queenmq/queen-go/internal/testenv"
+	"github.com/queenmq/queen-go/pg"
 )
 
 // TestPostgresOutageIsLoggedOnce: PostgreSQL stopped for a few seconds
@@ -241,5 +243,40 @@ func TestContentEncodingIs415(t *testing.T) {
 	}
 	if n := len(readQueue(t, s.store, "enc")); n != 1 {
 		t.Errorf("%d messages stored, want only the identity push's", n)
+	}
+}
+
+// TestMetricsSeriesFromTheStart: a fresh broker's /metrics has every
+// documented label value of its counters at 0 (docs/operations.md,
+// "Health and metrics"), before any push, pop or ack: a series that
+// appears only with its first event makes rate() miss that event, so the
+// documented alert on rate(queen_push_items_total{status="failed"}) would
+// not fire on the first failures. The label values are taken from the
+// code that produces them (ingest's verdicts, pg's ack statuses).
+func TestMetricsSeriesFromTheStart(t *testing.T) {
+	t.Parallel()
+	s := setup(t, nil)
+	code, b := do(t, http.MethodGet, s.base+"/metrics", "", nil)
+	if code != http.StatusOK {
+		t.Fatalf("GET /metrics: %d", code)
+	}
+	want := []string{"queen_popped_messages_total 0", `queen_projector_batch_seconds_count{outcome="ok"} 0`,
+		`queen_projector_batch_seconds_count{outcome="error"} 0`}
+	for _, st := range []ingest.Status{ingest.StatusQueued, ingest.StatusDuplicate, ingest.StatusBuffered, ingest.StatusFailed} {
+		want = append(want, fmt.Sprintf(`queen_push_items_total{status=%q} 0`, st))
+	}
+	for _, st := range []string{pg.AckCompleted, pg.AckSuccess, pg.AckFailed, pg.AckDLQ, pg.AckRetry} {
+		for _, r := range []string{"ok", "rejected"} {
+			want = append(want, fmt.Sprintf(`queen_acks_total{result=%q,status=%q} 0`, r, st))
+		}
+	}
+	lines := strings.Split(string(b), "\n")
+	for _, w := range want {
+		if !slices.Contains(lines, w) {
+			t.Errorf("/metrics of a fresh broker has no line %s", w)
+		}
+	}
+	if t.Failed() {
+		t.Logf("/metrics:\n%s", b)
 	}
 }

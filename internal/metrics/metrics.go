@@ -3,7 +3,6 @@
 package metrics
 
 import (
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,9 +19,9 @@ type Metrics struct {
 	// PushItems counts push verdicts by status (queued, duplicate,
 	// buffered, failed). The push path adds through PushItemsFor.
 	PushItems *prometheus.CounterVec
-	// pushItems caches PushItems' children for pushStatuses, each
-	// resolved on first use (PushItemsFor).
-	pushItems [len(pushStatuses)]atomic.Pointer[prometheus.Counter]
+	// pushItems are PushItems' children for pushStatuses, resolved in New
+	// (PushItemsFor).
+	pushItems [len(pushStatuses)]prometheus.Counter
 	// WALFsync is the duration of each WAL group-commit fsync, seconds.
 	WALFsync prometheus.Histogram
 	// ProjectorBatch is the duration of each projection transaction,
@@ -72,10 +71,23 @@ func New(walIndex, checkpoint, backlog, walBytes func() float64) *Metrics {
 			Help: "Acks by status and result."}, []string{"status", "result"}),
 	}
 	m.pushWAL, m.pushProjection = m.PushStage.WithLabelValues("wal"), m.PushStage.WithLabelValues("projection")
-	// The ok series exists from the start, as the fsync histogram does:
-	// /metrics and Snapshot show its buckets at zero before the first
-	// batch instead of no buckets at all.
-	m.ProjectorBatch.WithLabelValues("ok")
+	// Every documented label value exists from the start, at zero (as the
+	// unlabelled metrics do): a series that appeared only with its first
+	// event would make rate() and increase() miss that event, so an alert
+	// on rate(queen_push_items_total{status="failed"}[5m]) > 0
+	// (docs/operations.md) would not fire on the first failures, and a
+	// dashboard would show no series instead of 0 after a restart.
+	for i, s := range pushStatuses {
+		m.pushItems[i] = m.PushItems.WithLabelValues(s)
+	}
+	for _, s := range AckStatuses {
+		for _, r := range ackResults {
+			m.Acks.WithLabelValues(s, r)
+		}
+	}
+	for _, o := range batchOutcomes {
+		m.ProjectorBatch.WithLabelValues(o)
+	}
 	r.MustRegister(m.PushItems, m.WALFsync, m.ProjectorBatch, m.ProjectorItems, m.PushStage, m.Popped, m.Acks,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "queen_wal_durable_index", Help: "Last fsynced WAL index."}, walIndex),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "queen_projector_checkpoint", Help: "Last WAL index committed to PostgreSQL."}, checkpoint),
@@ -85,28 +97,36 @@ func New(walIndex, checkpoint, backlog, walBytes func() float64) *Metrics {
 	return m
 }
 
-// pushStatuses are the statuses PushItemsFor caches a counter for: the
-// push verdicts (ingest.Status, docs/push.md "Verdicts").
+// pushStatuses are queen_push_items_total's status values, each present
+// from New on: the push verdicts (ingest.Status, docs/push.md
+// "Verdicts").
 var pushStatuses = [...]string{"queued", "duplicate", "buffered", "failed"}
+
+// AckStatuses are queen_acks_total's status values, each present from
+// New on (with both results): the ack statuses the HTTP routes accept
+// (pg.AckCompleted ... pg.AckRetry, docs/consume.md "Ack"); an ack sent
+// without one is counted as "completed".
+var AckStatuses = [...]string{"completed", "success", "failed", "dlq", "retry"}
+
+// ackResults are queen_acks_total's result values: the ack applied, or
+// refused (a lease not live, an unknown message).
+var ackResults = [...]string{"ok", "rejected"}
+
+// batchOutcomes are queen_projector_batch_seconds' outcome values: the
+// transaction committed, or failed.
+var batchOutcomes = [...]string{"ok", "error"}
 
 // PushItemsFor returns PushItems' counter for status, the same counter
 // PushItems.WithLabelValues(status) returns. The push path calls it once
-// per push: for the four verdict statuses the child is looked up once
-// (on first use, so that a status never seen stays absent from /metrics)
-// and then read from a cache, where WithLabelValues hashes the label and
-// takes the vector's lock on every call (1.4% of the broker's CPU samples
-// at 64 pushes of one item each). Other statuses go to WithLabelValues.
+// per push: for the four verdict statuses the child is read from the
+// array New filled, where WithLabelValues hashes the label and takes the
+// vector's lock on every call (1.4% of the broker's CPU samples at 64
+// pushes of one item each). Other statuses go to WithLabelValues.
 func (m *Metrics) PushItemsFor(status string) prometheus.Counter {
 	for i, s := range pushStatuses {
-		if s != status {
-			continue
+		if s == status {
+			return m.pushItems[i]
 		}
-		if c := m.pushItems[i].Load(); c != nil {
-			return *c
-		}
-		c := m.PushItems.WithLabelValues(status)
-		m.pushItems[i].Store(&c)
-		return c
 	}
 	return m.PushItems.WithLabelValues(status)
 }

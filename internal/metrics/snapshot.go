@@ -27,12 +27,12 @@ type Bucket struct {
 // console does, docs/console.md).
 type Snapshot struct {
 	// PushItems is queen_push_items_total by status (queued, duplicate,
-	// buffered, failed); statuses never seen are absent.
+	// buffered, failed), each present (0 before its first push).
 	PushItems map[string]float64 `json:"pushItems"`
 	// Popped is queen_popped_messages_total.
 	Popped float64 `json:"popped"`
 	// Acks is queen_acks_total summed over status, by result (ok,
-	// rejected).
+	// rejected), both present (0 before the first ack).
 	Acks map[string]float64 `json:"acks"`
 	// WALFsync is queen_wal_fsync_seconds.
 	WALFsync Histogram `json:"walFsyncSeconds"`

@@ -48,7 +48,7 @@ func TestSnapshot(t *testing.T) {
 
 // TestPushItemsFor: the cached counters are PushItems' own children (what
 // is added through them is what WithLabelValues and the snapshot read), a
-// status never added to stays absent, and a status outside the cache
+// status never added to is there at 0, and a status outside the cache
 // still counts.
 func TestPushItemsFor(t *testing.T) {
 	zero := func() float64 { return 0 }
@@ -62,13 +62,15 @@ func TestPushItemsFor(t *testing.T) {
 		t.Error("PushItemsFor(queued) is not PushItems' child")
 	}
 	s := m.Snapshot()
-	want := map[string]float64{"queued": 5, "duplicate": 2, "other": 7}
+	want := map[string]float64{"queued": 5, "duplicate": 2, "other": 7, "buffered": 0, "failed": 0}
 	if len(s.PushItems) != len(want) {
-		t.Errorf("statuses %v, want %v (buffered and failed never seen: absent)", s.PushItems, want)
+		t.Errorf("statuses %v, want %v (buffered and failed never seen: at 0)", s.PushItems, want)
 	}
-	for k, v := range want {
-		if s.PushItems[k] != v {
-			t.Errorf("%s = %v, want %v", k, s.PushItems[k], v)
+	for k, w := range want {
+		if got, ok := s.PushItems[k]; !ok {
+			t.Errorf("%s absent, want %v", k, w)
+		} else if got != w {
+			t.Errorf("%s = %v, want %v", k, got, w)
 		}
 	}
 }

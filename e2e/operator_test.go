@@ -26,7 +26,8 @@ import (
 // TestPostgresOutageIsLoggedOnce: PostgreSQL stopped for a few seconds
 // (dozens of projector retries) gives one "lost" line with the error, one
 // "back" line with how long it was away and one "caught up" line with how
-// many records were projected; no line per retry at info level.
+// many records were projected; no line per retry (the projector's, its
+// dedup sweeps') at info level.
 func TestPostgresOutageIsLoggedOnce(t *testing.T) {
 	t.Parallel()
 	c, url := testenv.OwnCluster(t)
@@ -42,7 +43,7 @@ func TestPostgresOutageIsLoggedOnce(t *testing.T) {
 	for i := range 5 {
 		wantStatuses(t, push(t, base, body(item{Queue: "outage", Payload: i + 1})), ingest.StatusBuffered)
 	}
-	time.Sleep(3 * time.Second) // retries every 200 ms (testenv's BackoffMax)
+	time.Sleep(3 * time.Second) // retries and dedup sweeps every 200 ms (testenv's BackoffMax, MaintainInterval)
 	if err := c.Restart(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -63,6 +64,7 @@ func TestPostgresOutageIsLoggedOnce(t *testing.T) {
 		{`msg="projector: PostgreSQL is back" down_for=[0-9.]+m?s backlog=5`, 1},
 		{`msg="projector: caught up after the PostgreSQL outage" records_projected=5 `, 1},
 		{`retrying`, 0},
+		{`dedup sweep`, 0},
 	} {
 		if n := len(regexp.MustCompile(tt.re).FindAllString(out, -1)); n != tt.want {
 			t.Errorf("%d lines match %s, want %d", n, tt.re, tt.want)

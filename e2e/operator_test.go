@@ -24,10 +24,12 @@ import (
 )
 
 // TestPostgresOutageIsLoggedOnce: PostgreSQL stopped for a few seconds
-// (dozens of projector retries) gives one "lost" line with the error, one
-// "back" line with how long it was away and one "caught up" line with how
-// many records were projected; no line per retry (the projector's, its
-// dedup sweeps') at info level.
+// (dozens of projector retries and dedup sweeps, a console's polls, a
+// waiting pop) gives one "lost" line with the error, one line for the
+// requests answered 503, one "back" line with how long it was away and
+// one "caught up" line with how many records were projected; no line per
+// retry or per refused request at info level, and no error line
+// (docs/operations.md, "Logs").
 func TestPostgresOutageIsLoggedOnce(t *testing.T) {
 	t.Parallel()
 	c, url := testenv.OwnCluster(t)
@@ -43,7 +45,24 @@ func TestPostgresOutageIsLoggedOnce(t *testing.T) {
 	for i := range 5 {
 		wantStatuses(t, push(t, base, body(item{Queue: "outage", Payload: i + 1})), ingest.StatusBuffered)
 	}
-	time.Sleep(3 * time.Second) // retries and dedup sweeps every 200 ms (testenv's BackoffMax, MaintainInterval)
+	// 3 s: projector retries every 200 ms (testenv's BackoffMax), dedup
+	// sweeps every 200 ms (MaintainInterval), and what an open console
+	// tab asks; one waiting pop rides it out and answers 204.
+	popped := make(chan int, 1)
+	go func() {
+		code, _ := do(t, http.MethodGet, base+"/api/v1/pop/queue/outage?wait=true&timeout=2000", "", nil)
+		popped <- code
+	}()
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		for _, path := range []string{"/api/v1/resources/overview", "/api/v1/resources/queues"} {
+			if code, b := do(t, http.MethodGet, base+path, "", nil); code != http.StatusServiceUnavailable {
+				t.Fatalf("GET %s with PostgreSQL down: %d %s", path, code, b)
+			}
+		}
+	}
+	if code := <-popped; code != http.StatusNoContent {
+		t.Errorf("a waiting pop with PostgreSQL down: %d, want 204", code)
+	}
 	if err := c.Restart(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -63,8 +82,10 @@ func TestPostgresOutageIsLoggedOnce(t *testing.T) {
 		{`msg="projector: PostgreSQL lost[^"]*" err="?[^ ]`, 1},
 		{`msg="projector: PostgreSQL is back" down_for=[0-9.]+m?s backlog=5`, 1},
 		{`msg="projector: caught up after the PostgreSQL outage" records_projected=5 `, 1},
+		{`level=WARN msg="http: PostgreSQL unavailable[^"]*" what=`, 1},
 		{`retrying`, 0},
 		{`dedup sweep`, 0},
+		{`level=ERROR`, 0},
 	} {
 		if n := len(regexp.MustCompile(tt.re).FindAllString(out, -1)); n != tt.want {
 			t.Errorf("%d lines match %s, want %d", n, tt.re, tt.want)

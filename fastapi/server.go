@@ -240,6 +240,9 @@ type Server struct {
 	// failLog logs failures that repeat on every request (a WAL that
 	// cannot be written) once per interval with a count.
 	failLog *ratelog.Logger
+	// unavailable logs the requests that could not reach PostgreSQL, once
+	// per outage at warn.
+	unavailable *unavailableLog
 	// listingTurns is the listing gate's semaphore, listingWait how long a
 	// request waits for a turn (listingGate).
 	listingTurns chan struct{}
@@ -279,6 +282,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		cfg.Logger = slog.Default()
 	}
 	s := &Server{cfg: cfg, deps: deps, log: cfg.Logger, failLog: ratelog.New(cfg.Logger, ratelog.DefaultInterval),
+		unavailable:  &unavailableLog{log: cfg.Logger, now: time.Now},
 		listingTurns: make(chan struct{}, cfg.MaxListingRequests), listingWait: defaultListingWait}
 	// The router matches the raw path, so a queue named "a/b" arrives as
 	// one segment a%2Fb and is decoded by the handler (pathName).

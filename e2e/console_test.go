@@ -614,6 +614,65 @@ func TestConsoleShowsBrokerState(t *testing.T) {
 	p.waitJS("the seek result", `document.querySelector('[data-test="seek-result"]').textContent.startsWith('Done')`)
 }
 
+// TestConsoleDuringOutage: with PostgreSQL stopped, the overview keeps
+// drawing what the routes that still answer say (the pipeline's backlog
+// and PostgreSQL state, the push rate) and says that the counts needing
+// PostgreSQL are unavailable instead of showing the last ones; on a fresh
+// load during the outage too. A view whose route fails says since when
+// its figures are not current.
+func TestConsoleDuringOutage(t *testing.T) {
+	t.Parallel()
+	c, url := testenv.OwnCluster(t)
+	b := testenv.StartBroker(t, url, "", nil)
+	base := "http://" + b.Addr()
+	consoleData(t, base, "")
+	p := openPage(t, base)
+	p.allow = []string{"503 (Service Unavailable)"}
+	p.run("load", chromedp.Navigate(base+"/"))
+	checkOverview(t, p, base, "")
+	p.goTo("#/groups")
+	p.waitJS("the groups", `document.querySelectorAll('[data-test="group-row"]').length > 0`)
+	p.goTo("#/")
+
+	if err := c.Stop(context.Background(), "fast"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 7 {
+		wantStatuses(t, push(t, base, body(item{Queue: "orders", Payload: i})), B)
+	}
+	var st pipelineStatus
+	apiJSON(t, base, "", "/api/v1/system/pipeline", &st)
+	if st.Projector.Backlog == 0 || st.Postgres.Healthy {
+		t.Fatalf("fixture: with PostgreSQL down the pipeline says backlog %d, healthy %v", st.Projector.Backlog, st.Postgres.Healthy)
+	}
+	backlog := fmt.Sprint(st.Projector.Backlog)
+	outage := func(what string) {
+		t.Helper()
+		p.waitValue(`[data-test="ov-backlog"]`, backlog)
+		p.waitValue(`[data-test="ov-pg"]`, "false")
+		p.waitJS(what+": the counts unavailable", `document.querySelector('[data-test="ov-queues"]').dataset.value === ''
+			&& document.querySelector('[data-test="ov-dead"]').textContent === '—'
+			&& !document.querySelector('[data-test="ov-unavailable"]').hidden
+			&& document.querySelector('[data-test="ov-unavailable"]').textContent.includes('database unavailable')
+			&& document.querySelectorAll('[data-test="ov-queue-row"]').length === 0`)
+		p.waitJS(what+": a push rate", `document.querySelector('[data-test="ov-push-rate"]').dataset.value !== ''`)
+	}
+	outage("open")
+	p.shot("overview-outage")
+
+	// A fresh load during the outage: the "Now" panel is filled too.
+	p.run("reload", chromedp.Reload())
+	outage("reloaded")
+	p.shot("overview-outage-reloaded")
+
+	// A view with a table keeps it, and says it is not current.
+	p.goTo("#/groups")
+	p.waitJS("the stale note", `!document.getElementById('stale').hidden && document.getElementById('stale').textContent.includes('database unavailable')`)
+	p.shot("groups-outage")
+	p.goTo("#/")
+	p.waitJS("no stale note on the overview", `document.getElementById('stale').hidden`)
+}
+
 // testenvWaitBacklog waits until the projector has drained the WAL.
 func testenvWaitBacklog(t *testing.T, base string) {
 	t.Helper()

@@ -221,9 +221,33 @@ function updateHeader() {
   document.getElementById('signout').hidden = !token();
 }
 
+/**
+ * setStale shows (e: the error of the view's last poll) or hides (null) the
+ * note that the view's figures are not current: a view whose route failed
+ * keeps what it showed before, and says since when.
+ */
+let lastGood = null; // when the view's poll last succeeded
+function setStale(e) {
+  const el = document.getElementById('stale');
+  if (!e) {
+    lastGood = new Date();
+    el.hidden = true;
+    return;
+  }
+  el.textContent = 'Not current: ' + (e.path ? e.path + ' answered ' : '') + (e.message || String(e))
+    + (e.status ? ' (HTTP ' + e.status + ')' : '') + '. '
+    + (lastGood ? 'Shown as of ' + lastGood.toLocaleTimeString() + '.' : 'Nothing shown yet.');
+  el.hidden = false;
+}
+
 let busy = false;
 let rerun = false; // a tick was asked for while one ran: run again at once
 let timer = null;
+// tick polls the routes every view shares (health, pipeline), then the
+// view's own (v.tick), then draws (v.draw). Each part stands alone: a route
+// that fails (the resource routes answer 503 while PostgreSQL is away)
+// does not keep the others' figures from being drawn; the pipeline and
+// /health answer without PostgreSQL (docs/console.md).
 async function tick() {
   clearTimeout(timer);
   if (busy) {
@@ -233,13 +257,23 @@ async function tick() {
   busy = true;
   rerun = false;
   const started = Date.now();
+  const v = state.view;
   try {
-    await Promise.all([pollHealth(), pollPipeline()]);
-    const v = state.view;
-    if (v && v.tick) await v.tick();
+    let err = null;
+    await Promise.all([pollHealth(), pollPipeline().catch((e) => { err = e; })]);
+    if (v && v.tick) {
+      try {
+        await v.tick();
+        if (v === state.view) setStale(null);
+      } catch (e) {
+        if (v === state.view) setStale(e);
+        err = err || e;
+      }
+    }
     if (v && v.draw && v === state.view) v.draw();
     state.ticks++;
     document.getElementById('updated').textContent = 'updated ' + new Date().toLocaleTimeString();
+    if (err) showError(err);
   } catch (e) {
     showError(e);
   } finally {
@@ -282,8 +316,10 @@ function overviewView() {
   const chartEl = h('div', { class: 'chart', 'data-test': 'chart-throughput' });
   const pipeNote = h('div');
   const qbody = h('tbody');
+  const unavail = h('p', { class: 'denied', hidden: true, 'data-test': 'ov-unavailable' });
   const el = h('div', {},
     h('h1', {}, 'Overview'),
+    unavail,
     h('div', { class: 'cards' }, Object.values(c).map((x) => x.el)),
     h('div', { class: 'grid2' },
       panel('Throughput', chartEl, pipeNote,
@@ -315,21 +351,40 @@ function overviewView() {
           p.postgres.healthy ? 'round-trip ' + ms(p.postgres.pingMillis) : p.postgres.error, p.postgres.healthy ? '' : 'danger');
       }
     },
+    // tick reads the counts and the queue table, which need PostgreSQL.
+    // A route that fails (503 while PostgreSQL is away) blanks its part
+    // and says why, instead of leaving numbers that are no longer true;
+    // the throughput and "Now" figures come from the pipeline route and
+    // stay live (draw).
     async tick() {
-      const [ov, qs] = await Promise.all([api('/api/v1/resources/overview'), api('/api/v1/resources/queues')]);
-      const m = ov.messages || {};
-      c.queues.set(num(ov.queues), ov.queues, ov.namespaces ? num(ov.namespaces) + (ov.namespaces === 1 ? ' namespace' : ' namespaces') : '');
-      c.partitions.set(num(ov.partitions), ov.partitions);
-      c.groups.set(num(ov.consumerGroups), ov.consumerGroups);
-      c.total.set(num(m.total), m.total, 'stored');
-      c.pending.set(num(m.pending), m.pending, 'queue mode');
-      c.processing.set(num(m.processing), m.processing, 'leased');
-      c.completed.set(num(m.completed), m.completed, 'queue mode');
-      c.dead.set(num(m.deadLetter), m.deadLetter, 'every group', m.deadLetter > 0 ? 'alert' : '');
-      const list = qs.queues || [];
-      fill(qbody, list.length === 0 ? emptyRow(7, 'No queues yet.') : list.map((q) => h('tr', { 'data-test': 'ov-queue-row', 'data-queue': q.name },
-        td(h('a', { href: '#/queues/' + seg(q.name) }, q.name)), td(q.namespace || '—'), td(q.task || '—'),
-        tdn(q.partitions), tdn(q.messages && q.messages.pending), tdn(q.messages && q.messages.processing), tdn(q.messages && q.messages.total))));
+      const [ovr, qsr] = await Promise.allSettled([api('/api/v1/resources/overview'), api('/api/v1/resources/queues')]);
+      const failed = [ovr, qsr].filter((r) => r.status === 'rejected').map((r) => r.reason);
+      fill(unavail, failed.length === 0 ? null : [
+        'Not available now: ', failed.map((e) => (e.path ? e.path + ' answered ' : '') + (e.message || String(e)) + (e.status ? ' (HTTP ' + e.status + ')' : '')).join('; '),
+        '. These figures need PostgreSQL; the throughput and the "Now" figures come from the broker and stay live.']);
+      unavail.hidden = failed.length === 0;
+      if (ovr.status === 'fulfilled') {
+        const ov = ovr.value;
+        const m = ov.messages || {};
+        c.queues.set(num(ov.queues), ov.queues, ov.namespaces ? num(ov.namespaces) + (ov.namespaces === 1 ? ' namespace' : ' namespaces') : '');
+        c.partitions.set(num(ov.partitions), ov.partitions);
+        c.groups.set(num(ov.consumerGroups), ov.consumerGroups);
+        c.total.set(num(m.total), m.total, 'stored');
+        c.pending.set(num(m.pending), m.pending, 'queue mode');
+        c.processing.set(num(m.processing), m.processing, 'leased');
+        c.completed.set(num(m.completed), m.completed, 'queue mode');
+        c.dead.set(num(m.deadLetter), m.deadLetter, 'every group', m.deadLetter > 0 ? 'alert' : '');
+      } else {
+        for (const x of Object.values(c)) x.set('—', null, 'unavailable', 'unavailable');
+      }
+      if (qsr.status === 'fulfilled') {
+        const list = qsr.value.queues || [];
+        fill(qbody, list.length === 0 ? emptyRow(7, 'No queues yet.') : list.map((q) => h('tr', { 'data-test': 'ov-queue-row', 'data-queue': q.name },
+          td(h('a', { href: '#/queues/' + seg(q.name) }, q.name)), td(q.namespace || '—'), td(q.task || '—'),
+          tdn(q.partitions), tdn(q.messages && q.messages.pending), tdn(q.messages && q.messages.processing), tdn(q.messages && q.messages.total))));
+      } else {
+        fill(qbody, emptyRow(7, 'Unavailable: ' + qsr.reason.message));
+      }
     },
   };
 }
@@ -798,6 +853,8 @@ function mount() {
   for (const a of document.querySelectorAll('#nav a')) a.classList.toggle('active', a.dataset.route === name);
   const v = make();
   state.view = v;
+  lastGood = null;
+  document.getElementById('stale').hidden = true;
   document.getElementById('main').replaceChildren(v.el);
   if (v.mounted) v.mounted();
   if (v.draw) v.draw();

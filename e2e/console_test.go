@@ -596,6 +596,18 @@ func TestConsoleShowsBrokerState(t *testing.T) {
 	if lag <= 0 {
 		t.Fatalf("fixture: g1 lag %d, want a backlog", lag)
 	}
+	// The page lists queue mode too (billing was popped without a group),
+	// one row per group and queue; it names the overview's count of named
+	// groups and says why the rows are more (docs/console.md).
+	var ov overview
+	apiJSON(t, s.base, "", "/api/v1/resources/overview", &ov)
+	p.waitValue(`[data-test="groups-named"]`, fmt.Sprint(ov.ConsumerGroups))
+	if n := p.count(`[data-test="group-row"]`); n <= ov.ConsumerGroups {
+		t.Errorf("fixture: %d group rows, want more than the overview's %d (queue mode)", n, ov.ConsumerGroups)
+	}
+	if txt := p.str(`document.querySelector('[data-test="groups-summary"]').textContent`); !strings.Contains(txt, "queue mode") || !strings.Contains(txt, "not counted") {
+		t.Errorf("the groups summary does not say why the rows differ from the overview's count: %q", txt)
+	}
 	p.click(`[data-test="group-row"][data-group="g1"] [data-test="group-seek"]`)
 	p.click(`[data-test="seek-submit"]`)
 	p.waitJS("the seek confirm", `!document.querySelector('[data-test="seek-submit-box"]').hidden`)

@@ -137,11 +137,20 @@ func (s *Server) deleteQueue(ctx *fasthttp.RequestCtx) {
 	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"deleted": true, "queue": name, "existed": existed})
 }
 
+// groupStaleSeconds is the time lag (pg.GroupSummary.MaxTimeLagSeconds)
+// past which a group is Lagging or Dead on a queue.
+const groupStaleSeconds = 300
+
+// groupState is the state of GET /api/v1/consumer-groups (docs/api.md,
+// "Consumer groups and dead letters"): "Dead" when the group's time lag on
+// the queue is over groupStaleSeconds with messages waiting and no live
+// lease (nobody consumes), "Lagging" when it is over that while a
+// consumer holds a lease, else "Stable".
 func groupState(g pg.GroupSummary) string {
 	switch {
-	case g.Members == 0 && g.TotalLag > 0 && g.MaxTimeLagSeconds > 300:
+	case g.Members == 0 && g.TotalLag > 0 && g.MaxTimeLagSeconds > groupStaleSeconds:
 		return "Dead"
-	case g.MaxTimeLagSeconds > 300:
+	case g.MaxTimeLagSeconds > groupStaleSeconds:
 		return "Lagging"
 	}
 	return "Stable"

@@ -368,7 +368,7 @@ function overviewView() {
         const m = ov.messages || {};
         c.queues.set(num(ov.queues), ov.queues, ov.namespaces ? num(ov.namespaces) + (ov.namespaces === 1 ? ' namespace' : ' namespaces') : '');
         c.partitions.set(num(ov.partitions), ov.partitions);
-        c.groups.set(num(ov.consumerGroups), ov.consumerGroups);
+        c.groups.set(num(ov.consumerGroups), ov.consumerGroups, 'named, queue mode not counted');
         c.total.set(num(m.total), m.total, 'stored');
         c.pending.set(num(m.pending), m.pending, 'queue mode');
         c.processing.set(num(m.processing), m.processing, 'leased');
@@ -672,7 +672,8 @@ function queueView(name) {
       ['Dead letters', 'num'], ['Next offset', 'num'], 'Oldest', 'Newest', 'Lag by group'], partBody),
     h('p', { class: 'note' }, 'Depth and pending, processing, completed are queue mode\'s view; ready is what the worst consuming group could pop now; lag by group is next offset minus the group\'s cursor.')),
     h('div', { class: 'grid2' },
-      panel('Consumer groups', table(['Group', ['Lag', 'num'], ['Partitions lagging', 'num'], ['Time lag', 'num'], 'Mode', 'State', ''], groupBody)),
+      panel('Consumer groups', table(['Group', ['Lag', 'num'], ['Partitions lagging', 'num'], ['Time lag', 'num'], 'Mode', 'State', ''], groupBody),
+        h('p', { class: 'note' }, STATE_NOTE)),
       panel('Options', options, h('p', { class: 'note' }, 'Read-only; change them with POST /api/v1/configure (a full replace).'))),
     seek.el,
     panel('Newest messages',
@@ -713,7 +714,7 @@ function queueView(name) {
       c.processing.set(num(t.processing), t.processing);
       c.total.set(num(t.total), t.total);
       c.dead.set(num(dead), dead, '', dead > 0 ? 'alert' : '');
-      c.groups.set(num(mine.length), mine.length);
+      c.groups.set(num(mine.length), mine.length, mine.some((g) => g.name === '__QUEUE_MODE__') ? 'queue mode included' : '');
       fill(partBody, partitions.length === 0 ? emptyRow(11, 'No partitions.') : partitions.map((p) => {
         const s = p.stats || {};
         const lag = Object.entries(p.lag || {}).map(([g, n]) => (g === '__QUEUE_MODE__' ? 'queue mode' : g) + ': ' + num(n)).join(', ');
@@ -816,17 +817,31 @@ function dlqView() {
   };
 }
 
+// STATE_NOTE says what GET /api/v1/consumer-groups' state means (docs/api.md).
+const STATE_NOTE = 'State: Dead when the time lag is over 300 s and no consumer of the group holds a lease on the queue; '
+  + 'Lagging when it is over 300 s while one does; Stable otherwise.';
+
 function groupsView() {
   const body = h('tbody');
   const seek = seekPanel(() => tick());
+  const summary = h('p', { 'data-test': 'groups-summary' });
   const el = h('div', {}, h('h1', {}, 'Consumer groups'), seek.el,
-    panel('Groups by queue', table(['Group', 'Queue', ['Lag', 'num'], ['Partitions lagging', 'num'], ['Time lag', 'num'], 'Mode', 'State', ''], body),
-      h('p', { class: 'note' }, 'Lag is messages not yet consumed by the group; time lag is the age of the oldest of them.')));
+    panel('Groups by queue', summary, table(['Group', 'Queue', ['Lag', 'num'], ['Partitions lagging', 'num'], ['Time lag', 'num'], 'Mode', 'State', ''], body),
+      h('p', { class: 'note' }, 'One row per group and queue it reads. Lag is messages past the group\'s cursors; time lag is, on the partitions with lag, '
+        + 'the longest time since the group last consumed there. ' + STATE_NOTE)));
   return {
     el,
     async tick() {
-      const groups = await api('/api/v1/consumer-groups');
-      fill(body, (groups || []).length === 0 ? emptyRow(8, 'No consumer groups yet.') : groups.map((g) => groupRow(g, seek, true)));
+      const groups = (await api('/api/v1/consumer-groups')) || [];
+      // The overview's "Consumer groups" counts distinct named groups
+      // (queue mode is not a group): say how this list relates to it.
+      const named = new Set(groups.filter((g) => g.name !== '__QUEUE_MODE__').map((g) => g.name));
+      const qm = groups.filter((g) => g.name === '__QUEUE_MODE__').length;
+      fill(summary, h('strong', { 'data-test': 'groups-named', 'data-value': named.size }, num(named.size)),
+        named.size === 1 ? ' named group' : ' named groups', ' (the overview\'s count) in ', num(groups.length - qm),
+        groups.length - qm === 1 ? ' row' : ' rows', ', one per queue it reads',
+        qm ? ['; queue mode (consumers without a group) in ', num(qm), qm === 1 ? ' more row, not counted as a group' : ' more rows, not counted as groups'] : '', '.');
+      fill(body, groups.length === 0 ? emptyRow(8, 'No consumer groups yet.') : groups.map((g) => groupRow(g, seek, true)));
     },
   };
 }

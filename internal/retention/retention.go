@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/queenmq/queen-go/internal/startstop"
+	"github.com/queenmq/queen-go/pg"
 )
 
 // Defaults applied where a Config field is zero.
@@ -104,7 +105,14 @@ func (s *Service) runOnce(ctx context.Context) {
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
-				s.log.Warn("retention pass failed", "err", err)
+				// PostgreSQL away: a retry during an outage, which the
+				// projector's outage log reports (docs/operations.md,
+				// "Logs"), so at debug only.
+				level := slog.LevelWarn
+				if pg.IsUnavailable(err) {
+					level = slog.LevelDebug
+				}
+				s.log.Log(ctx, level, "retention pass failed", "err", err)
 			}
 			return
 		}

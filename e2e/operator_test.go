@@ -25,12 +25,11 @@ import (
 
 // TestPostgresOutageIsLoggedOnce: PostgreSQL stopped for a few seconds
 // (dozens of projector retries, dedup sweeps and retention passes, a
-// console's polls, a
-// waiting pop) gives one "lost" line with the error, one line for the
-// requests answered 503, one "back" line with how long it was away and
-// one "caught up" line with how many records were projected; no line per
-// retry or per refused request at info level, and no error line
-// (docs/operations.md, "Logs").
+// console's polls, a waiting pop) gives one "lost" line with the error,
+// one line for the requests answered 503, one "back" line with how long
+// it was away and one "caught up" line with how many records were
+// projected; no line per retry or per refused request at info level, and
+// no error line (docs/operations.md, "Logs").
 func TestPostgresOutageIsLoggedOnce(t *testing.T) {
 	t.Parallel()
 	c, url := testenv.OwnCluster(t)

@@ -167,8 +167,9 @@ func TestDevModeExit(t *testing.T) {
 
 // TestConfigureUnknownOptions: an option name the broker does not know is
 // stored nowhere, named in the 200 answer ("ignored", "warning") and
-// logged; the known options are applied. A 400 would break Queen SDK users
-// whose options object carries names this broker does not implement.
+// logged, at most 20 of them; the known options are applied. A 400 would
+// break Queen SDK users whose options object carries names this broker
+// does not implement; an options object of more than 256 members is one.
 func TestConfigureUnknownOptions(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
@@ -204,6 +205,28 @@ func TestConfigureUnknownOptions(t *testing.T) {
 	code, rb = post(t, s.base, "/api/v1/configure", []byte(`{"queue":"typo","options":{"leaseTime":30}}`))
 	if code != http.StatusOK || strings.Contains(string(rb), "ignored") {
 		t.Errorf("configure without unknown options: %d %s", code, rb)
+	}
+	// Many unknown names: the first 20 (sorted) are named, each cut to 64
+	// bytes, and the rest counted; more than 256 members is a 400.
+	many := map[string]int{}
+	for i := range 200 {
+		many[fmt.Sprintf("k%03d%s", i, strings.Repeat("x", 100))] = 1
+	}
+	b, _ := json.Marshal(map[string]any{"queue": "typo", "options": many})
+	code, rb = post(t, s.base, "/api/v1/configure", b)
+	res.Ignored, res.Warning = nil, ""
+	if code != http.StatusOK || json.Unmarshal(rb, &res) != nil || len(res.Ignored) != 20 ||
+		res.Ignored[0] != "k000"+strings.Repeat("x", 60)+"…" || !strings.HasSuffix(res.Warning, "(and 180 more)") {
+		t.Errorf("200 unknown options: %d, %d ignored named, first %q, warning ends %q", code, len(res.Ignored),
+			res.Ignored, res.Warning[max(0, len(res.Warning)-20):])
+	}
+	for i := 200; i < 257; i++ {
+		many[fmt.Sprintf("k%03d", i)] = 1
+	}
+	b, _ = json.Marshal(map[string]any{"queue": "typo", "options": many})
+	if code, rb := post(t, s.base, "/api/v1/configure", b); code != http.StatusBadRequest ||
+		!strings.Contains(string(rb), "options has 257 members; at most 256") {
+		t.Errorf("257 options: %d %s, want 400 naming the limit", code, rb)
 	}
 }
 

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -564,5 +566,37 @@ func TestCasePushPartitionsBounded(t *testing.T) {
 	}
 	if code, _ := get(t, s.base+"/api/v1/resources/queues/ppt0"); code != http.StatusNotFound {
 		t.Fatalf("the refused transaction created a queue: %d", code)
+	}
+}
+
+// TestCaseClientThatNeverReads: a client that asks for a large answer and
+// never reads it is disconnected once QUEEN_WRITE_TIMEOUT_MS has passed
+// since the answer was ready, so the answer's memory does not stay pinned
+// for as long as the client stays connected: when it finally reads, it gets
+// part of the answer and then the end of the connection.
+func TestCaseClientThatNeverReads(t *testing.T) {
+	t.Parallel()
+	const timeout = 300 * time.Millisecond
+	s := setup(t, func(c *broker.Config) { c.HTTP.WriteTimeout = timeout })
+	big := strings.Repeat("y", 24<<20) // far more than the sockets' buffers hold
+	wantStatuses(t, push(t, s.base, body(item{"unread", "P", big, "u1"})), Q)
+	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		err := rc.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+		return errors.Join(err, serr)
+	}}
+	conn, err := d.Dial("tcp", strings.TrimPrefix(s.base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte("GET /api/v1/pop/queue/unread?autoAck=true HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * timeout) // reads nothing meanwhile
+	_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	n, err := io.Copy(io.Discard, conn)
+	if err != nil || n >= int64(len(big)) {
+		t.Fatalf("read %d bytes of an answer of more than %d (%v): want it cut short by the write timeout", n, len(big), err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/queenmq/queen-go/pg"
 )
@@ -79,5 +80,29 @@ func TestNewRefusesNilPointerDependency(t *testing.T) {
 	}
 	if want := "Deps.Resources, Deps.Traces, Deps.Status"; !strings.HasSuffix(err.Error(), ": "+want) {
 		t.Fatalf("error %q; want it to end with %q", err, want)
+	}
+}
+
+// TestServerLimitsDefaults: a zero Config bounds connections at
+// DefaultMaxConns and answer writes at DefaultWriteTimeout; a negative
+// MaxConns leaves fasthttp's own bound (Concurrency 0), and set values are
+// kept.
+func TestServerLimitsDefaults(t *testing.T) {
+	for _, c := range []struct {
+		cfg         Config
+		conns       int
+		writeWithin time.Duration
+	}{
+		{Config{}, DefaultMaxConns, DefaultWriteTimeout},
+		{Config{MaxConns: -1, WriteTimeout: time.Second}, 0, time.Second},
+		{Config{MaxConns: 40}, 40, DefaultWriteTimeout},
+	} {
+		s, err := New(c.cfg, fullDeps())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.srv.Concurrency != c.conns || s.srv.WriteTimeout != c.writeWithin {
+			t.Errorf("%+v: Concurrency %d, WriteTimeout %v; want %d, %v", c.cfg, s.srv.Concurrency, s.srv.WriteTimeout, c.conns, c.writeWithin)
+		}
 	}
 }

@@ -48,6 +48,18 @@ const (
 	DefaultReadTimeout = 30 * time.Second
 	// DefaultIdleTimeout closes idle keep-alive connections.
 	DefaultIdleTimeout = 120 * time.Second
+	// DefaultWriteTimeout (QUEEN_WRITE_TIMEOUT_MS' default) bounds writing
+	// one answer, from the handler's return: a client that stops reading
+	// is disconnected then, and the answer's memory freed (without it,
+	// four clients that never read a 315 MB answer held 730 MB of the
+	// broker's memory for as long as they stayed connected). A long-poll's
+	// wait is the handler's, not counted.
+	DefaultWriteTimeout = 60 * time.Second
+	// DefaultMaxConns (QUEEN_MAX_CONNS' default) bounds concurrent
+	// connections: each holds a head buffer (QUEEN_MAX_HEADER_BYTES) and a
+	// write buffer, so 8,000 connections stalled in their heads took 300 MB;
+	// fasthttp's own bound is 262,144.
+	DefaultMaxConns = 10000
 	// drainLimitFactor × MaxBodyBytes is the most the server reads and
 	// discards after a 413 so the client can read the reply.
 	drainLimitFactor = 2
@@ -191,7 +203,12 @@ type Config struct {
 	ReadTimeout time.Duration
 	// IdleTimeout closes idle keep-alive connections (DefaultIdleTimeout).
 	IdleTimeout time.Duration
-	// MaxConns bounds concurrent connections (0 = fasthttp's default).
+	// WriteTimeout bounds writing one answer (QUEEN_WRITE_TIMEOUT_MS;
+	// default DefaultWriteTimeout); past it the connection is closed.
+	WriteTimeout time.Duration
+	// MaxConns bounds concurrent connections (QUEEN_MAX_CONNS; 0 here:
+	// DefaultMaxConns; negative: fasthttp's own bound, 262,144); over it a
+	// new connection is answered 503 and closed.
 	MaxConns int
 	// DBTimeout bounds the PostgreSQL work of a pop without wait, each
 	// attempt of a waiting pop, acks, lease extension, configure,
@@ -269,6 +286,15 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if cfg.IdleTimeout <= 0 {
 		cfg.IdleTimeout = DefaultIdleTimeout
 	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = DefaultWriteTimeout
+	}
+	switch {
+	case cfg.MaxConns == 0:
+		cfg.MaxConns = DefaultMaxConns
+	case cfg.MaxConns < 0:
+		cfg.MaxConns = 0 // fasthttp's default
+	}
 	if cfg.DBTimeout <= 0 {
 		cfg.DBTimeout = DefaultDBTimeout
 	}
@@ -345,6 +371,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		MaxRequestBodySize:            cfg.MaxBodyBytes + 1,
 		ReadTimeout:                   cfg.ReadTimeout,
 		IdleTimeout:                   cfg.IdleTimeout,
+		WriteTimeout:                  cfg.WriteTimeout,
 		Concurrency:                   cfg.MaxConns,
 		NoDefaultServerHeader:         true,
 		DisableHeaderNamesNormalizing: false,

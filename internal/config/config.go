@@ -100,14 +100,16 @@ type Config struct {
 	Host string
 	// MaxBodyBytes is the request body limit in bytes (QUEEN_MAX_BODY_BYTES).
 	MaxBodyBytes int
-	// MaxConns bounds concurrent connections; 0 = fasthttp's default
-	// (QUEEN_MAX_CONNS).
+	// MaxConns bounds concurrent connections; 0 = fasthttp's own bound
+	// (QUEEN_MAX_CONNS; default fastapi.DefaultMaxConns; ConnLimit).
 	MaxConns int
 	// MaxHeaderBytes is the request head limit, request line and header
 	// fields together (QUEEN_MAX_HEADER_BYTES).
 	MaxHeaderBytes int
 	// ReadTimeout bounds reading one request (QUEEN_READ_TIMEOUT_MS).
 	ReadTimeout time.Duration
+	// WriteTimeout bounds writing one answer (QUEEN_WRITE_TIMEOUT_MS).
+	WriteTimeout time.Duration
 	// DBTimeout is the deadline of the PostgreSQL work of pops, acks, lease
 	// extension, configure, transactions and the maintenance flags
 	// (QUEEN_DB_TIMEOUT_MS).
@@ -222,6 +224,15 @@ func (c *Config) PushItemLimit() int {
 	return c.MaxPushItems
 }
 
+// ConnLimit maps QUEEN_MAX_CONNS to fastapi.Config's MaxConns, as
+// PushItemLimit does (0 = fasthttp's own bound becomes -1).
+func (c *Config) ConnLimit() int {
+	if c.MaxConns == 0 {
+		return -1
+	}
+	return c.MaxConns
+}
+
 // PushPartitionLimit maps QUEEN_MAX_PUSH_PARTITIONS to broker.Config's
 // MaxPushPartitions, as PushItemLimit does (0 = no limit becomes -1).
 func (c *Config) PushPartitionLimit() int {
@@ -243,8 +254,8 @@ var Vars = []Var{
 	intVar("QUEEN_MAX_BODY_BYTES", SectionHTTP, 64<<20, unitBytes, 1, math.MaxInt32,
 		"Largest request body (64 MiB); a larger one is answered 413.",
 		func(c *Config) *int { return &c.MaxBodyBytes }),
-	intVar("QUEEN_MAX_CONNS", SectionHTTP, 0, unitNone, 0, math.MaxInt32,
-		"Concurrent HTTP connections; over it new connections get 503 and are closed. 0 = fasthttp's default (262144).",
+	intVar("QUEEN_MAX_CONNS", SectionHTTP, fastapi.DefaultMaxConns, unitNone, 0, math.MaxInt32,
+		"Concurrent HTTP connections; over it new connections get 503 and are closed. Each holds a head buffer (`QUEEN_MAX_HEADER_BYTES`) and a write buffer, 64 KiB together by default, so the default bounds them near 640 MB. 0 = fasthttp's own bound (262144).",
 		func(c *Config) *int { return &c.MaxConns }),
 	intVar("QUEEN_MAX_HEADER_BYTES", SectionHTTP, fastapi.DefaultMaxHeaderBytes, unitBytes, fastapi.MinMaxHeaderBytes, fastapi.MaxMaxHeaderBytes,
 		"Request head limit: request line and header fields together. One buffer of this size is held per connection. Above it the answer is 431, or 414 when the request line (the URL) alone does not fit.",
@@ -252,6 +263,9 @@ var Vars = []Var{
 	durVar("QUEEN_READ_TIMEOUT_MS", SectionHTTP, 30000, time.Millisecond, 1,
 		"Longest time to read one request, head and body, from its first byte: a request not received in time (a slow client, a body shorter than its Content-Length) is answered 408. It must let the largest body arrive over the slowest link served (64 MiB in 30 s is 2.2 MB/s).",
 		func(c *Config) *time.Duration { return &c.ReadTimeout }),
+	durVar("QUEEN_WRITE_TIMEOUT_MS", SectionHTTP, int(fastapi.DefaultWriteTimeout/time.Millisecond), time.Millisecond, 1,
+		"Longest time to write one answer, from when it is ready (a long-poll's wait is not counted): a client that stops reading is disconnected then and the answer's memory freed. It must let the largest answer leave over the slowest link served.",
+		func(c *Config) *time.Duration { return &c.WriteTimeout }),
 	durVar("QUEEN_DB_TIMEOUT_MS", SectionHTTP, int(fastapi.DefaultDBTimeout/time.Millisecond), time.Millisecond, 1,
 		"Deadline of the PostgreSQL work of a pop without wait (and of each attempt of a waiting pop, which gets at least 1 s), acks, lease extension, configure, transactions and the maintenance flags; past it the answer is 503. A pop's `COMMIT` already sent is waited for past it, 30 s at most, so that a commit that happened is answered as one.",
 		func(c *Config) *time.Duration { return &c.DBTimeout }),

@@ -114,7 +114,7 @@ func (s *Server) getQueue(ctx *fasthttp.RequestCtx) {
 		parts[i] = map[string]any{"id": p.ID.String(), "name": p.Name, "createdAt": p.CreatedAt.UTC().Format(time.RFC3339Nano),
 			"nextOffset": p.NextOffset, "depth": p.Depth, "lag": p.Lag,
 			"stats": map[string]int64{"total": p.Depth, "pending": p.Pending, "processing": p.Processing,
-				"completed": p.NextOffset - p.Deleted - p.Pending, "deadLetter": p.DeadLetter},
+				"completed": p.Completed(), "deadLetter": p.DeadLetter},
 			"oldestMessage": timePtr(p.Oldest), "newestMessage": timePtr(p.Newest)}
 	}
 	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"id": d.ID.String(), "name": d.Name, "namespace": d.Namespace,

@@ -25,16 +25,16 @@ import (
 //	start    = the group's cursor_offset; without a cursor, where the group
 //	           would start (startOffset: 0, or its subscription time)
 //	pending  = max(next_offset - max(start, first), 0)
-//	processing = the span of a live lease (lease_end - cursor_offset + 1),
-//	           at most pending
+//	processing = the stored span of a live lease
+//	           (lease_end - max(cursor_offset, first) + 1), at most pending
 //
 // Offsets are dense and retention deletes whole segments from the old end
 // of a partition, so first..next_offset-1 are exactly the stored messages
 // and the counts are exact. Messages retention removed before a group read
-// them are not pending: no pop can deliver them any more. (GET
-// /api/v1/resources/queues and /queues/:q compute lag as next_offset -
-// cursor_offset, which still counts them; without retention the two
-// agree.) Deleted messages (DELETE /api/v1/messages/:p/:t, tombstones)
+// them are not pending: no pop can deliver them any more. The resource
+// routes (/resources/queues, /queues/:q), the status routes and the
+// consumer-group routes count the same way (pendingSQL, cursorLagSQL).
+// Deleted messages (DELETE /api/v1/messages/:p/:t, tombstones)
 // are subtracted from each figure: the tombstones at offsets >= first
 // (total), >= max(start, first) (pending) and in the lease's span
 // (processing), counted by one range scan of the tombstones' primary key
@@ -76,12 +76,12 @@ func (s *Store) QueueDepth(ctx context.Context, queue, group string) (*QueueDept
 		return nil, fmt.Errorf("pg: queue depth: %w", err)
 	}
 	rows, err := s.pool.Query(ctx, `SELECT p.name, p.next_offset, f.first, st.start,
-		CASE WHEN c.lease_expires_at > now() THEN c.lease_end - c.cursor_offset + 1 ELSE 0 END,
+		`+leasedSQL("f.first")+`,
 		del.pending, del.leased
 		FROM queen.partitions p
 		LEFT JOIN queen.consumer_cursors c ON c.partition_id = p.id AND c.consumer_group = $2
 		LEFT JOIN queen.consumer_groups g ON g.queue_id = p.queue_id AND g.consumer_group = $2 AND $2 <> $4
-		CROSS JOIN LATERAL (SELECT `+firstOffsetSQL+` AS first) f
+		CROSS JOIN `+firstOffsetLateralSQL+` f
 		CROSS JOIN LATERAL (SELECT coalesce(c.cursor_offset, CASE WHEN g.subscription_mode <> $3 AND g.subscription_from IS NOT NULL
 			THEN coalesce((SELECT min(sg.base_offset) FROM queen.segments sg
 				WHERE sg.partition_id = p.id AND sg.created_at >= g.subscription_from), p.next_offset)
@@ -163,6 +163,52 @@ func backlog(next, first, start, leased, delPending, delLeased int64) (pending, 
 const firstOffsetSQL = `coalesce((SELECT sg.base_offset FROM queen.segments sg WHERE sg.partition_id = p.id
 	ORDER BY sg.base_offset LIMIT 1), p.next_offset)`
 
+// firstOffsetLateralSQL is a LATERAL subquery (alias it) with one column,
+// first: firstOffsetSQL. OFFSET 0 keeps PostgreSQL from pulling the
+// subquery up into the query around it, which would copy the probe into
+// every expression that reads first (four probes a partition in
+// partitionCountsSQL, three a cursor in ListGroups) instead of running it
+// once a row.
+const firstOffsetLateralSQL = `LATERAL (SELECT ` + firstOffsetSQL + ` AS first OFFSET 0)`
+
+// pendingSQL is the package comment's pending less the deleted messages,
+// as an SQL expression: how many stored, undeleted messages a group has
+// at or past its position. next, first and start are SQL expressions for
+// the partition's next_offset, its first stored offset (firstOffsetSQL)
+// and the group's position (its cursor_offset, or where it would start);
+// deleted counts the tombstones at offsets >= max(start, first). Counting
+// from max(start, first), not from start, leaves out the messages
+// retention deleted before the group read them: no pop can deliver them.
+// Every pending and lag figure of the listings is this expression
+// (backlog computes the same in Go).
+func pendingSQL(next, first, start, deleted string) string {
+	return `(greatest(` + next + ` - greatest(` + start + `, ` + first + `), 0) - ` + deleted + `)`
+}
+
+// leasedSQL is how many stored offsets a live lease of cursor c (alias c,
+// possibly a LEFT JOIN's NULLs: 0) spans, an SQL expression: from
+// max(cursor_offset, first) to lease_end, first an SQL expression for the
+// partition's first stored offset (firstOffsetSQL). Retention may delete
+// segments under a live lease; their offsets are not processing.
+func leasedSQL(first string) string {
+	return `CASE WHEN c.lease_expires_at > now() THEN greatest(c.lease_end - greatest(c.cursor_offset, ` + first + `) + 1, 0)
+		ELSE 0 END`
+}
+
+// cursorLagSQL is a LATERAL subquery (alias it) over a partition (alias p)
+// and one consumer group's cursor on it (alias c, a row, not a LEFT
+// JOIN's NULLs): column lag, how many stored, undeleted messages are at or
+// past the cursor (pendingSQL), and deleted, the tombstones among the
+// stored offsets at or past it (0 when none of its stored messages is
+// deleted). Per cursor it costs one probe of the segments' primary key
+// and one range scan of the tombstones' (which finds nothing in one index
+// descent when the partition has no tombstone there), each run once
+// however often the query reads lag and deleted (the OFFSET 0 fences, as
+// in firstOffsetLateralSQL).
+var cursorLagSQL = `LATERAL (SELECT d.deleted, ` + pendingSQL("p.next_offset", "d.first", "c.cursor_offset", "d.deleted") + ` AS lag
+	FROM (SELECT f.first, ` + deletedFromSQL("p.id", "greatest(c.cursor_offset, f.first)") + ` AS deleted
+		FROM ` + firstOffsetLateralSQL + ` f OFFSET 0) d)`
+
 // partitionCountsSQL selects every partition (matching where, a condition
 // on alias p, or "true") with its queue-mode counts: id, queue_id, name,
 // created_at, last_message_at, next_offset, total, pending, processing.
@@ -170,16 +216,16 @@ const firstOffsetSQL = `coalesce((SELECT sg.base_offset FROM queen.segments sg W
 func partitionCountsSQL(where string) string {
 	return `SELECT x.id, x.queue_id, x.name, x.created_at, x.last_message_at, x.next_offset,
 		x.next_offset - x.first - x.del_stored AS total,
-		greatest(x.next_offset - greatest(x.start, x.first), 0) - x.del_pending AS pending,
+		` + pendingSQL("x.next_offset", "x.first", "x.start", "x.del_pending") + ` AS pending,
 		least(greatest(x.leased - x.del_leased, 0),
-			greatest(x.next_offset - greatest(x.start, x.first), 0) - x.del_pending) AS processing
+			` + pendingSQL("x.next_offset", "x.first", "x.start", "x.del_pending") + `) AS processing
 		FROM (SELECT p.id, p.queue_id, p.name, p.created_at, p.last_message_at, p.next_offset, f.first,
 			coalesce(c.cursor_offset, 0) AS start,
-			CASE WHEN c.lease_expires_at > now() THEN c.lease_end - c.cursor_offset + 1 ELSE 0 END AS leased,
+			` + leasedSQL("f.first") + ` AS leased,
 			del.stored AS del_stored, del.pending AS del_pending, del.leased AS del_leased
 			FROM queen.partitions p
 			LEFT JOIN queen.consumer_cursors c ON c.partition_id = p.id AND c.consumer_group = $1
-			CROSS JOIN LATERAL (SELECT ` + firstOffsetSQL + ` AS first) f
+			CROSS JOIN ` + firstOffsetLateralSQL + ` f
 			CROSS JOIN ` + deletedCountsSQL("f.first", "greatest(coalesce(c.cursor_offset, 0), f.first)") + ` del
 			WHERE ` + where + `) x`
 }

@@ -13,8 +13,10 @@ import (
 )
 
 // QueueSummary is one queue in GET /api/v1/resources/queues. Counts are
-// messages: Total stored, Pending past the queue-mode cursor, Processing
-// under a live queue-mode lease.
+// queue mode's, as partitionCountsSQL makes them: Total stored, Pending
+// past the queue-mode cursor (stored messages only: those retention
+// deleted are not pending), Processing under a live queue-mode lease
+// (part of Pending). Deleted messages (tombstones) are in none of them.
 type QueueSummary struct {
 	ID         uuid.UUID
 	Name       string
@@ -27,18 +29,14 @@ type QueueSummary struct {
 	Processing int64
 }
 
-// ListQueues summarises every queue, by name.
+// ListQueues summarises every queue, by name: the counts of
+// /api/v1/resources/overview and /status/queues, per queue (O(partitions)
+// index probes, see pg/admin.go).
 func (s *Store) ListQueues(ctx context.Context) ([]QueueSummary, error) {
-	rows, err := s.pool.Query(ctx, `SELECT q.id, q.name, q.namespace, q.task, q.created_at,
-		count(p.id),
-		coalesce(sum((SELECT coalesce(sum(sg.last_offset - sg.base_offset + 1), 0) FROM queen.segments sg WHERE sg.partition_id = p.id)
-			- queen.deleted_from(p.id, (SELECT min(sg.base_offset) FROM queen.segments sg WHERE sg.partition_id = p.id))), 0)::bigint,
-		coalesce(sum(p.next_offset - coalesce(c.cursor_offset, 0) - queen.deleted_from(p.id, coalesce(c.cursor_offset, 0))), 0)::bigint,
-		coalesce(sum(CASE WHEN c.lease_expires_at > now() THEN c.lease_end - c.cursor_offset + 1
-			- `+deletedInSQL("p.id", "c.cursor_offset", "c.lease_end")+` ELSE 0 END), 0)::bigint
-		FROM queen.queues q
-		LEFT JOIN queen.partitions p ON p.queue_id = q.id
-		LEFT JOIN queen.consumer_cursors c ON c.partition_id = p.id AND c.consumer_group = $1
+	rows, err := s.pool.Query(ctx, `WITH pc AS (`+partitionCountsSQL("true")+`)
+		SELECT q.id, q.name, q.namespace, q.task, q.created_at, count(pc.id),
+			coalesce(sum(pc.total), 0)::bigint, coalesce(sum(pc.pending), 0)::bigint, coalesce(sum(pc.processing), 0)::bigint
+		FROM queen.queues q LEFT JOIN pc ON pc.queue_id = q.id
 		GROUP BY q.id ORDER BY q.name`, QueueModeGroup)
 	if err != nil {
 		return nil, err
@@ -58,17 +56,17 @@ func (s *Store) ListQueues(ctx context.Context) ([]QueueSummary, error) {
 }
 
 // PartitionDetail is one partition of GET /api/v1/resources/queues/:q.
-// Depth is how many messages are stored; NextOffset the offset the next
-// message gets; Deleted how many of its offsets were deleted (tombstones);
-// Lag the messages past each consumer group's cursor. Deleted messages are
-// in none of the counts.
+// NextOffset is the offset the next message gets; Depth how many messages
+// are stored; Pending and Processing queue mode's counts (partitionCountsSQL);
+// Lag the stored messages at or past each consumer group's cursor, per
+// group with a cursor on the partition (cursorLagSQL). Messages retention
+// deleted and deleted messages (tombstones) are in none of the counts.
 type PartitionDetail struct {
 	ID         uuid.UUID
 	Name       string
 	CreatedAt  time.Time
 	NextOffset int64
 	Depth      int64
-	Deleted    int64
 	Pending    int64 // queue mode
 	Processing int64 // queue mode, under a live lease
 	DeadLetter int64
@@ -76,6 +74,9 @@ type PartitionDetail struct {
 	Newest     *time.Time
 	Lag        map[string]int64
 }
+
+// Completed is how many stored messages are below the queue-mode cursor.
+func (p PartitionDetail) Completed() int64 { return p.Depth - p.Pending }
 
 // QueueDetail is GET /api/v1/resources/queues/:q.
 type QueueDetail struct {
@@ -128,14 +129,12 @@ func (s *Store) GetQueue(ctx context.Context, name string) (*QueueDetail, error)
 		return nil, err
 	}
 	d.ID, d.Name, d.Namespace, d.Task, d.CreatedAt, d.Options = h.id, h.name, h.namespace, h.task, h.createdAt, h.options
-	rows, err := s.pool.Query(ctx, `SELECT p.id, p.name, p.created_at, p.next_offset,
-		coalesce((SELECT sum(sg.last_offset - sg.base_offset + 1) FROM queen.segments sg WHERE sg.partition_id = p.id)
-			- queen.deleted_from(p.id, (SELECT min(sg.base_offset) FROM queen.segments sg WHERE sg.partition_id = p.id)), 0)::bigint,
-		(SELECT min(created_at) FROM queen.segments sg WHERE sg.partition_id = p.id),
-		(SELECT max(created_at) FROM queen.segments sg WHERE sg.partition_id = p.id),
-		(SELECT count(*) FROM queen.dead_letters dl WHERE dl.partition_id = p.id),
-		`+deletedFromSQL("p.id", "0")+`
-		FROM queen.partitions p WHERE p.queue_id = $1 ORDER BY p.name`, d.ID)
+	rows, err := s.pool.Query(ctx, `WITH pc AS (`+partitionCountsSQL("p.queue_id = $2")+`)
+		SELECT pc.id, pc.name, pc.created_at, pc.next_offset, pc.total, pc.pending, pc.processing,
+		(SELECT min(created_at) FROM queen.segments sg WHERE sg.partition_id = pc.id),
+		(SELECT max(created_at) FROM queen.segments sg WHERE sg.partition_id = pc.id),
+		(SELECT count(*) FROM queen.dead_letters dl WHERE dl.partition_id = pc.id)
+		FROM pc ORDER BY pc.name`, QueueModeGroup, d.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -143,61 +142,54 @@ func (s *Store) GetQueue(ctx context.Context, name string) (*QueueDetail, error)
 	for rows.Next() {
 		var p PartitionDetail
 		var pid pgtype.UUID
-		if err := rows.Scan(&pid, &p.Name, &p.CreatedAt, &p.NextOffset, &p.Depth, &p.Oldest, &p.Newest, &p.DeadLetter,
-			&p.Deleted); err != nil {
+		if err := rows.Scan(&pid, &p.Name, &p.CreatedAt, &p.NextOffset, &p.Depth, &p.Pending, &p.Processing,
+			&p.Oldest, &p.Newest, &p.DeadLetter); err != nil {
 			rows.Close()
 			return nil, err
 		}
 		p.ID = pid.Bytes
 		p.Lag = map[string]int64{}
-		p.Pending = p.NextOffset - p.Deleted // queue mode without a cursor yet
 		index[p.ID] = len(d.Partitions)
 		d.Partitions = append(d.Partitions, p)
 		d.Total += p.Depth
+		d.Pending += p.Pending
+		d.Processing += p.Processing
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	d.Partitions2Lag(ctx, s, index)
-	d.QueueSummary.Partitions = len(d.Partitions)
-	for _, p := range d.Partitions {
-		d.Pending += p.Pending
-		d.Processing += p.Processing
+	if err := s.fillLag(ctx, d.ID, d.Partitions, index); err != nil {
+		return nil, err
 	}
+	d.QueueSummary.Partitions = len(d.Partitions)
 	return &d, nil
 }
 
-// Partitions2Lag fills per-group lag and queue-mode counts from the
-// cursors: lag is the offsets past the cursor less the deleted ones
-// (tombstones), processing the live lease's span less the deleted ones.
-func (d *QueueDetail) Partitions2Lag(ctx context.Context, s *Store, index map[uuid.UUID]int) {
-	rows, err := s.pool.Query(ctx, `SELECT c.partition_id, c.consumer_group,
-		p.next_offset - c.cursor_offset - `+deletedFromSQL("c.partition_id", "c.cursor_offset")+`,
-		CASE WHEN c.lease_expires_at > now() THEN c.lease_end - c.cursor_offset + 1
-			- `+deletedInSQL("c.partition_id", "c.cursor_offset", "c.lease_end")+` ELSE 0 END
-		FROM queen.consumer_cursors c JOIN queen.partitions p ON p.id = c.partition_id WHERE p.queue_id = $1`, d.ID)
+// fillLag sets the Lag of parts (queue qid's partitions, index mapping a
+// partition id to its place in parts) from every cursor on them: the
+// stored, undeleted messages at or past the cursor (cursorLagSQL).
+func (s *Store) fillLag(ctx context.Context, qid uuid.UUID, parts []PartitionDetail, index map[uuid.UUID]int) error {
+	rows, err := s.pool.Query(ctx, `SELECT c.partition_id, c.consumer_group, l.lag
+		FROM queen.consumer_cursors c JOIN queen.partitions p ON p.id = c.partition_id
+		CROSS JOIN `+cursorLagSQL+` l
+		WHERE p.queue_id = $1`, qid)
 	if err != nil {
-		return
+		return err
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var pid pgtype.UUID
 		var group string
-		var lag, processing int64
-		if rows.Scan(&pid, &group, &lag, &processing) != nil {
-			return
+		var lag int64
+		if err := rows.Scan(&pid, &group, &lag); err != nil {
+			return err
 		}
-		i, ok := index[pid.Bytes]
-		if !ok {
-			continue
-		}
-		p := &d.Partitions[i]
-		p.Lag[group] = lag
-		if group == QueueModeGroup {
-			p.Pending, p.Processing = lag, processing
+		if i, ok := index[pid.Bytes]; ok {
+			parts[i].Lag[group] = lag
 		}
 	}
+	return rows.Err()
 }
 
 // DeleteQueue deletes a queue with its partitions, messages, cursors, dead
@@ -276,8 +268,8 @@ func (s *Store) DeleteQueue(ctx context.Context, name string) (bool, error) {
 // timeLagSQL is a cursor's time lag in seconds (alias c for
 // queen.consumer_cursors): how long ago the group last moved its cursor on
 // the partition, or since the cursor was created if it never moved. Callers
-// apply it only where the partition has messages past the cursor (else the
-// lag is 0). GET /api/v1/consumer-groups, .../consumer-groups/:group and
+// apply it only where the group has stored messages at or past the cursor
+// (cursorLagSQL's lag > 0; else the time lag is 0). GET /api/v1/consumer-groups, .../consumer-groups/:group and
 // .../consumer-groups/lagging all report this figure.
 const timeLagSQL = `extract(epoch FROM now() - coalesce(c.last_consumed_at, c.created_at))`
 
@@ -295,18 +287,21 @@ type GroupSummary struct {
 }
 
 // ListGroups lists every consumer group per queue (queue mode included).
-// Lag is the offsets past each cursor less the deleted messages there
-// (tombstones; one range probe per cursor).
+// Lag is the stored, undeleted messages at or past each cursor
+// (cursorLagSQL: neither those retention deleted nor tombstoned ones),
+// summed over the partitions where the group has a cursor (Queen's
+// get_consumer_groups_v1 counted the same partitions; docs/api.md,
+// "Consumer groups and dead letters").
 func (s *Store) ListGroups(ctx context.Context) ([]GroupSummary, error) {
 	rows, err := s.pool.Query(ctx, `SELECT c.consumer_group, q.name,
 		count(*) FILTER (WHERE c.lease_expires_at > now()),
-		count(*) FILTER (WHERE p.next_offset - c.cursor_offset > del.n),
-		coalesce(sum(greatest(p.next_offset - c.cursor_offset - del.n, 0)), 0)::bigint,
-		coalesce(max(CASE WHEN p.next_offset - c.cursor_offset > del.n THEN `+timeLagSQL+` END), 0)::float8,
+		count(*) FILTER (WHERE l.lag > 0),
+		coalesce(sum(l.lag), 0)::bigint,
+		coalesce(max(CASE WHEN l.lag > 0 THEN `+timeLagSQL+` END), 0)::float8,
 		g.subscription_mode, g.subscription_from, g.created_at
 		FROM queen.consumer_cursors c
 		JOIN queen.partitions p ON p.id = c.partition_id
-		CROSS JOIN LATERAL (SELECT `+deletedFromSQL("c.partition_id", "c.cursor_offset")+` AS n) del
+		CROSS JOIN `+cursorLagSQL+` l
 		JOIN queen.queues q ON q.id = p.queue_id
 		LEFT JOIN queen.consumer_groups g ON g.queue_id = q.id AND g.consumer_group = c.consumer_group
 		GROUP BY c.consumer_group, q.name, g.subscription_mode, g.subscription_from, g.created_at
@@ -344,15 +339,15 @@ type GroupPartition struct {
 	TimeLagSeconds float64
 }
 
-// GetGroup lists a consumer group's cursors across queues; OffsetLag as
-// in ListGroups.
+// GetGroup lists a consumer group's cursors across queues; OffsetLag is
+// the lag of ListGroups (cursorLagSQL).
 func (s *Store) GetGroup(ctx context.Context, group string) ([]GroupPartition, error) {
 	rows, err := s.pool.Query(ctx, `SELECT q.name, p.name, c.lease_id, coalesce(c.lease_expires_at > now(), false),
-		c.last_consumed_at, c.total_consumed, c.cursor_offset, greatest(p.next_offset - c.cursor_offset - del.n, 0),
-		CASE WHEN p.next_offset - c.cursor_offset > del.n THEN `+timeLagSQL+` ELSE 0 END::float8
+		c.last_consumed_at, c.total_consumed, c.cursor_offset, l.lag,
+		CASE WHEN l.lag > 0 THEN `+timeLagSQL+` ELSE 0 END::float8
 		FROM queen.consumer_cursors c JOIN queen.partitions p ON p.id = c.partition_id
 		JOIN queen.queues q ON q.id = p.queue_id
-		CROSS JOIN LATERAL (SELECT `+deletedFromSQL("c.partition_id", "c.cursor_offset")+` AS n) del
+		CROSS JOIN `+cursorLagSQL+` l
 		WHERE c.consumer_group = $1 ORDER BY q.name, p.name`, group)
 	if err != nil {
 		return nil, err
@@ -485,8 +480,9 @@ type LaggingPartition struct {
 	PartitionID uuid.UUID
 	// LeaseID is the live lease on the partition for the group, if any.
 	LeaseID *uuid.UUID
-	// OffsetLag is how many messages are past the cursor, deleted ones
-	// (tombstones) not counted.
+	// OffsetLag is how many stored messages are at or past the cursor
+	// (cursorLagSQL): deleted ones (tombstones) and those retention
+	// deleted are not counted.
 	OffsetLag int64
 	// TimeLagSeconds is timeLagSQL, truncated to whole seconds.
 	TimeLagSeconds int64
@@ -497,21 +493,21 @@ type LaggingPartition struct {
 }
 
 // LaggingPartitions lists the cursors (every group, queue mode included)
-// that have messages past them and a time lag of at least minLagSeconds,
+// that have stored messages at or past them and a time lag of at least minLagSeconds,
 // largest time lag first. The lag figures are those of GetGroup.
 func (s *Store) LaggingPartitions(ctx context.Context, minLagSeconds int) ([]LaggingPartition, error) {
 	rows, err := s.pool.Query(ctx, `SELECT * FROM (
 		SELECT c.consumer_group, q.name AS queue_name, p.name AS partition_name, p.id,
 			CASE WHEN c.lease_expires_at > now() THEN c.lease_id END,
-			p.next_offset - c.cursor_offset - del.n,
+			l.lag,
 			floor(`+timeLagSQL+`)::bigint AS time_lag,
 			(SELECT min(sg.created_at) FROM queen.segments sg WHERE sg.partition_id = p.id AND sg.last_offset >= c.cursor_offset
-				AND (del.n = 0 OR `+liveInSegmentSQL("c.cursor_offset")+`)),
+				AND (l.deleted = 0 OR `+liveInSegmentSQL("c.cursor_offset")+`)),
 			c.last_consumed_at
 		FROM queen.consumer_cursors c JOIN queen.partitions p ON p.id = c.partition_id
 		JOIN queen.queues q ON q.id = p.queue_id
-		CROSS JOIN LATERAL (SELECT `+deletedFromSQL("c.partition_id", "c.cursor_offset")+` AS n) del
-		WHERE p.next_offset - c.cursor_offset > del.n) l
+		CROSS JOIN `+cursorLagSQL+` l
+		WHERE l.lag > 0) lagging
 		WHERE time_lag >= $1
 		ORDER BY time_lag DESC, consumer_group, queue_name, partition_name`, minLagSeconds)
 	if err != nil {

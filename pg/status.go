@@ -229,8 +229,8 @@ func (s *Status) StoredPerBucket(ctx context.Context, f StatusFilter, from, to t
 
 // LeaseSummary counts the live leases of every consumer group: Active
 // (partition, group) pairs under a live lease, the distinct Partitions
-// they are on, BatchSize (messages they cover, cursor to lease end, less
-// the deleted ones) and
+// they are on, BatchSize (stored messages they cover, cursor to lease end,
+// less the deleted ones: leasedSQL) and
 // Acked (of those, acknowledged out of order and waiting for the cursor).
 type LeaseSummary struct {
 	Active, Partitions, BatchSize, Acked int64
@@ -240,10 +240,12 @@ type LeaseSummary struct {
 func (s *Status) Leases(ctx context.Context) (LeaseSummary, error) {
 	var l LeaseSummary
 	err := s.st.pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT c.partition_id),
-			coalesce(sum(c.lease_end - c.cursor_offset + 1
-				- `+deletedInSQL("c.partition_id", "c.cursor_offset", "c.lease_end")+`), 0)::bigint,
+			coalesce(sum(`+leasedSQL("f.first")+`
+				- `+deletedInSQL("c.partition_id", "greatest(c.cursor_offset, f.first)", "c.lease_end")+`), 0)::bigint,
 			coalesce(sum(cardinality(c.acked)), 0)::bigint
-		FROM queen.consumer_cursors c WHERE c.lease_id IS NOT NULL AND c.lease_expires_at > now()`).
+		FROM queen.consumer_cursors c JOIN queen.partitions p ON p.id = c.partition_id
+		CROSS JOIN `+firstOffsetLateralSQL+` f
+		WHERE c.lease_id IS NOT NULL AND c.lease_expires_at > now()`).
 		Scan(&l.Active, &l.Partitions, &l.BatchSize, &l.Acked)
 	if err != nil {
 		return l, fmt.Errorf("pg: lease summary: %w", err)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	json "github.com/goccy/go-json"
 	"github.com/google/uuid"
 
 	"github.com/queenmq/queen-go/internal/testenv"
@@ -98,6 +99,55 @@ func TestPushCreatedQueueNamespaceTask(t *testing.T) {
 		var q struct{ Namespace, Task string }
 		if code := getJSON(t, s.base+"/api/v1/resources/queues/"+name, &q); code != 200 || q.Namespace != want[0] || q.Task != want[1] {
 			t.Errorf("%s: %d namespace %q task %q, want %q %q", name, code, q.Namespace, q.Task, want[0], want[1])
+		}
+	}
+}
+
+// TestConfigureKeepsNamespaceTask: a /configure that names neither
+// namespace nor task (or sends them null) keeps the queue's own, so a
+// queue created by a push stays in its namespace's pops; a new queue gets
+// the namespace and task a push would give it; a named one is set, ""
+// included.
+func TestConfigureKeepsNamespaceTask(t *testing.T) {
+	t.Parallel()
+	s := setup(t, nil)
+	wantStatuses(t, push(t, s.base, body(item{"billing.invoices", "P", 1, "inv-1"})), Q)
+	labels := func(req string) string {
+		t.Helper()
+		code, rb := post(t, s.base, "/api/v1/configure", []byte(req))
+		var r struct{ Namespace, Task string }
+		if code != http.StatusOK || json.Unmarshal(rb, &r) != nil {
+			t.Fatalf("configure %s: %d %s", req, code, rb)
+		}
+		var q struct {
+			Namespace, Task string
+			Options         struct{ LeaseTime int }
+		}
+		var name struct{ Queue string }
+		json.Unmarshal([]byte(req), &name)
+		if code := getJSON(t, s.base+"/api/v1/resources/queues/"+name.Queue, &q); code != http.StatusOK ||
+			q.Namespace != r.Namespace || q.Task != r.Task {
+			t.Fatalf("%s: stored %d %+v, answered %+v", name.Queue, code, q, r)
+		}
+		return fmt.Sprintf("%q %q lease %d", r.Namespace, r.Task, q.Options.LeaseTime)
+	}
+	if got := labels(`{"queue":"billing.invoices","options":{"leaseTime":60}}`); got != `"billing" "invoices" lease 60` {
+		t.Fatalf("configure of options alone: %s, want the push's billing/invoices kept", got)
+	}
+	if code, r := pop(t, s.base, "/api/v1/pop", "namespace=billing&autoAck=true"); code != http.StatusOK ||
+		len(r.Messages) != 1 || r.Messages[0].TransactionID != "inv-1" {
+		t.Fatalf("pop of namespace billing after the configure: %d %s", code, r.raw)
+	}
+	for _, c := range []struct{ req, want string }{
+		{`{"queue":"billing.invoices","namespace":null,"task":null,"options":{}}`, `"billing" "invoices" lease 300`},
+		{`{"queue":"billing.invoices","namespace":"ledger"}`, `"ledger" "invoices" lease 300`},
+		{`{"queue":"billing.invoices","task":""}`, `"ledger" "" lease 300`},
+		{`{"queue":"reports.daily.eu"}`, `"reports" "daily.eu" lease 300`}, // new: as a push would
+		{`{"queue":"solo","options":{"leaseTime":5}}`, `"solo" "" lease 5`},
+		{`{"queue":"named.q","namespace":"n","task":"t"}`, `"n" "t" lease 300`},
+	} {
+		if got := labels(c.req); got != c.want {
+			t.Errorf("configure %s: %s, want %s", c.req, got, c.want)
 		}
 	}
 }

@@ -198,8 +198,10 @@ func ParseQueueOptions(raw map[string]json.RawMessage) (o pg.QueueOptions, ignor
 // (Deps.Configurer).
 type Configurer interface {
 	// Configure stores a queue's options (full replace), creating the
-	// queue and its default partition when new.
-	Configure(ctx context.Context, queue, namespace, task string, o pg.QueueOptions) (*pg.ConfigureResult, error)
+	// queue and its default partition when new. A nil namespace or task
+	// keeps the queue's (a new queue's is derived from its name, as a
+	// push derives it); "" clears it. The result holds what was stored.
+	Configure(ctx context.Context, queue string, namespace, task *string, o pg.QueueOptions) (*pg.ConfigureResult, error)
 }
 
 func (s *Server) configure(ctx *fasthttp.RequestCtx) {
@@ -225,22 +227,18 @@ func (s *Server) configure(ctx *fasthttp.RequestCtx) {
 		writeErr(ctx, fasthttp.StatusBadRequest, err.Error())
 		return
 	}
-	ns, task := "", ""
-	if req.Namespace != nil {
-		ns = *req.Namespace
-	}
-	if req.Task != nil {
-		task = *req.Task
-	}
-	for _, v := range []string{ns, task} {
-		if v != "" && ingest.ValidateName(v) != nil {
+	// Absent (or null) namespace and task keep the queue's own: a configure
+	// of options alone must not move a queue out of its namespace (the SDKs
+	// send them only when the application set them).
+	for _, v := range []*string{req.Namespace, req.Task} {
+		if v != nil && *v != "" && ingest.ValidateName(*v) != nil {
 			writeErr(ctx, fasthttp.StatusBadRequest, "namespace and task must be up to 255 bytes of UTF-8 without control characters")
 			return
 		}
 	}
 	c, cancel := s.dbCtx()
 	defer cancel()
-	res, err := s.deps.Configurer.Configure(c, *req.Queue, ns, task, opts)
+	res, err := s.deps.Configurer.Configure(c, *req.Queue, req.Namespace, req.Task, opts)
 	if err != nil {
 		s.dbFail(ctx, "configure of queue "+strconv.Quote(*req.Queue), err)
 		return

@@ -40,22 +40,35 @@ func DefaultQueueOptions() QueueOptions {
 type ConfigureResult struct {
 	QueueID     uuid.UUID
 	PartitionID uuid.UUID // the Default partition
-	Namespace   string
-	Task        string
+	Namespace   string    // as stored: named, kept or derived
+	Task        string    // as stored: named, kept or derived
 	Options     QueueOptions
 }
 
-// Configure upserts queue with exactly these options (a full replace) and
-// ensures its Default partition exists.
+// Configure is ConfigureQueue naming both namespace and task.
 func (s *Store) Configure(ctx context.Context, queue, namespace, task, defaultPartition string, o QueueOptions) (*ConfigureResult, error) {
-	res := &ConfigureResult{Namespace: namespace, Task: task, Options: o}
+	return s.ConfigureQueue(ctx, queue, &namespace, &task, defaultPartition, o)
+}
+
+// ConfigureQueue upserts queue with exactly the options o (a full
+// replace: POST /api/v1/configure, docs/api.md "Queues") and ensures its
+// partition defaultPartition exists. namespace and task are set when not
+// nil ("" included: that clears one); a nil one keeps what an existing
+// queue has, and a new queue gets what a push creating it would
+// (derivedNamespaceSQL, derivedTaskSQL), so that a configure naming only
+// options does not move a queue out of its namespace. The result holds
+// what was stored.
+func (s *Store) ConfigureQueue(ctx context.Context, queue string, namespace, task *string, defaultPartition string,
+	o QueueOptions) (*ConfigureResult, error) {
+	res := &ConfigureResult{Options: o}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		err := tx.QueryRow(ctx, `INSERT INTO queen.queues AS q (name, namespace, task, lease_time, retry_limit,
 			delayed_processing, window_buffer, retention_enabled, retention_seconds, completed_retention_seconds,
 			max_wait_time_seconds, encryption_enabled, priority, max_size, retry_delay, ttl, dead_letter_queue,
 			dlq_after_max_retries, dedup_window_seconds)
-			VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19)
-			ON CONFLICT (name) DO UPDATE SET namespace = excluded.namespace, task = excluded.task,
+			VALUES ($1, coalesce($2::text, `+derivedNamespaceSQL("$1::text")+`), coalesce($3::text, `+derivedTaskSQL("$1::text")+`),
+				$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19)
+			ON CONFLICT (name) DO UPDATE SET namespace = coalesce($2::text, q.namespace), task = coalesce($3::text, q.task),
 			lease_time = excluded.lease_time, retry_limit = excluded.retry_limit,
 			delayed_processing = excluded.delayed_processing, window_buffer = excluded.window_buffer,
 			retention_enabled = excluded.retention_enabled, retention_seconds = excluded.retention_seconds,
@@ -65,11 +78,11 @@ func (s *Store) Configure(ctx context.Context, queue, namespace, task, defaultPa
 			ttl = excluded.ttl, dead_letter_queue = excluded.dead_letter_queue,
 			dlq_after_max_retries = excluded.dlq_after_max_retries,
 			dedup_window_seconds = excluded.dedup_window_seconds, updated_at = now()
-			RETURNING q.id`,
+			RETURNING q.id, q.namespace, q.task`,
 			queue, namespace, task, o.LeaseTime, o.RetryLimit, o.DelayedProcessing, o.WindowBuffer,
 			o.RetentionEnabled, o.RetentionSeconds, o.CompletedRetentionSeconds, o.MaxWaitTimeSeconds,
 			o.EncryptionEnabled, o.Priority, o.MaxSize, o.RetryDelay, o.TTL, o.DeadLetterQueue,
-			o.DLQAfterMaxRetries, o.DedupWindowSeconds).Scan(&res.QueueID)
+			o.DLQAfterMaxRetries, o.DedupWindowSeconds).Scan(&res.QueueID, &res.Namespace, &res.Task)
 		if err != nil {
 			return err
 		}

@@ -1126,6 +1126,19 @@ type partitionState struct {
 // encryption_enabled.
 const partitionLookupSQL = `SELECT queue, partition, id, next_offset, encryption_enabled FROM queen.partition_states($1::text[], $2::text[])`
 
+// derivedNamespaceSQL and derivedTaskSQL are the namespace and task a
+// queue gets when it is created without them (by a push, a transaction's
+// push, or a /configure that names neither), as SQL expressions of name,
+// an SQL text expression for the queue's name: the name split on its
+// first "." (docs/push.md, "Request"). "billing.invoices" is namespace
+// "billing", task "invoices"; a name without "." is its own namespace,
+// with task "".
+func derivedNamespaceSQL(name string) string { return `split_part(` + name + `, '.', 1)` }
+
+func derivedTaskSQL(name string) string {
+	return `CASE WHEN strpos(` + name + `, '.') > 0 THEN substr(` + name + `, strpos(` + name + `, '.') + 1) ELSE '' END`
+}
+
 // ensurePartitions creates (if missing) and returns the state (id,
 // next_offset, encryption; see partitionState) of the given (queue,
 // partition) pairs; queues[i] goes with partitions[i]. With conn nil it
@@ -1145,11 +1158,9 @@ func (s *Store) ensurePartitions(ctx context.Context, conn batcher, queues, part
 		b.Queue(`SELECT 1 FROM queen.queues WHERE name = ANY($1::text[]) ORDER BY id FOR KEY SHARE`, queues)
 	}
 	// A queue created by a push takes its namespace and task from its name
-	// split on the first "." (docs/push.md, "Request"): "billing.invoices"
-	// is namespace "billing", task "invoices"; a name without "." is its own
-	// namespace with task "".
+	// (derivedNamespaceSQL, derivedTaskSQL).
 	b.Queue(`INSERT INTO queen.queues (name, namespace, task)
-		SELECT q, split_part(q, '.', 1), CASE WHEN strpos(q, '.') > 0 THEN substr(q, strpos(q, '.') + 1) ELSE '' END
+		SELECT q, `+derivedNamespaceSQL("q")+`, `+derivedTaskSQL("q")+`
 		FROM (SELECT DISTINCT q FROM unnest($1::text[]) AS q) d ORDER BY q
 		ON CONFLICT (name) DO NOTHING`, queues)
 	b.Queue(`SELECT queen.create_partitions($1::text[], $2::text[])`, queues, partitions)

@@ -346,11 +346,11 @@ func (b *Broker) Drain() { b.pipeline.Registry.Drain() }
 
 // Configure implements fastapi.Configurer (the schema first: PostgreSQL
 // may have been away at start).
-func (b *Broker) Configure(ctx context.Context, queue, namespace, task string, o pg.QueueOptions) (*pg.ConfigureResult, error) {
+func (b *Broker) Configure(ctx context.Context, queue string, namespace, task *string, o pg.QueueOptions) (*pg.ConfigureResult, error) {
 	if err := b.Store.EnsureSchema(ctx); err != nil {
 		return nil, err
 	}
-	return b.Store.Configure(ctx, queue, namespace, task, ingest.DefaultPartition, o)
+	return b.Store.ConfigureQueue(ctx, queue, namespace, task, ingest.DefaultPartition, o)
 }
 
 // Health implements fastapi.HealthChecker: the error that stopped the projector

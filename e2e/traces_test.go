@@ -10,9 +10,12 @@ import (
 	"time"
 
 	json "github.com/goccy/go-json"
+	"github.com/google/uuid"
 
+	"github.com/queenmq/queen-go/fastapi"
 	"github.com/queenmq/queen-go/internal/broker"
 	"github.com/queenmq/queen-go/internal/testenv"
+	"github.com/queenmq/queen-go/pg"
 )
 
 // Message traces (docs/api.md, "Messages and traces"; fastapi/traces.go,
@@ -443,5 +446,90 @@ func TestTracesGoWithRetention(t *testing.T) {
 	}
 	if got := messageTraces(t, s.base, young.PartitionID, young.TransactionID); len(got) != 1 {
 		t.Fatalf("traces of a stored message: %+v", got)
+	}
+}
+
+// TestTraceLimits: a trace's data is at most 64 KiB (400 naming the limit,
+// nothing stored); a message's traces answer the newest that fit the 4 MiB
+// budget, oldest first, with truncated; a by-name page ends at the budget
+// and says so in pagination.limit, so offset + limit pages through every
+// trace once. The row cap of the per-message listing is the store's.
+func TestTraceLimits(t *testing.T) {
+	t.Parallel()
+	s := setup(t, nil)
+	m1, m2 := popTwo(t, s.base, "tlim")
+	tx, pid := m1.TransactionID, m1.PartitionID
+	str := func(n int) string { return `"` + strings.Repeat("d", n-2) + `"` } // n bytes of JSON
+	code, rb := post(t, s.base, "/api/v1/traces", fmt.Appendf(nil,
+		`{"transactionId":%q,"partitionId":%q,"data":%s}`, tx, pid, str(fastapi.MaxTraceDataBytes+1)))
+	var e struct{ Error string }
+	if code != http.StatusBadRequest || json.Unmarshal(rb, &e) != nil || !strings.Contains(e.Error, "65536") {
+		t.Fatalf("data over 64 KiB: %d %s, want 400 naming the limit", code, rb)
+	}
+	if got := messageTraces(t, s.base, pid, tx); len(got) != 0 {
+		t.Fatalf("stored after 400: %d traces", len(got))
+	}
+
+	// 70 traces of 64 KiB: 4.4 MiB, more than one listing carries.
+	const n = 70
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = mustTrace(t, s.base, map[string]any{"transactionId": tx, "partitionId": pid,
+			"data": json.RawMessage(str(fastapi.MaxTraceDataBytes)), "traceNames": "big"})
+	}
+	var r struct {
+		Traces    []traceRow `json:"traces"`
+		Truncated *bool      `json:"truncated"`
+	}
+	u := s.base + "/api/v1/traces/" + pid + "/" + url.PathEscape(tx)
+	if code := getJSON(t, u, &r); code != http.StatusOK || r.Truncated == nil || !*r.Truncated {
+		t.Fatalf("GET %s: %d, %d traces, truncated %v; want 200 truncated", u, code, len(r.Traces), r.Truncated)
+	}
+	k := len(r.Traces)
+	if k == 0 || k >= n || k*fastapi.MaxTraceDataBytes > fastapi.MaxTraceAnswerBytes+fastapi.MaxTraceDataBytes {
+		t.Fatalf("message traces: %d of %d, want the newest that fit %d bytes", k, n, fastapi.MaxTraceAnswerBytes)
+	}
+	for i, tr := range r.Traces { // the newest k, oldest first
+		if tr.ID != ids[n-k+i] {
+			t.Fatalf("trace %d is %s, want %s (the newest %d, oldest first)", i, tr.ID, ids[n-k+i], k)
+		}
+	}
+	if got := messageTraces(t, s.base, m2.PartitionID, m2.TransactionID); len(got) != 0 {
+		t.Fatalf("m-2 has traces: %d", len(got))
+	}
+
+	seen := map[string]bool{}
+	for offset := 0; offset < n; {
+		p := tracesByName(t, s.base, "big", fmt.Sprintf("?limit=1000&offset=%d", offset))
+		if *p.Total != n || len(p.Traces) == 0 || len(p.Traces) >= n || p.Pagination.Limit != len(p.Traces) && offset+len(p.Traces) < n {
+			t.Fatalf("by-name offset %d: total %d, %d traces, limit %d", offset, *p.Total, len(p.Traces), p.Pagination.Limit)
+		}
+		for i, tr := range p.Traces {
+			if tr.ID != ids[offset+i] || seen[tr.ID] {
+				t.Fatalf("by-name offset %d: trace %d is %s, want %s", offset, i, tr.ID, ids[offset+i])
+			}
+			seen[tr.ID] = true
+		}
+		offset += p.Pagination.Limit
+	}
+	if len(seen) != n {
+		t.Fatalf("by-name pages held %d of %d traces", len(seen), n)
+	}
+
+	// The row cap: the newest Limit, oldest first.
+	small := func(i int) string { return fmt.Sprint(i) }
+	for i := range 4 {
+		mustTrace(t, s.base, map[string]any{"transactionId": m2.TransactionID, "partitionId": m2.PartitionID, "data": i})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	got, more, err := s.store.MessageTraces(ctx, uuid.MustParse(m2.PartitionID), m2.TransactionID,
+		pg.TraceListing{Limit: 3, Budget: 1 << 20})
+	if err != nil || !more || len(got) != 3 || string(got[0].Data) != small(1) || string(got[2].Data) != small(3) {
+		t.Fatalf("store listing of 4 with limit 3: %d traces, more %v, %v", len(got), more, err)
+	}
+	if got, more, err := s.store.MessageTraces(ctx, uuid.MustParse(m2.PartitionID), m2.TransactionID,
+		pg.TraceListing{Limit: 4, Budget: 1 << 20}); err != nil || more || len(got) != 4 {
+		t.Fatalf("store listing of 4 with limit 4: %d traces, more %v, %v", len(got), more, err)
 	}
 }

@@ -17,9 +17,23 @@ import (
 	"github.com/queenmq/queen-go/pg"
 )
 
-// Limits of POST /api/v1/traces. data itself is bounded only by the
-// server's body limit (MaxBodyBytes, QUEEN_MAX_BODY_BYTES).
+// Limits of the trace routes (docs/decisions.md, "Trace limits").
 const (
+	// MaxTraceDataBytes is the longest data one trace may carry, as sent
+	// (JSON text after trimming white space). A trace records a processing
+	// step (a status, a few ids, a timing); 64 KiB is generous for that and
+	// keeps the listings below bounded: a 40 MiB trace took 7 s to store,
+	// stalled other clients' pushes and made its message's traces
+	// unreadable (the read timed out).
+	MaxTraceDataBytes = 64 << 10
+	// MaxTraceAnswerBytes is the byte budget of one trace listing (the
+	// per-message traces and a by-name page), weighed as pg.TraceListing
+	// says (data, ids and names as stored): a listing ends at the trace
+	// that would pass it, so an answer holds at most this plus one trace.
+	MaxTraceAnswerBytes = 4 << 20
+	// MaxMessageTraces is the most traces GET
+	// /api/v1/traces/:partitionId/:transactionId answers: the newest ones.
+	MaxMessageTraces = 1000
 	// MaxTraceNames is the most traceNames one trace may carry (after
 	// duplicates are dropped). Queen has no limit; this one keeps a trace
 	// row and the names summary bounded.
@@ -33,10 +47,12 @@ const (
 type Tracer interface {
 	// RecordTrace returns the new trace's id, or pg.ErrTraceMessageNotFound.
 	RecordTrace(ctx context.Context, in pg.TraceInput) (uuid.UUID, error)
-	// MessageTraces returns a message's traces, oldest first.
-	MessageTraces(ctx context.Context, partitionID uuid.UUID, transactionID string) ([]pg.Trace, error)
-	// TracesByName returns a page of the traces carrying name and their total.
-	TracesByName(ctx context.Context, name string, limit, offset int) ([]pg.Trace, int64, error)
+	// MessageTraces returns the newest traces of a message that fit the
+	// listing, oldest first, and whether older ones were left out.
+	MessageTraces(ctx context.Context, partitionID uuid.UUID, transactionID string, l pg.TraceListing) ([]pg.Trace, bool, error)
+	// TracesByName returns a page of the traces carrying name (from offset,
+	// what fits the listing) and their total.
+	TracesByName(ctx context.Context, name string, offset int, l pg.TraceListing) ([]pg.Trace, int64, error)
 	// TraceNames returns a page of the names in use and how many there are.
 	TraceNames(ctx context.Context, limit, offset int) ([]pg.TraceNameSummary, int64, error)
 }
@@ -97,7 +113,7 @@ type traceBody struct {
 // "Messages and traces"; Queen's record_trace_v1):
 //
 //	in:  {"transactionId": string (req, 1..1024 bytes), "partitionId": UUID string (req),
-//	      "data": any JSON value (req; null included), "consumerGroup"?: name (default "__QUEUE_MODE__"),
+//	      "data": any JSON value (req; null included; ≤ MaxTraceDataBytes), "consumerGroup"?: name (default "__QUEUE_MODE__"),
 //	      "eventType"?: name (default "info"), "traceNames"?: name | [name, ...] (≤ 32 distinct)}
 //	out: 201 {"success":true,"traceId":"<uuid>"}
 //
@@ -155,6 +171,9 @@ func (b *traceBody) input() (pg.TraceInput, error) {
 	data := bytes.TrimSpace(b.Data)
 	if len(data) == 0 {
 		return in, errors.New("data is required")
+	}
+	if len(data) > MaxTraceDataBytes {
+		return in, fmt.Errorf("data is %d bytes, more than the %d (64 KiB) one trace may carry", len(data), MaxTraceDataBytes)
 	}
 	if !utf8.Valid(data) {
 		return in, errors.New("data is not valid UTF-8")
@@ -273,9 +292,12 @@ func traceJSON(t *pg.Trace) map[string]any {
 // ofMessage handles GET /api/v1/traces/{partitionId}/{transactionId}
 // (docs/api.md, "Messages and traces"): 200
 // {"traces":[{id,event_type,data,consumer_group,worker_id,created_at,
-// trace_names}]}, oldest first; [] for a message without traces or unknown
-// (as Queen). transactionId is percent-decoded. 400 for a partitionId that
-// is not a UUID or a bad transactionId.
+// trace_names}],"truncated":bool}, oldest first; [] for a message without
+// traces or unknown (as Queen). The traces are the newest that fit: at most
+// MaxMessageTraces and MaxTraceAnswerBytes; truncated says older ones were
+// left out (Queen listed all; truncated is this broker's addition).
+// transactionId is percent-decoded. 400 for a partitionId that is not a
+// UUID or a bad transactionId.
 func (tr *traceRoutes) ofMessage(ctx *fasthttp.RequestCtx) {
 	pid, txid, ok := messageKey(ctx)
 	if !ok {
@@ -283,7 +305,7 @@ func (tr *traceRoutes) ofMessage(ctx *fasthttp.RequestCtx) {
 	}
 	c, cancel := tr.s.adminCtx()
 	defer cancel()
-	ts, err := tr.t.MessageTraces(c, pid, txid)
+	ts, more, err := tr.t.MessageTraces(c, pid, txid, pg.TraceListing{Limit: MaxMessageTraces, Budget: MaxTraceAnswerBytes})
 	if err != nil {
 		tr.s.dbFail(ctx, "message traces", err)
 		return
@@ -292,7 +314,7 @@ func (tr *traceRoutes) ofMessage(ctx *fasthttp.RequestCtx) {
 	for i := range ts {
 		out[i] = traceJSON(&ts[i])
 	}
-	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"traces": out})
+	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"traces": out, "truncated": more})
 }
 
 // byName handles GET /api/v1/traces/by-name/{name}?limit=100&offset=0
@@ -303,7 +325,9 @@ func (tr *traceRoutes) ofMessage(ctx *fasthttp.RequestCtx) {
 // partitionId (this API's spelling elsewhere). Queen's message_payload is not
 // included. name is percent-decoded; 400 unless it is a valid name
 // (ingest.ValidateName). limit is clamped to 1..1000, offset to ≥ 0; a
-// non-number takes the default.
+// non-number takes the default. A page also ends where the next trace would
+// pass MaxTraceAnswerBytes; pagination.limit is then the number of traces
+// it holds, so offset + limit is the next page either way.
 func (tr *traceRoutes) byName(ctx *fasthttp.RequestCtx) {
 	raw, _ := ctx.UserValue("name").(string)
 	name, err := url.PathUnescape(raw)
@@ -319,10 +343,13 @@ func (tr *traceRoutes) byName(ctx *fasthttp.RequestCtx) {
 	offset := intArg(a, "offset", 0, 0, 1<<30)
 	c, cancel := tr.s.adminCtx()
 	defer cancel()
-	ts, total, err := tr.t.TracesByName(c, name, limit, offset)
+	ts, total, err := tr.t.TracesByName(c, name, offset, pg.TraceListing{Limit: limit, Budget: MaxTraceAnswerBytes})
 	if err != nil {
 		tr.s.dbFail(ctx, "traces by name", err)
 		return
+	}
+	if n := len(ts); n > 0 && n < limit && int64(offset+n) < total {
+		limit = n // the budget ended the page
 	}
 	out := make([]map[string]any, len(ts))
 	for i := range ts {

@@ -165,22 +165,89 @@ func scanTrace(row pgx.Row, tr *Trace, extra ...any) error {
 	return nil
 }
 
-// MessageTraces returns the traces of (partition, transactionId), oldest
-// first; none (not an error) for an unknown message.
-func (s *Store) MessageTraces(ctx context.Context, pid uuid.UUID, txid string) ([]Trace, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+traceColumns+` FROM queen.message_traces t
-		WHERE t.partition_id = $1 AND t.transaction_id = $2 ORDER BY t.seq`, pid, []byte(txid))
-	if err != nil {
-		return nil, fmt.Errorf("pg: message traces: %w", err)
+// TraceListing bounds one trace listing: at most Limit traces, and no
+// more than Budget bytes of them as traceRowBytes weighs them (at least one
+// trace, whatever its size, so a listing always moves on).
+type TraceListing struct {
+	Limit  int
+	Budget int64
+}
+
+// traceRowBytes weighs one trace row of a listing in bytes: what its JSON
+// carries that a client chose (data, transactionId twice, group, event type,
+// names) plus 1 KiB for the ids, times, keys and the queue and partition
+// names (at most 255 bytes each). The sizes are read from the row headers:
+// octet_length does not detoast data.
+const traceRowBytes = `(octet_length(t.data) + 2 * octet_length(t.transaction_id) + octet_length(t.consumer_group)
+	+ octet_length(t.event_type) + coalesce(octet_length(array_to_string(t.trace_names, '')), 0)
+	+ 4 * cardinality(t.trace_names) + 1024)`
+
+// fitTraces returns how many of the rows, whose weights are sizes in
+// order, one listing takes: at most l.Limit, and rows while the weight
+// before each is under l.Budget (so always the first).
+func fitTraces(sizes []int64, l TraceListing) int {
+	var sum int64
+	n := 0
+	for _, sz := range sizes {
+		if n == l.Limit || (n > 0 && sum+sz > l.Budget) {
+			break
+		}
+		sum += sz
+		n++
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Trace, error) {
-		var tr Trace
-		return tr, scanTrace(r, &tr)
+	return n
+}
+
+// traceSizes runs q (selecting seq and traceRowBytes) and returns both
+// columns.
+func traceSizes(ctx context.Context, tx pgx.Tx, q string, args ...any) (seqs, sizes []int64, err error) {
+	rows, err := tx.Query(ctx, q, args...)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var seq, sz int64
+		if err := rows.Scan(&seq, &sz); err != nil {
+			return nil, nil, err
+		}
+		seqs, sizes = append(seqs, seq), append(sizes, sz)
+	}
+	return seqs, sizes, rows.Err()
+}
+
+// MessageTraces returns the newest traces of (partition, transactionId)
+// that fit l, oldest first, and whether older ones were left out; none (not
+// an error) for an unknown message. It reads the rows' sizes first and
+// then only the rows it returns, in one snapshot.
+func (s *Store) MessageTraces(ctx context.Context, pid uuid.UUID, txid string, l TraceListing) ([]Trace, bool, error) {
+	var out []Trace
+	var more bool
+	err := s.readSnapshot(ctx, func(tx pgx.Tx) error {
+		seqs, sizes, err := traceSizes(ctx, tx, `SELECT t.seq, `+traceRowBytes+` FROM queen.message_traces t
+			WHERE t.partition_id = $1 AND t.transaction_id = $2 ORDER BY t.seq DESC LIMIT $3`,
+			pid, []byte(txid), l.Limit+1)
+		if err != nil || len(seqs) == 0 {
+			return err
+		}
+		n := fitTraces(sizes, l)
+		more = n < len(seqs)
+		rows, err := tx.Query(ctx, `SELECT `+traceColumns+` FROM queen.message_traces t
+			WHERE t.partition_id = $1 AND t.transaction_id = $2 AND t.seq >= $3 AND t.seq <= $4 ORDER BY t.seq`,
+			pid, []byte(txid), seqs[n-1], seqs[0])
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Trace, error) {
+			var tr Trace
+			return tr, scanTrace(r, &tr)
+		})
+		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("pg: message traces: %w", err)
+		return nil, false, fmt.Errorf("pg: message traces: %w", err)
 	}
-	return out, nil
+	return out, more, nil
 }
 
 // readSnapshot runs fn in a read-only repeatable-read transaction, so that
@@ -189,10 +256,11 @@ func (s *Store) readSnapshot(ctx context.Context, fn func(pgx.Tx) error) error {
 	return pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, fn)
 }
 
-// TracesByName returns one page (limit, offset) of the traces carrying
-// name, oldest first, with their queue and partition names, and the total
-// number of such traces.
-func (s *Store) TracesByName(ctx context.Context, name string, limit, offset int) ([]Trace, int64, error) {
+// TracesByName returns one page of the traces carrying name, oldest
+// first, with their queue and partition names, and the total number of
+// such traces. The page starts offset traces in and holds what fits l
+// (fewer than l.Limit when the budget ends it first).
+func (s *Store) TracesByName(ctx context.Context, name string, offset int, l TraceListing) ([]Trace, int64, error) {
 	var out []Trace
 	var total int64
 	err := s.readSnapshot(ctx, func(tx pgx.Tx) error {
@@ -200,9 +268,16 @@ func (s *Store) TracesByName(ctx context.Context, name string, limit, offset int
 			name).Scan(&total); err != nil {
 			return err
 		}
+		seqs, sizes, err := traceSizes(ctx, tx, `SELECT t.seq, `+traceRowBytes+` FROM queen.message_traces t
+			WHERE t.trace_names @> ARRAY[$1::text] ORDER BY t.seq LIMIT $2 OFFSET $3`, name, l.Limit, offset)
+		if err != nil || len(seqs) == 0 {
+			return err
+		}
+		n := fitTraces(sizes, l)
 		rows, err := tx.Query(ctx, `SELECT `+traceColumns+`, q.name, p.name FROM queen.message_traces t
 			JOIN queen.partitions p ON p.id = t.partition_id JOIN queen.queues q ON q.id = p.queue_id
-			WHERE t.trace_names @> ARRAY[$1::text] ORDER BY t.seq LIMIT $2 OFFSET $3`, name, limit, offset)
+			WHERE t.trace_names @> ARRAY[$1::text] AND t.seq >= $2 AND t.seq <= $3 ORDER BY t.seq`,
+			name, seqs[0], seqs[n-1])
 		if err != nil {
 			return err
 		}

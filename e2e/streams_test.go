@@ -16,6 +16,7 @@ import (
 
 	json "github.com/goccy/go-json"
 
+	"github.com/queenmq/queen-go/fastapi"
 	"github.com/queenmq/queen-go/internal/testenv"
 )
 
@@ -1050,4 +1051,89 @@ func TestMessageDelete(t *testing.T) {
 	}
 	// The dedup window still knows m-3.
 	wantStatuses(t, push(t, s.base, body(item{"md", "P", 3, "m-3"})), D)
+}
+
+// TestStreamStateLimits: a cycle carries at most 10,000 state ops, each
+// value at most 1 MiB, and upserts of at most 8 MiB (400 naming the limit,
+// nothing applied); a cycle that would leave its shard holding more than
+// 8 MiB is refused (200 success:false, nothing applied), so the shard stays
+// readable; a state/get whose rows hold more than 8 MiB (state stored
+// before the limit) is 400 naming the limit, and a narrower one still reads.
+func TestStreamStateLimits(t *testing.T) {
+	t.Parallel()
+	s := setup(t, nil)
+	pushValues(t, s.base, "sl", 1, 1)
+	j := newJob(t, s.base, "sl", "sl", "h", "", nil)
+	pid := readQueue(t, s.store, "sl")[0].PartitionID.String()
+	str := func(n int) json.RawMessage { return json.RawMessage(`"` + strings.Repeat("v", n-2) + `"`) } // n bytes of JSON
+	upserts := func(n, size int, prefix string) []any {
+		ops := make([]any, n)
+		for i := range ops {
+			ops[i] = map[string]any{"type": "upsert", "key": fmt.Sprintf("%s%05d", prefix, i), "value": str(size)}
+		}
+		return ops
+	}
+	req := func(ops []any) map[string]any {
+		return map[string]any{"query_id": j.queryID, "partition_id": pid, "state_ops": ops}
+	}
+	all := map[string]any{"query_id": j.queryID, "partition_id": pid}
+	for _, c := range []struct {
+		name string
+		ops  []any
+		want string
+	}{
+		{"10,001 ops", upserts(fastapi.MaxStateOps+1, 2, "k"), "10000"},
+		{"a value of 1 MiB + 1", upserts(1, fastapi.MaxStateValueBytes+1, "k"), "1048576"},
+		{"9 MiB of upserts", upserts(9, fastapi.MaxStateValueBytes, "k"), "8388608"},
+	} {
+		code, rb := post(t, s.base, "/streams/v1/cycle", jsonBody(req(c.ops)))
+		var e struct{ Error string }
+		if code != http.StatusBadRequest || json.Unmarshal(rb, &e) != nil || !strings.Contains(e.Error, c.want) {
+			t.Errorf("%s: %d %.200s, want 400 naming %s", c.name, code, rb, c.want)
+		}
+	}
+	if rows := stateGet(t, s.base, all); len(rows) != 0 {
+		t.Fatalf("state after 400s: %d rows", len(rows))
+	}
+
+	// At the limits: 10,000 ops, and 1 MiB values up to 8 MiB per shard.
+	if cr := cycle(t, s.base, req(upserts(fastapi.MaxStateOps, 2, "s"))); !cr.Success || cr.StateOpsApplied != fastapi.MaxStateOps {
+		t.Fatalf("10,000 ops: %+v", cr.Error)
+	}
+	dels := make([]any, fastapi.MaxStateOps)
+	for i := range dels {
+		dels[i] = map[string]any{"type": "delete", "key": fmt.Sprintf("s%05d", i)}
+	}
+	if cr := cycle(t, s.base, req(dels)); !cr.Success {
+		t.Fatalf("10,000 deletes: %+v", cr.Error)
+	}
+	for i := range 7 {
+		if cr := cycle(t, s.base, req(upserts(1, fastapi.MaxStateValueBytes, fmt.Sprintf("m%d-", i)))); !cr.Success {
+			t.Fatalf("1 MiB value %d: %s", i, cr.Error)
+		}
+	}
+	cr := cycle(t, s.base, req(upserts(1, fastapi.MaxStateValueBytes, "m7-")))
+	if cr.Success || !strings.Contains(cr.Error, "8388608") {
+		t.Fatalf("an 8th MiB in the shard: success %v %q, want refused naming the limit", cr.Success, cr.Error)
+	}
+	if rows := stateGet(t, s.base, all); len(rows) != 7 {
+		t.Fatalf("state after the refused cycle: %d rows, want 7", len(rows))
+	}
+
+	// State stored before the limit: more than one state/get answers.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := s.store.Pool().Exec(ctx, `INSERT INTO queen.stream_state (query_id, partition_id, key, value, updated_at)
+		VALUES ($1, $2, 'old', convert_to('"' || repeat('o', 2 << 20) || '"', 'UTF8'), now())`, j.queryID, pid); err != nil {
+		t.Fatal(err)
+	}
+	code, rb := post(t, s.base, "/streams/v1/state/get", jsonBody(all))
+	var e struct{ Error string }
+	if code != http.StatusBadRequest || json.Unmarshal(rb, &e) != nil || !strings.Contains(e.Error, "8388608") {
+		t.Fatalf("state/get of 9 MiB: %d %.200s, want 400 naming the limit", code, rb)
+	}
+	if rows := stateGet(t, s.base, map[string]any{"query_id": j.queryID, "partition_id": pid,
+		"keys": []string{"old", "m0-00000"}}); len(rows) != 2 {
+		t.Fatalf("state/get of two keys: %d rows", len(rows))
+	}
 }

@@ -34,6 +34,22 @@ type Streams interface {
 // fit a page; the SDKs' keys are a tag, a window and a user key).
 const MaxStateKeyBytes = 2048
 
+// Limits of a cycle's state ops (docs/decisions.md, "Stream state
+// limits"); the state a shard may hold is pg.MaxShardStateBytes.
+const (
+	// MaxStateValueBytes is the largest value one upsert may store (JSON
+	// text as sent, after trimming white space). The SDKs store a window's
+	// or a key's accumulator ({acc, windowStart, windowEnd}, a gate's
+	// counters): tens to hundreds of bytes; 1 MiB leaves room for an
+	// aggregate that collects a list.
+	MaxStateValueBytes = 1 << 20
+	// MaxStateOps is the most state ops one cycle may carry. The SDKs send
+	// one per key or window a batch touched (at most a pop's batch, which
+	// is at most 10,000 messages, times the windows a message falls in)
+	// plus the deletes of the windows an idle flush closes.
+	MaxStateOps = 10000
+)
+
 // routeStreams registers Queen's stream routes (no /api prefix) and the
 // single-message delete.
 func (s *Server) routeStreams(r interface {
@@ -263,12 +279,19 @@ func validKey(k string) string {
 }
 
 // parseStateOps reads state_ops: [{"type":"upsert","key","value"?} |
-// {"type":"delete","key"}]; a missing upsert value is {}.
+// {"type":"delete","key"}]; a missing upsert value is {}. At most
+// MaxStateOps ops, each value at most MaxStateValueBytes, and the upserts'
+// keys and values together at most pg.MaxShardStateBytes (a cycle that
+// could never fit its shard); else a 400 text naming the limit.
 func parseStateOps(m map[string]json.RawMessage) ([]pg.StateOp, string) {
 	arr, msg := rawArray(m, "state_ops")
 	if msg != "" {
 		return nil, msg
 	}
+	if len(arr) > MaxStateOps {
+		return nil, fmt.Sprintf("state_ops holds %d ops, more than the %d one cycle may carry", len(arr), MaxStateOps)
+	}
+	var upserted int
 	ops := make([]pg.StateOp, 0, len(arr))
 	for i, raw := range arr {
 		var f map[string]json.RawMessage
@@ -289,7 +312,16 @@ func parseStateOps(m map[string]json.RawMessage) ([]pg.StateOp, string) {
 		case "upsert":
 			v := []byte("{}")
 			if raw, ok := f["value"]; ok {
-				v = append([]byte(nil), bytes.TrimSpace(raw)...)
+				raw = bytes.TrimSpace(raw)
+				if len(raw) > MaxStateValueBytes {
+					return nil, fmt.Sprintf("state_ops[%d].value is %d bytes, more than the %d (1 MiB) one state value may hold",
+						i, len(raw), MaxStateValueBytes)
+				}
+				v = append([]byte(nil), raw...)
+			}
+			if upserted += len(key) + len(v); upserted > pg.MaxShardStateBytes {
+				return nil, fmt.Sprintf("state_ops upsert more than the %d bytes (8 MiB) of keys and values one shard may hold",
+					pg.MaxShardStateBytes)
 			}
 			if !utf8.Valid(v) {
 				return nil, fmt.Sprintf("state_ops[%d].value is not valid UTF-8", i)
@@ -498,8 +530,10 @@ const stateTimeLayout = "2006-01-02T15:04:05.999999-07:00"
 // 200 {"success":true,"rows":[{"key","value","updated_at"}]} ordered by key
 // (bytewise); filters combine with AND; key_prefix matches literally;
 // ripe_at_or_before (epoch ms) keeps rows whose value.windowEnd is a number
-// at or before it. 400 naming the field of a malformed request; 503 when
-// PostgreSQL failed. No lease check (reads are not fenced).
+// at or before it. 400 naming the field of a malformed request, and 400
+// naming the limit when the rows asked for hold more than
+// pg.MaxShardStateBytes (then none is read); 503 when PostgreSQL failed. No
+// lease check (reads are not fenced).
 func (s *Server) streamStateGet(ctx *fasthttp.RequestCtx) {
 	m, ok := s.streamsBody(ctx)
 	if !ok {
@@ -552,6 +586,11 @@ func (s *Server) streamStateGet(ctx *fasthttp.RequestCtx) {
 	c, cancel := s.dbCtx()
 	defer cancel()
 	rows, err := s.deps.Streams.GetState(c, q)
+	var big *pg.StateTooLargeError
+	if errors.As(err, &big) {
+		writeErr(ctx, fasthttp.StatusBadRequest, big.Error())
+		return
+	}
 	if err != nil {
 		s.dbFail(ctx, "streams state/get", err)
 		return

@@ -40,6 +40,16 @@ type Streams struct {
 	s *Store
 }
 
+// MaxShardStateBytes is the most state one shard (query, source
+// partition) may hold, its keys and values as stored; it is also the most
+// one GetState answers. The SDKs read a shard's whole state before each
+// batch (state/get without keys), so a shard must stay small enough to be
+// read within QUEEN_DB_TIMEOUT_MS and held in the broker's memory: 8 MiB is
+// tens of thousands of open windows of the SDKs' aggregates, which hold
+// tens to hundreds of bytes each (docs/decisions.md, "Stream state
+// limits").
+const MaxShardStateBytes = 8 << 20
+
 // NewStreams returns the streams storage on s's pool.
 func NewStreams(s *Store) *Streams { return &Streams{s: s} }
 
@@ -363,7 +373,26 @@ func applyStateOps(ctx context.Context, tx pgx.Tx, req CycleRequest, partitionKn
 			SET value = excluded.value, window_end = excluded.window_end, updated_at = now()`,
 			req.QueryID, req.PartitionID, op.Key, op.Value, op.WindowEnd)
 	}
-	return tx.SendBatch(ctx, &b).Close()
+	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
+		return err
+	}
+	if !slices.ContainsFunc(req.StateOps, func(op StateOp) bool { return !op.Delete }) {
+		return nil // deletes only shrink the shard
+	}
+	// Cycles of one shard are serialised (the advisory lock), so the sum
+	// is the shard's state after this cycle. Sizes come from the row
+	// headers: octet_length does not detoast.
+	var total int64
+	if err := tx.QueryRow(ctx, `SELECT coalesce(sum(octet_length(key) + octet_length(value)), 0)
+		FROM queen.stream_state WHERE query_id = $1 AND partition_id = $2`,
+		req.QueryID, req.PartitionID).Scan(&total); err != nil {
+		return err
+	}
+	if total > MaxShardStateBytes {
+		return abortf("the state of this shard would hold %d bytes of keys and values, more than the %d (8 MiB) "+
+			"one shard may hold: delete state the stream no longer needs", total, MaxShardStateBytes)
+	}
+	return nil
 }
 
 // cycleAck is a resolved (and fenced) cycle ack, its cursor row locked.
@@ -529,9 +558,31 @@ type StateRow struct {
 	UpdatedAt time.Time
 }
 
+// StateTooLargeError is GetState's error when the rows asked for hold more
+// than MaxShardStateBytes of keys and values (state stored before the
+// limit; a cycle cannot store more since).
+type StateTooLargeError struct {
+	Rows, Bytes int64
+}
+
+func (e *StateTooLargeError) Error() string {
+	return fmt.Sprintf("the state asked for is %d bytes of keys and values in %d rows, more than the %d (8 MiB) "+
+		"one state/get answers: ask for fewer keys or a narrower key_prefix", e.Bytes, e.Rows, MaxShardStateBytes)
+}
+
+// stateFilter is GetState's WHERE clause ($1..$5: query, partition, keys,
+// prefix, ripe_at_or_before).
+const stateFilter = `WHERE query_id = $1 AND partition_id = $2
+		  AND ($3::text[] IS NULL OR key = ANY($3::text[]))
+		  AND ($4::text IS NULL OR (key >= $4::text AND starts_with(key, $4::text)))
+		  AND ($5::float8 IS NULL OR window_end <= $5::float8)`
+
 // GetState reads state rows ordered by key, byte for byte (COLLATE "C").
 // The prefix matches literally (starts_with: '%', '_' and '\' are plain
-// characters). An unknown query or an empty shard has no rows.
+// characters). An unknown query or an empty shard has no rows. When the
+// rows hold more than MaxShardStateBytes it returns *StateTooLargeError
+// without reading them: their sizes are summed first (from the row
+// headers, nothing detoasted), in the same snapshot.
 func (st *Streams) GetState(ctx context.Context, q StateQuery) ([]StateRow, error) {
 	var keys []string
 	if len(q.Keys) > 0 {
@@ -541,20 +592,33 @@ func (st *Streams) GetState(ctx context.Context, q StateQuery) ([]StateRow, erro
 	if q.KeyPrefix != "" {
 		prefix = &q.KeyPrefix
 	}
-	rows, err := st.s.pool.Query(ctx, `SELECT key, value, updated_at FROM queen.stream_state
-		WHERE query_id = $1 AND partition_id = $2
-		  AND ($3::text[] IS NULL OR key = ANY($3::text[]))
-		  AND ($4::text IS NULL OR (key >= $4::text AND starts_with(key, $4::text)))
-		  AND ($5::float8 IS NULL OR window_end <= $5::float8)
-		ORDER BY key`, q.QueryID, q.PartitionID, keys, prefix, q.RipeAtOrBefore)
-	if err != nil {
-		return nil, fmt.Errorf("pg: get stream state: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (StateRow, error) {
-		var sr StateRow
-		err := r.Scan(&sr.Key, &sr.Value, &sr.UpdatedAt)
-		return sr, err
+	args := []any{q.QueryID, q.PartitionID, keys, prefix, q.RipeAtOrBefore}
+	var out []StateRow
+	err := st.s.readSnapshot(ctx, func(tx pgx.Tx) error {
+		var big StateTooLargeError
+		if err := tx.QueryRow(ctx, `SELECT count(*), coalesce(sum(octet_length(key) + octet_length(value)), 0)
+			FROM queen.stream_state `+stateFilter, args...).Scan(&big.Rows, &big.Bytes); err != nil {
+			return err
+		}
+		if big.Bytes > MaxShardStateBytes {
+			return &big
+		}
+		rows, err := tx.Query(ctx, `SELECT key, value, updated_at FROM queen.stream_state `+stateFilter+`
+			ORDER BY key`, args...)
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (StateRow, error) {
+			var sr StateRow
+			err := r.Scan(&sr.Key, &sr.Value, &sr.UpdatedAt)
+			return sr, err
+		})
+		return err
 	})
+	var big *StateTooLargeError
+	if errors.As(err, &big) {
+		return nil, big
+	}
 	if err != nil {
 		return nil, fmt.Errorf("pg: get stream state: %w", err)
 	}

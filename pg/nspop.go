@@ -48,13 +48,18 @@ func (f *FilteredPop) MatchingQueues(ctx context.Context, namespace, task string
 }
 
 // candidates returns the matching queues that may deliver to group now, by
-// name.
+// name: a partition with stored messages past the group's cursor (a
+// partition whose messages retention deleted has none, whatever the
+// cursor: a group that never popped it has no cursor to move past them,
+// and such queues, tried first, crowded the live ones out of a pop's
+// MaxFilteredTries) and no live lease of the group.
 func (f *FilteredPop) candidates(ctx context.Context, namespace, task, group string) ([]string, error) {
 	return f.queues(ctx, `SELECT q.name FROM queen.queues q
 		WHERE ($1::text = '' OR q.namespace = $1) AND ($2::text = '' OR q.task = $2)
 		  AND EXISTS (SELECT 1 FROM queen.partitions p
 			LEFT JOIN queen.consumer_cursors c ON c.partition_id = p.id AND c.consumer_group = $3
 			WHERE p.queue_id = q.id AND p.next_offset > coalesce(c.cursor_offset, 0)
+			  AND p.next_offset > `+firstOffsetSQL+`
 			  AND (c.lease_id IS NULL OR c.lease_expires_at <= now()))
 		ORDER BY q.name`, namespace, task, group)
 }

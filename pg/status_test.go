@@ -97,6 +97,35 @@ func TestFilteredPopRoundRobin(t *testing.T) {
 	}
 }
 
+// TestFilteredPopSkipsExpiredQueues: queues whose messages retention
+// deleted (their segments gone here) are not candidates of a filtered pop,
+// for a group that never read them either: with more of them than a pop
+// tries (MaxFilteredTries), a new group's first pop still delivers from the
+// one queue that has messages.
+func TestFilteredPopSkipsExpiredQueues(t *testing.T) {
+	t.Parallel()
+	st, ctx := setupStatus(t)
+	for i := range pg.MaxFilteredTries + 4 {
+		q := fmt.Sprintf("s%02d", i)
+		if _, err := st.Configure(ctx, q, "ns", "", "Default", pg.DefaultQueueOptions()); err != nil {
+			t.Fatal(err)
+		}
+		store(t, ctx, st, q, "P", 2)
+	}
+	if _, err := st.Pool().Exec(ctx, `DELETE FROM queen.segments`); err != nil { // retention, of everything so far
+		t.Fatal(err)
+	}
+	if _, err := st.Configure(ctx, "zz", "ns", "", "Default", pg.DefaultQueueOptions()); err != nil {
+		t.Fatal(err)
+	}
+	store(t, ctx, st, "zz", "P", 1)
+	res, err := pg.NewFilteredPop(st).Pop(ctx, pg.FilteredPopRequest{Namespace: "ns",
+		PopRequest: pg.PopRequest{Group: "fresh", Batch: 1, AutoAck: true}})
+	if err != nil || len(res.Messages) != 1 || res.Messages[0].Queue != "zz" {
+		t.Fatalf("a new group's pop of the namespace: %+v, %v; want zz's message", res, err)
+	}
+}
+
 func readAll(t *testing.T, ctx context.Context, st *pg.Store, queue string) []pg.StoredMessage {
 	t.Helper()
 	m, err := st.ReadQueue(ctx, queue)

@@ -261,3 +261,24 @@ func TestWALStatusNotABrokerDirectory(t *testing.T) {
 		t.Fatalf("fresh broker directory: %v\n%s", err, out.String())
 	}
 }
+
+// TestWALStatusOfTheWALSubdirectory: `wal status DIR/wal` reports the
+// broker directory DIR, broker id included (the key of its checkpoint),
+// as `wal verify` and `wal dump` accept DIR/wal (docs/operations.md,
+// "WAL tools").
+func TestWALStatusOfTheWALSubdirectory(t *testing.T) {
+	dir, l := walWithRecords(t, 3)
+	id, _ := broker.BrokerID(dir)
+	l.Close()
+	for _, arg := range []string{filepath.Join(dir, "wal"), filepath.Join(dir, "wal") + "/"} {
+		var out bytes.Buffer
+		if err := walStatus(&out, arg, ""); err != nil {
+			t.Fatalf("%s: %v", arg, err)
+		}
+		for _, want := range []string{"broker id   " + id.String(), "wal         " + filepath.Join(dir, "wal") + ": 1 segment, records 1..3"} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("%s: status lacks %q:\n%s", arg, want, out.String())
+			}
+		}
+	}
+}

@@ -93,24 +93,45 @@ func segmentDir(dir string) string {
 	return dir
 }
 
+// brokerDir is the broker directory for dir, as given to `wal status`: dir
+// itself when it holds broker.id or wal/, else its parent when dir is that
+// parent's wal/ (segmentDir of the parent is dir), else dir. So DIR may be
+// the broker directory or its wal/ subdirectory, as for `wal verify` and
+// `wal dump`.
+func brokerDir(dir string) string {
+	if _, err := os.Stat(filepath.Join(dir, "broker.id")); err == nil {
+		return dir
+	}
+	if segmentDir(dir) != dir {
+		return dir
+	}
+	clean := filepath.Clean(dir)
+	if parent := filepath.Dir(clean); segmentDir(parent) == clean {
+		return parent
+	}
+	return dir
+}
+
 // walStatus prints what broker directory dir (FILE_BUFFER_DIR: broker.id
-// and wal/) holds and, when pgURL is not "", how it stands against this
-// broker's checkpoint in PostgreSQL: the same checks the projector makes
-// before it projects (projector.ErrWALDiverged). It reads only. The error
-// is non-nil when the WAL does not verify, the WAL and the checkpoint
-// disagree, or the database cannot be asked.
+// and wal/; or its wal/ subdirectory, see brokerDir) holds and, when pgURL
+// is not "", how it stands against this broker's checkpoint in
+// PostgreSQL: the same checks the projector makes before it projects
+// (projector.ErrWALDiverged). It reads only. The error is non-nil when the
+// WAL does not verify, the WAL and the checkpoint disagree, or the
+// database cannot be asked.
 func walStatus(w io.Writer, dir, pgURL string) error {
 	if st, err := os.Stat(dir); err != nil {
 		return fmt.Errorf("wal status: %w", err)
 	} else if !st.IsDir() {
 		return fmt.Errorf("wal status: %s is not a directory (give the broker's FILE_BUFFER_DIR)", dir)
 	}
+	dir = brokerDir(dir)
 	walDir := filepath.Join(dir, "wal")
 	_, idErr := os.Stat(filepath.Join(dir, "broker.id"))
 	if _, err := os.Stat(walDir); err != nil && idErr != nil {
 		// Neither: not a broker directory (a mistyped path would
 		// otherwise read as a healthy, empty one).
-		return fmt.Errorf("wal status: %s holds neither broker.id nor wal/ (give the broker's FILE_BUFFER_DIR)", dir)
+		return fmt.Errorf("wal status: %s holds neither broker.id nor wal/ (give the broker's FILE_BUFFER_DIR or its wal/)", dir)
 	}
 	var id uuid.UUID
 	if b, err := os.ReadFile(filepath.Join(dir, "broker.id")); err != nil {

@@ -196,7 +196,7 @@ func TestWALStatusPostgresDown(t *testing.T) {
 	l.Close()
 	var out bytes.Buffer
 	// Port 1 on loopback: nothing listens there, the connection is refused.
-	err := walStatus(&out, dir, "postgres://postgres@127.0.0.1:1/postgres?sslmode=disable")
+	err := walStatus(&out, dir, "postgres://postgres@127.0.0.1:1/postgres?sslmode=disable", false)
 	s := out.String()
 	if err == nil || !strings.Contains(err.Error(), "PostgreSQL unreachable") {
 		t.Errorf("err = %v", err)
@@ -248,7 +248,7 @@ func TestCommandHelp(t *testing.T) {
 // wal/ (a mistyped FILE_BUFFER_DIR) is an error, not an empty, healthy WAL;
 // a broker directory whose WAL holds no records yet is not.
 func TestWALStatusNotABrokerDirectory(t *testing.T) {
-	err := walStatus(&bytes.Buffer{}, t.TempDir(), "")
+	err := walStatus(&bytes.Buffer{}, t.TempDir(), "", true)
 	if err == nil || !strings.Contains(err.Error(), "neither broker.id nor wal/") {
 		t.Fatalf("empty directory: err = %v", err)
 	}
@@ -257,7 +257,7 @@ func TestWALStatusNotABrokerDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if err := walStatus(&out, dir, ""); err != nil || !strings.Contains(out.String(), "no records") {
+	if err := walStatus(&out, dir, "", true); err != nil || !strings.Contains(out.String(), "no records") {
 		t.Fatalf("fresh broker directory: %v\n%s", err, out.String())
 	}
 }
@@ -272,7 +272,7 @@ func TestWALStatusOfTheWALSubdirectory(t *testing.T) {
 	l.Close()
 	for _, arg := range []string{filepath.Join(dir, "wal"), filepath.Join(dir, "wal") + "/"} {
 		var out bytes.Buffer
-		if err := walStatus(&out, arg, ""); err != nil {
+		if err := walStatus(&out, arg, "", true); err != nil {
 			t.Fatalf("%s: %v", arg, err)
 		}
 		for _, want := range []string{"broker id   " + id.String(), "wal         " + filepath.Join(dir, "wal") + ": 1 segment, records 1..3"} {
@@ -280,5 +280,39 @@ func TestWALStatusOfTheWALSubdirectory(t *testing.T) {
 				t.Errorf("%s: status lacks %q:\n%s", arg, want, out.String())
 			}
 		}
+	}
+}
+
+// TestWALStatusWithoutDatabase: with no database configured, `wal status`
+// reports the WAL side and exits non-zero, because the checkpoint was not
+// checked (help: "exit status 1 when something is wrong or could not be
+// checked"); --wal-only, before or after DIR, asks for the WAL alone and
+// succeeds on a healthy WAL.
+func TestWALStatusWithoutDatabase(t *testing.T) {
+	dir, l := walWithRecords(t, 3)
+	l.Close()
+	cfg, err := config.Load(func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	err = walCommand(cfg, []string{"status", dir}, &out)
+	if err == nil || !strings.Contains(err.Error(), "no database configured") || !strings.Contains(err.Error(), "--wal-only") {
+		t.Errorf("without a database: err = %v", err)
+	}
+	for _, want := range []string{"records 1..3", "checkpoint  not checked (no database configured", "state       WAL ok; checkpoint not checked"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, out.String())
+		}
+	}
+	for _, args := range [][]string{{"status", "--wal-only", dir}, {"status", dir, "--wal-only"}} {
+		out.Reset()
+		if err := walCommand(cfg, args, &out); err != nil || !strings.Contains(out.String(), "checkpoint  not checked (--wal-only)") ||
+			!strings.Contains(out.String(), "state       ok") {
+			t.Errorf("%v: %v\n%s", args, err, out.String())
+		}
+	}
+	if err := walCommand(cfg, []string{"status", "--nope", dir}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "queen help") {
+		t.Errorf("unknown flag: %v", err)
 	}
 }

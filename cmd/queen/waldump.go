@@ -50,16 +50,9 @@ func walDump(w io.Writer, defDir string, args []string) error {
 	limit := fs.Int("limit", 0, "most records to print (0 = all)")
 	asJSON := fs.Bool("json", false, "one JSON object per record")
 	payload := fs.Int("payload", 80, "payload bytes to show per item (-1 = all)")
-	var dirs []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return fmt.Errorf("wal dump: %v: %w", err, errUsage)
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		dirs = append(dirs, fs.Arg(0))
-		args = fs.Args()[1:]
+	dirs, err := parseInterspersed(fs, args)
+	if err != nil {
+		return fmt.Errorf("wal dump: %v: %w", err, errUsage)
 	}
 	if len(dirs) > 1 || *limit < 0 || *payload < -1 {
 		return fmt.Errorf("wal dump: one DIR, --limit >= 0, --payload >= -1: %w", errUsage)
@@ -121,6 +114,22 @@ func walDump(w io.Writer, defDir string, args []string) error {
 		}
 	}
 	return nil
+}
+
+// parseInterspersed parses args with fs, flags and operands in any order
+// (the flag package stops at the first operand), and returns the operands.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var operands []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return operands, nil
+		}
+		operands = append(operands, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
 }
 
 func writeDumpText(w io.Writer, r dumpRecord) {

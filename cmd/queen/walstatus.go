@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -35,15 +36,22 @@ func walCommand(cfg *config.Config, args []string, w io.Writer) error {
 	}
 	switch sub {
 	case "status":
-		dir, err := dirArg(args[1:])
+		fs := flag.NewFlagSet("queen wal status", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		walOnly := fs.Bool("wal-only", false, "check the WAL alone; do not ask the database")
+		rest, err := parseInterspersed(fs, args[1:])
+		if err != nil {
+			return fmt.Errorf("wal status: %v: %w", err, errUsage)
+		}
+		dir, err := dirArg(rest)
 		if err != nil {
 			return err
 		}
 		pgURL := ""
-		if cfg.DatabaseConfigured() {
+		if cfg.DatabaseConfigured() && !*walOnly {
 			pgURL = cfg.PGURL()
 		}
-		return walStatus(w, dir, pgURL)
+		return walStatus(w, dir, pgURL, *walOnly)
 	case "verify":
 		dir, err := dirArg(args[1:])
 		if err != nil {
@@ -113,13 +121,17 @@ func brokerDir(dir string) string {
 }
 
 // walStatus prints what broker directory dir (FILE_BUFFER_DIR: broker.id
-// and wal/; or its wal/ subdirectory, see brokerDir) holds and, when pgURL
-// is not "", how it stands against this broker's checkpoint in
-// PostgreSQL: the same checks the projector makes before it projects
+// and wal/; or its wal/ subdirectory, see brokerDir) holds and how it
+// stands against this broker's checkpoint in PostgreSQL at pgURL: the same
+// checks the projector makes before it projects
 // (projector.ErrWALDiverged). It reads only. The error is non-nil when the
 // WAL does not verify, the WAL and the checkpoint disagree, or the
-// database cannot be asked.
-func walStatus(w io.Writer, dir, pgURL string) error {
+// checkpoint could not be checked: the database cannot be asked, or pgURL
+// is "" (no database configured) without walOnly. walOnly (--wal-only)
+// checks the WAL alone and leaves the database out, so that a WAL-only
+// check can succeed while a script that wants the checkpoint checked is
+// never told "ok" without it.
+func walStatus(w io.Writer, dir, pgURL string, walOnly bool) error {
 	if st, err := os.Stat(dir); err != nil {
 		return fmt.Errorf("wal status: %w", err)
 	} else if !st.IsDir() {
@@ -177,11 +189,20 @@ func walStatus(w io.Writer, dir, pgURL string) error {
 			}
 		}
 	}
-	if pgURL == "" || id == uuid.Nil {
-		if pgURL == "" {
-			fmt.Fprintln(w, "checkpoint  not checked (no database configured: QUEEN_PG_URL or PG_HOST)")
-		}
+	switch {
+	case walOnly:
+		fmt.Fprintln(w, "checkpoint  not checked (--wal-only)")
 		return report(w, problems)
+	case id == uuid.Nil: // no broker has run here: it has no checkpoint
+		return report(w, problems)
+	case pgURL == "":
+		fmt.Fprintln(w, "checkpoint  not checked (no database configured: QUEEN_PG_URL or PG_HOST; --wal-only checks the WAL alone)")
+		if len(problems) == 0 {
+			fmt.Fprintln(w, "state       WAL ok; checkpoint not checked (no database configured)")
+		} else {
+			report(w, problems)
+		}
+		return errors.New("wal status: no database configured (QUEEN_PG_URL or PG_HOST): only the WAL side was checked; run with --wal-only to check the WAL alone")
 	}
 	store, err := pg.Open(pg.Config{URL: pgURL, PoolSize: 1, ConnectTimeout: 5 * time.Second})
 	if err != nil {

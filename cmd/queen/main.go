@@ -14,10 +14,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"syscall"
 	"time"
 
@@ -145,6 +147,9 @@ func serve(cfg *config.Config, logger *slog.Logger, dev bool) error {
 		EncryptionKey: cfg.EncryptionKey,
 		Logger:        logger,
 	})
+	if de := (*broker.DirError)(nil); errors.As(err, &de) && !tempWAL {
+		return fileBufferDirError(de, cfg.IsSet("FILE_BUFFER_DIR"), os.Geteuid())
+	}
 	if err != nil {
 		return err
 	}
@@ -173,4 +178,27 @@ func serve(cfg *config.Config, logger *slog.Logger, dev bool) error {
 		}
 	}
 	return nil
+}
+
+// fileBufferDirError is de, an error about the broker directory at start,
+// as an error naming FILE_BUFFER_DIR: its value, or when it is unset (set
+// false) that its default is in use; and, when this user (uid) may not
+// create or write the directory (permission denied, a read-only file
+// system, a file in its path), what to do about it. An operator who never
+// set the variable otherwise sees only "mkdir /var/lib/queen: permission
+// denied", with nothing pointing at the variable.
+func fileBufferDirError(de *broker.DirError, set bool, uid int) error {
+	which := fmt.Sprintf("FILE_BUFFER_DIR=%s (the broker directory)", de.Dir)
+	if !set {
+		which = fmt.Sprintf("FILE_BUFFER_DIR is unset, so the broker directory is its default, %s,", de.Dir)
+	}
+	if !errors.Is(de.Err, fs.ErrPermission) && !errors.Is(de.Err, syscall.EROFS) && !errors.Is(de.Err, syscall.ENOTDIR) {
+		return fmt.Errorf("%s: %w", strings.TrimSuffix(which, ","), de.Err)
+	}
+	todo := fmt.Sprintf("make it writable for this user (uid %d), or set FILE_BUFFER_DIR to a directory it can create or write", uid)
+	if !set {
+		todo = fmt.Sprintf("set FILE_BUFFER_DIR to a directory this user (uid %d) can create or write, or create %s writable for it", uid, de.Dir)
+	}
+	return fmt.Errorf("%s and this user cannot use it: %w; %s, on a disk that keeps it across restarts "+
+		"(docs/operations.md, \"What a broker needs\"; `queen dev` uses a temporary one)", which, de.Err, todo)
 }

@@ -2,9 +2,13 @@ package main
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	json "github.com/goccy/go-json"
@@ -314,5 +318,53 @@ func TestWALStatusWithoutDatabase(t *testing.T) {
 	}
 	if err := walCommand(cfg, []string{"status", "--nope", dir}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "queen help") {
 		t.Errorf("unknown flag: %v", err)
+	}
+}
+
+// TestFileBufferDirErrors: a broker directory that cannot be used stops
+// the broker with an error naming FILE_BUFFER_DIR (its value, or that its
+// default is in use) and, when this user may not create or write it, what
+// to do; before, it said only "broker id: mkdir /var/lib/queen:
+// permission denied". A broker.id that does not parse is named too, with
+// no advice to move the directory.
+func TestFileBufferDirErrors(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("FILE_BUFFER_DIR", filepath.Join(file, "buffers")) // a file in its path: ENOTDIR, even for root
+	t.Setenv("QUEEN_PG_URL", "postgres://postgres@127.0.0.1:1/postgres?sslmode=disable")
+	t.Setenv("PORT", "0")
+	err := run(nil, &bytes.Buffer{})
+	if err == nil || !strings.HasPrefix(err.Error(), "FILE_BUFFER_DIR="+filepath.Join(file, "buffers")+" (the broker directory) and this user cannot use it: ") ||
+		!strings.Contains(err.Error(), "not a directory") || !strings.Contains(err.Error(), "make it writable for this user") {
+		t.Errorf("a file in the path: %v", err)
+	}
+
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "broker.id"), []byte("junk\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("FILE_BUFFER_DIR", dir)
+	err = run(nil, &bytes.Buffer{})
+	if err == nil || !strings.HasPrefix(err.Error(), "FILE_BUFFER_DIR="+dir+" (the broker directory): broker id: "+filepath.Join(dir, "broker.id")+": ") ||
+		strings.Contains(err.Error(), "writable") {
+		t.Errorf("a broker.id that does not parse: %v", err)
+	}
+
+	// The operator's case, which root cannot reproduce for real: the
+	// default directory under a parent this user may not write.
+	de := &broker.DirError{Dir: "/var/lib/queen/buffers",
+		Err: fmt.Errorf("broker id: %w", &fs.PathError{Op: "mkdir", Path: "/var/lib/queen", Err: syscall.EACCES})}
+	err = fileBufferDirError(de, false, 1000)
+	for _, want := range []string{"FILE_BUFFER_DIR is unset, so the broker directory is its default, /var/lib/queen/buffers,",
+		"mkdir /var/lib/queen: permission denied", "set FILE_BUFFER_DIR to a directory this user (uid 1000) can create or write",
+		"or create /var/lib/queen/buffers writable for it"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the default, permission denied: %q lacks %q", err, want)
+		}
+	}
+	if !errors.Is(err, fs.ErrPermission) {
+		t.Errorf("%v does not wrap its cause", err)
 	}
 }

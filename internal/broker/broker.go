@@ -125,14 +125,33 @@ type service interface {
 	Stop()
 }
 
-// BrokerID reads or creates the broker id file in dir.
+// DirError is an error of Start about the broker directory
+// (Config.WALDir, FILE_BUFFER_DIR): it cannot be created, its broker.id
+// cannot be read or created, or its WAL cannot be opened. Dir is that
+// directory, Err the cause (which names the file or step). cmd/queen
+// turns it into an error naming FILE_BUFFER_DIR.
+type DirError struct {
+	Dir string
+	Err error
+}
+
+func (e *DirError) Error() string { return fmt.Sprintf("broker directory %s: %v", e.Dir, e.Err) }
+func (e *DirError) Unwrap() error { return e.Err }
+
+// BrokerID reads or creates the broker id file in dir (creating dir if
+// missing). A broker.id that exists but cannot be read or parsed is an
+// error naming the file.
 func BrokerID(dir string) (uuid.UUID, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return uuid.Nil, err
 	}
 	p := filepath.Join(dir, "broker.id")
 	if b, err := os.ReadFile(p); err == nil {
-		return uuid.Parse(strings.TrimSpace(string(b)))
+		id, err := uuid.Parse(strings.TrimSpace(string(b)))
+		if err != nil {
+			return uuid.Nil, fmt.Errorf("%s: %w", p, err)
+		}
+		return id, nil
 	}
 	id := uuid.New()
 	tmp := p + ".tmp"
@@ -165,7 +184,7 @@ func Start(cfg Config) (*Broker, error) {
 	b := &Broker{log: cfg.Logger, serveErr: make(chan error, 1)}
 	id, err := BrokerID(cfg.WALDir)
 	if err != nil {
-		return nil, fmt.Errorf("broker id: %w", err)
+		return nil, &DirError{Dir: cfg.WALDir, Err: fmt.Errorf("broker id: %w", err)}
 	}
 	b.ID = id
 	b.Metrics = metrics.New(
@@ -183,7 +202,7 @@ func Start(cfg Config) (*Broker, error) {
 	}
 	w, rep, err := wal.Open(filepath.Join(cfg.WALDir, "wal"), wo)
 	if err != nil {
-		return nil, err
+		return nil, &DirError{Dir: cfg.WALDir, Err: err}
 	}
 	if rep != nil {
 		b.log.Warn("broker: WAL tail was cut on open", "report", rep.String())

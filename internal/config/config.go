@@ -330,7 +330,7 @@ var Vars = []Var{
 
 	// WAL and push
 	strVar("FILE_BUFFER_DIR", SectionWAL, "/var/lib/queen/buffers",
-		"Broker directory: the WAL (`wal/`) and `broker.id`. `queen dev` uses a temporary directory, deleted on exit, unless this is set.",
+		"Broker directory: the WAL (`wal/`) and `broker.id`; created if missing. The broker's user must be able to create or write it (the default's parent `/var/lib/queen` is usually root's: create the directory for that user, or set this); if it cannot, the broker stops at start with an error naming this variable. `queen dev` uses a temporary directory, deleted on exit, unless this is set.",
 		func(c *Config) *string { return &c.WALDir }),
 	intVar("QUEEN_WAL_SEGMENT_BYTES", SectionWAL, wal.DefaultSegmentSize, unitBytes, 4096, math.MaxInt32,
 		"Target size of one WAL segment file (4 MiB). The broker keeps the tail segment and the last sealed one in memory, plus one dropped segment buffer that it reuses for the next segment once the projector has released it, so this sets most of its WAL memory (about 3 × this).",

@@ -140,7 +140,8 @@ func (e *DirError) Unwrap() error { return e.Err }
 
 // BrokerID reads or creates the broker id file in dir (creating dir if
 // missing). A broker.id that exists but cannot be read or parsed is an
-// error naming the file.
+// error naming the file, never replaced by a new id: the id is the key of
+// this WAL's checkpoint in PostgreSQL, and a new one would orphan it.
 func BrokerID(dir string) (uuid.UUID, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return uuid.Nil, err
@@ -152,6 +153,8 @@ func BrokerID(dir string) (uuid.UUID, error) {
 			return uuid.Nil, fmt.Errorf("%s: %w", p, err)
 		}
 		return id, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return uuid.Nil, err // the PathError names the file
 	}
 	id := uuid.New()
 	tmp := p + ".tmp"

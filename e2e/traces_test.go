@@ -469,6 +469,12 @@ func TestTraceLimits(t *testing.T) {
 	if got := messageTraces(t, s.base, pid, tx); len(got) != 0 {
 		t.Fatalf("stored after 400: %d traces", len(got))
 	}
+	// A body past the route's own 1 MiB limit is a 413 naming it.
+	code, rb = post(t, s.base, "/api/v1/traces", fmt.Appendf(nil,
+		`{"transactionId":%q,"partitionId":%q,"data":%s}`, tx, pid, str(2<<20)))
+	if code != http.StatusRequestEntityTooLarge || !strings.Contains(string(rb), "the traces limit of 1 MiB") {
+		t.Fatalf("a 2 MiB trace body: %d %s, want 413 naming the traces limit", code, rb)
+	}
 
 	// 70 traces of 64 KiB: 4.4 MiB, more than one listing carries.
 	const n = 70

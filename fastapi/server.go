@@ -447,12 +447,20 @@ func (s *Server) readBodyOrAnswer(ctx *fasthttp.RequestCtx) ([]byte, bool) {
 }
 
 // bodyLimit is the body limit of the route at path and the name a 413
-// gives it: QUEEN_MAX_BODY_BYTES, except for ack/batch, whose own
-// MaxAckBatchBytes applies when it is lower. Both the read
-// (readBodyOrAnswerInto) and the Expect: 100-continue check (expect) ask it.
+// gives it: QUEEN_MAX_BODY_BYTES, except for ack/batch and POST
+// /api/v1/traces, whose own MaxAckBatchBytes and MaxTraceBodyBytes apply
+// when lower. Both the read (readBodyOrAnswerInto) and the Expect:
+// 100-continue check (expect) ask it.
 func (s *Server) bodyLimit(path []byte) (int, string) {
-	if string(path) == ackBatchPath && MaxAckBatchBytes < s.cfg.MaxBodyBytes {
-		return MaxAckBatchBytes, "the ack/batch limit of 8 MiB"
+	switch string(path) {
+	case ackBatchPath:
+		if MaxAckBatchBytes < s.cfg.MaxBodyBytes {
+			return MaxAckBatchBytes, "the ack/batch limit of 8 MiB"
+		}
+	case tracesPath:
+		if MaxTraceBodyBytes < s.cfg.MaxBodyBytes {
+			return MaxTraceBodyBytes, "the traces limit of 1 MiB"
+		}
 	}
 	return s.cfg.MaxBodyBytes, "QUEEN_MAX_BODY_BYTES"
 }

@@ -26,6 +26,14 @@ const (
 	// stalled other clients' pushes and made its message's traces
 	// unreadable (the read timed out).
 	MaxTraceDataBytes = 64 << 10
+	// MaxTraceBodyBytes is POST /api/v1/traces' body limit (bodyLimit):
+	// room for MaxTraceDataBytes of data and every other field escaped at
+	// their longest, so that a body that could only be refused is refused
+	// from its Content-Length or its first MiB, not read and parsed whole
+	// (a 40 MiB one held another producer's pushes 1-1.5 s).
+	MaxTraceBodyBytes = 1 << 20
+	// tracesPath is the trace-recording route.
+	tracesPath = "/api/v1/traces"
 	// MaxTraceAnswerBytes is the byte budget of one trace listing (the
 	// per-message traces and a by-name page), weighed as pg.TraceListing
 	// says (data, ids and names as stored): a listing ends at the trace
@@ -69,7 +77,7 @@ type traceRoutes struct {
 // (e2e TestTraceRoutesStaticSegmentsWin).
 func (s *Server) routeTraces(r listingRoutes) {
 	tr := &traceRoutes{s: s, t: s.deps.Traces}
-	r.POST("/api/v1/traces", tr.record)
+	r.POST(tracesPath, tr.record)
 	r.GET("/api/v1/traces/names", tr.names)
 	r.GET("/api/v1/traces/by-name/{name}", tr.byName)
 	r.GET("/api/v1/traces/{partitionId}/{transactionId}", tr.ofMessage)

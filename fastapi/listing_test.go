@@ -97,3 +97,19 @@ func TestListingGateRoutes(t *testing.T) {
 		t.Errorf("message delete with the gate full: %d %s, want 503 busy", del.Response.StatusCode(), del.Response.Body())
 	}
 }
+
+// TestFilteredRecheckJitter: a waiting filtered pop's recheck sleep is
+// filteredRecheck ± 25%, and not the same every time.
+func TestFilteredRecheckJitter(t *testing.T) {
+	seen := map[time.Duration]bool{}
+	for range 1000 {
+		d := filteredRecheckAfter()
+		if d < filteredRecheck*3/4 || d >= filteredRecheck*5/4 {
+			t.Fatalf("recheck after %v, want within ±25%% of %v", d, filteredRecheck)
+		}
+		seen[d] = true
+	}
+	if len(seen) < 100 {
+		t.Fatalf("only %d distinct sleeps in 1000", len(seen))
+	}
+}

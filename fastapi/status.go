@@ -3,6 +3,7 @@ package fastapi
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"reflect"
 	"strconv"
 	"time"
@@ -93,10 +94,19 @@ type ProcessSample struct {
 // statusTimeout bounds one status or analytics route's PostgreSQL work.
 const statusTimeout = 30 * time.Second
 
-// filteredRecheck is how long a waiting filtered pop sleeps at most
-// without a wake-up: it also notices queues of the namespace or task
-// created while it waited, which no wake-up names.
+// filteredRecheck is about how long a waiting filtered pop sleeps at most
+// without a wake-up (filteredRecheckAfter): it also notices queues of the
+// namespace or task created while it waited, which no wake-up names.
 const filteredRecheck = 5 * time.Second
+
+// filteredRecheckAfter is one waiting filtered pop's sleep:
+// filteredRecheck ± 25%, drawn per sleep, so that filtered pops that
+// arrived together do not recheck together every 5 s (300 of them did,
+// scanning their namespace's queues at once, and held other producers'
+// pushes up to 1.5 s, a hostile-input probe, 2026-12-07).
+func filteredRecheckAfter() time.Duration {
+	return filteredRecheck*3/4 + rand.N(filteredRecheck/2)
+}
 
 // maxFilteredWaitQueues is how many matching queues a waiting filtered pop
 // watches for wake-ups; beyond it, it rechecks every filteredRecheck.
@@ -630,7 +640,7 @@ func (s *Server) popOnce(ctx context.Context, f *popFilter, req pg.PopRequest) (
 
 // popWaitChan is the channel a waiting pop sleeps on: the queue's, or for a
 // filtered pop one closed when any matching queue (up to
-// maxFilteredWaitQueues) is woken, or after filteredRecheck.
+// maxFilteredWaitQueues) is woken, or after filteredRecheckAfter.
 func (s *Server) popWaitChan(f *popFilter, queue string) <-chan struct{} {
 	if f == nil {
 		return s.deps.Consumer.WaitChan(queue)
@@ -643,11 +653,12 @@ func (s *Server) popWaitChan(f *popFilter, queue string) <-chan struct{} {
 		names = nil
 	}
 	cases := make([]reflect.SelectCase, 0, len(names)+1)
-	cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(time.After(filteredRecheck))})
+	cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(time.After(filteredRecheckAfter()))})
 	for _, n := range names {
 		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(s.deps.Consumer.WaitChan(n))})
 	}
-	// Ends within filteredRecheck, woken or not: no goroutine outlives it.
+	// Ends within filteredRecheckAfter, woken or not: no goroutine
+	// outlives it.
 	go func() {
 		reflect.Select(cases)
 		close(out)

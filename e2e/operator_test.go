@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -105,6 +106,79 @@ func TestPostgresOutageIsLoggedOnce(t *testing.T) {
 // never projected.
 func TestDevModeExit(t *testing.T) {
 	t.Parallel()
+	p := startDev(t)
+	wantStatuses(t, push(t, p.base, body(item{Queue: "dev", Payload: 1})), ingest.StatusQueued)
+	setMaintenance(t, p.base, true)
+	for i := range 3 {
+		wantStatuses(t, push(t, p.base, body(item{Queue: "dev", Payload: i})), ingest.StatusBuffered)
+	}
+	if code := healthCode(t, p.base); code != http.StatusOK {
+		t.Errorf("health %d", code)
+	}
+	p.term(t)
+	out := p.logs()
+	up := regexp.MustCompile(`msg="dev: throwaway PostgreSQL is up" url=\S+ pid=([0-9]+) dir=(\S+)`).FindStringSubmatch(out)
+	if up == nil || up[1] == "0" {
+		t.Fatalf("no pid and dir in the start line:\n%s", out)
+	}
+	for _, want := range []string{
+		"msg=\"dev: deleting the temporary WAL with records that never reached PostgreSQL",
+		"unprojected_records=3",
+		fmt.Sprintf(`msg="dev: stopping and deleting the throwaway PostgreSQL" pid=%s dir=%s`, up[1], up[2]),
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("exit logs lack %q:\n%s", want, out)
+		}
+	}
+	if _, err := os.Stat(up[2]); !os.IsNotExist(err) {
+		t.Errorf("the throwaway PostgreSQL's directory %s is still there: %v", up[2], err)
+	}
+}
+
+// TestDevModeKilled: `queen dev` killed with kill -9 takes its throwaway
+// PostgreSQL with it (the postmaster's parent-death signal) within
+// seconds, and the next `queen dev` deletes the two temporary directories
+// the dead one left (its PostgreSQL's and its WAL's).
+func TestDevModeKilled(t *testing.T) {
+	t.Parallel()
+	p := startDev(t)
+	wantStatuses(t, push(t, p.base, body(item{Queue: "dev", Payload: 1})), ingest.StatusQueued)
+	out := p.logs()
+	up := regexp.MustCompile(`msg="dev: throwaway PostgreSQL is up" url=\S+ pid=([0-9]+) dir=(\S+)`).FindStringSubmatch(out)
+	started := regexp.MustCompile(`msg="broker started" .* wal=(\S+)`).FindStringSubmatch(out)
+	if up == nil || started == nil {
+		t.Fatalf("no PostgreSQL pid and dir, or no WAL dir, in the logs:\n%s", out)
+	}
+	pid, _ := strconv.Atoi(up[1])
+	pgDir, walDir := up[2], started[1]
+	p.kill9(t)
+	testenv.WaitFor(t, 10*time.Second, fmt.Sprintf("the dead queen dev's postmaster (pid %d) to exit", pid), func() bool {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		// Gone, or a zombie no one reaps (as under a container's PID 1).
+		return err != nil || strings.Contains(string(b), ") Z ")
+	})
+	for _, d := range []string{pgDir, walDir} {
+		if _, err := os.Stat(d); err != nil {
+			t.Fatalf("%s is gone already: %v", d, err)
+		}
+	}
+	next := startDev(t)
+	for _, d := range []string{pgDir, walDir} {
+		if _, err := os.Stat(d); !os.IsNotExist(err) {
+			t.Errorf("the dead queen dev's %s is still there: %v", d, err)
+		}
+		if want := fmt.Sprintf(`msg="dev: deleted the leftover of a queen dev that did not shut down" dir=%s`, d); !strings.Contains(next.logs(), want) {
+			t.Errorf("the next queen dev's logs lack %q:\n%s", want, next.logs())
+		}
+	}
+	next.term(t)
+}
+
+// startDev runs `queen dev` with no database and no FILE_BUFFER_DIR
+// configured and waits until it answers HTTP. Cleanup interrupts it (which
+// deletes its PostgreSQL) if the test has not ended it.
+func startDev(t *testing.T) *proc {
+	t.Helper()
 	port := freePort(t)
 	cmd := exec.Command(brokerBinary(t), "dev")
 	for _, kv := range os.Environ() {
@@ -137,32 +211,7 @@ func TestDevModeExit(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	wantStatuses(t, push(t, p.base, body(item{Queue: "dev", Payload: 1})), ingest.StatusQueued)
-	setMaintenance(t, p.base, true)
-	for i := range 3 {
-		wantStatuses(t, push(t, p.base, body(item{Queue: "dev", Payload: i})), ingest.StatusBuffered)
-	}
-	if code := healthCode(t, p.base); code != http.StatusOK {
-		t.Errorf("health %d", code)
-	}
-	p.term(t)
-	out := p.logs()
-	up := regexp.MustCompile(`msg="dev: throwaway PostgreSQL is up" url=\S+ pid=([0-9]+) dir=(\S+)`).FindStringSubmatch(out)
-	if up == nil || up[1] == "0" {
-		t.Fatalf("no pid and dir in the start line:\n%s", out)
-	}
-	for _, want := range []string{
-		"msg=\"dev: deleting the temporary WAL with records that never reached PostgreSQL",
-		"unprojected_records=3",
-		fmt.Sprintf(`msg="dev: stopping and deleting the throwaway PostgreSQL" pid=%s dir=%s`, up[1], up[2]),
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("exit logs lack %q:\n%s", want, out)
-		}
-	}
-	if _, err := os.Stat(up[2]); !os.IsNotExist(err) {
-		t.Errorf("the throwaway PostgreSQL's directory %s is still there: %v", up[2], err)
-	}
+	return p
 }
 
 // TestConfigureUnknownOptions: an option name the broker does not know is

@@ -66,7 +66,7 @@ func (b *listenBundle) waitWoken(t *testing.T, queue string) {
 // wake with the queue name; after Stop nothing is delivered and no
 // goroutine is left.
 func TestListenerDeliversNotifications(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent(), testenv.IgnoreServers)
 	b := setupListener(t)
 	if err := b.l.Start(context.Background()); err != nil {
 		t.Fatal(err)
@@ -86,7 +86,7 @@ func TestListenerDeliversNotifications(t *testing.T) {
 }
 
 func TestListenerLifecycle(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent(), testenv.IgnoreServers)
 	b := setupListener(t)
 	b.l.Stop() // before Start: a no-op
 	if err := b.l.Start(context.Background()); err != nil {
@@ -104,7 +104,7 @@ func TestListenerLifecycle(t *testing.T) {
 // restart or a network cut would), the Listener connects and LISTENs
 // again, and later notifications arrive.
 func TestListenerReconnects(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent(), testenv.IgnoreServers)
 	b := setupListener(t)
 	if err := b.l.Start(context.Background()); err != nil {
 		t.Fatal(err)
@@ -125,7 +125,7 @@ func TestListenerReconnects(t *testing.T) {
 // address, Start returns at once, the Listener keeps retrying, and Stop
 // ends it promptly.
 func TestListenerPostgresAway(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent(), testenv.IgnoreServers)
 	store, err := pg.Open(pg.Config{URL: deadURL(t), Logger: testenv.Logger, ConnectTimeout: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -205,7 +205,7 @@ func waitClosed(t *testing.T, ch <-chan struct{}, what string) {
 // notifications then arrive; with no waiter for the linger it closes the
 // connection, and a new waiter brings it back.
 func TestListenerOnDemand(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent(), testenv.IgnoreServers)
 	store := openStore(t)
 	w := waker.New()
 	l := pg.NewListener(store, w.Wake, testenv.Logger)

@@ -89,7 +89,10 @@ func run(args []string, stdout io.Writer) error {
 // serve runs the broker until SIGTERM or SIGINT. With dev it starts a
 // throwaway PostgreSQL when no database is configured, keeps the WAL in a
 // temporary directory unless FILE_BUFFER_DIR is set, and listens on
-// 127.0.0.1 unless HOST is set.
+// 127.0.0.1 unless HOST is set. Both are deleted at shutdown; if the
+// process dies instead, its PostgreSQL stops with it (pgcluster's
+// parent-death signal) and the next dev run deletes the directories
+// (pgcluster.RemoveLeftovers).
 func serve(cfg *config.Config, logger *slog.Logger, dev bool) error {
 	if os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(config.DefaultMemoryLimit)
@@ -100,6 +103,16 @@ func serve(cfg *config.Config, logger *slog.Logger, dev bool) error {
 	walDir := cfg.WALDir
 	tempWAL := false
 	if dev {
+		// A dev broker that died without its shutdown (kill -9, OOM) took
+		// its PostgreSQL with it (the parent-death signal) but left both
+		// temporary directories: delete those whose owner is gone.
+		removed, err := pgcluster.RemoveLeftovers("queen-pg-", "queen-wal-")
+		for _, d := range removed {
+			logger.Info("dev: deleted the leftover of a queen dev that did not shut down", "dir", d)
+		}
+		if err != nil {
+			logger.Warn("dev: could not delete a leftover of an earlier queen dev", "err", err)
+		}
 		if !cfg.DatabaseConfigured() {
 			logger.Info("dev: no database configured; starting a throwaway PostgreSQL")
 			c, err := pgcluster.Start(context.Background())
@@ -116,7 +129,7 @@ func serve(cfg *config.Config, logger *slog.Logger, dev bool) error {
 			logger.Info("dev: throwaway PostgreSQL is up", "url", pgURL, "pid", pid, "dir", c.Dir)
 		}
 		if !cfg.IsSet("FILE_BUFFER_DIR") {
-			d, err := os.MkdirTemp("", "queen-wal-")
+			d, err := pgcluster.OwnedTempDir("queen-wal-") // a later dev run deletes it if this one dies
 			if err != nil {
 				return err
 			}

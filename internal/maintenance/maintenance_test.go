@@ -98,7 +98,7 @@ func stored(t *testing.T, s *pg.Store, key string) bool {
 }
 
 func TestLifecycle(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent(), testenv.IgnoreServers)
 	store := openStore(t, testenv.NewDatabase(t))
 	b := newService(t, store, 10*time.Millisecond)
 	b.svc.Stop() // before Start: a no-op
@@ -116,7 +116,7 @@ func TestLifecycle(t *testing.T) {
 // queen.system_state under Queen's key, and read by a broker that starts
 // on the same database.
 func TestSetPersists(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent(), testenv.IgnoreServers)
 	store := openStore(t, testenv.NewDatabase(t))
 	a := newService(t, store, 0)
 	a.start(t)
@@ -160,7 +160,7 @@ func TestSetPersists(t *testing.T) {
 // TestFollowsAnotherBroker: a mode set through one broker reaches another
 // on the same database within its refresh interval, by default 2 s.
 func TestFollowsAnotherBroker(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent(), testenv.IgnoreServers)
 	store := openStore(t, testenv.NewDatabase(t))
 	a := newService(t, store, 0)
 	a.start(t)
@@ -199,7 +199,7 @@ func TestFollowsAnotherBroker(t *testing.T) {
 // by the refresh while the database is away nor by the older value it
 // holds when it returns, and is written to the database once it is back.
 func TestSetWhilePostgresAway(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent(), testenv.IgnoreServers)
 	cluster, url := testenv.OwnCluster(t)
 	store := openStore(t, url)
 	a := newService(t, store, 20*time.Millisecond)
@@ -253,7 +253,7 @@ func TestSetWhilePostgresAway(t *testing.T) {
 // TestConcurrentSets: sets racing each other and the refresh leave the
 // database holding the value in effect here.
 func TestConcurrentSets(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent(), testenv.IgnoreServers)
 	store := openStore(t, testenv.NewDatabase(t))
 	a := newService(t, store, 5*time.Millisecond)
 	a.start(t)

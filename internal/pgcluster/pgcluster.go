@@ -8,7 +8,14 @@
 //
 // The binaries are found in $PG_BIN, on PATH, or in
 // /usr/lib/postgresql/*/bin. initdb refuses to run as root, so as root the
-// server runs as the "postgres" user through runuser.
+// server runs as the "postgres" user (the tools through runuser).
+//
+// The server is this process's child, never a daemon: it is started with
+// Linux's parent-death signal (SIGQUIT, PostgreSQL's immediate shutdown),
+// so it stops when the process that started it dies, however it dies
+// (kill -9 included). What such a process leaves is its directory; each
+// directory names its owner process (OwnedTempDir), and RemoveLeftovers
+// deletes those whose owner and server are gone.
 package pgcluster
 
 import (
@@ -21,6 +28,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -37,6 +45,9 @@ type Cluster struct {
 	// extra are server options ("-c name=value") added to every start.
 	extra []string
 	opts  Options
+	// exited is closed when the server started last by Restart has
+	// exited (and been reaped); nil before the first start.
+	exited chan struct{}
 }
 
 // Options for StartWith. The zero value is what Start uses: a fast,
@@ -181,7 +192,7 @@ func newCluster() (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "queen-pg-")
+	dir, err := OwnedTempDir("queen-pg-")
 	if err != nil {
 		return nil, err
 	}
@@ -248,8 +259,23 @@ func (c *Cluster) mkSock() error {
 	return nil
 }
 
+// startTimeout bounds the wait for a started server to accept
+// connections (pg_ctl's -t default is 60 s too).
+const startTimeout = 60 * time.Second
+
 // Restart starts the server (after Stop or Kill) on its port; a new port
-// is picked on first start. It waits until the server accepts connections.
+// is picked on first start. It waits until the server accepts connections
+// (the postmaster.pid status line says "ready", as pg_ctl -w waits), at
+// most 60 s or until ctx ends; on failure the server is stopped and the
+// error carries the end of server.log.
+//
+// The postmaster is started directly as this process's child (not through
+// pg_ctl, whose server outlives it), in a session of its own (a terminal's
+// Ctrl-C reaches this process alone, which stops the server in order) and
+// with the parent-death signal SIGQUIT: when this process dies, kill -9
+// included, the server shuts down immediately. Linux sends that signal
+// when the forking thread ends, so the fork runs on a goroutine locked to
+// its thread that waits for the server's exit.
 func (c *Cluster) Restart(ctx context.Context) error {
 	if c.Port == 0 {
 		p, err := freePort()
@@ -258,22 +284,124 @@ func (c *Cluster) Restart(ctx context.Context) error {
 		}
 		c.Port = p
 	}
-	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 %s",
-		c.Port, filepath.Join(c.Dir, "sock"), c.opts.settings())
-	if len(c.extra) > 0 {
-		opts += " " + strings.Join(c.extra, " ")
+	args := []string{"-D", filepath.Join(c.Dir, "data"), "-p", strconv.Itoa(c.Port), "-k", filepath.Join(c.Dir, "sock"),
+		"-c", "listen_addresses=127.0.0.1"}
+	args = append(args, strings.Fields(c.opts.settings())...)
+	for _, e := range c.extra {
+		args = append(args, strings.Fields(e)...)
 	}
-	if err := c.run(ctx, "pg_ctl", "-D", filepath.Join(c.Dir, "data"), "-o", opts,
-		"-l", filepath.Join(c.Dir, "server.log"), "-w", "-t", "60", "start"); err != nil {
+	attr := &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGQUIT}
+	if c.runAs != "" {
+		u, err := user.Lookup(c.runAs)
+		if err != nil {
+			return err
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		attr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	}
+	logPath := filepath.Join(c.Dir, "server.log")
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
 		return err
 	}
-	return nil
+	cmd := exec.Command(filepath.Join(c.bin, "postgres"), args...)
+	cmd.Dir = c.Dir
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = attr
+	startedc := make(chan error, 1)
+	exited := make(chan struct{})
+	go serveChild(cmd, startedc, exited)
+	err = <-startedc
+	logf.Close() // the server holds its own descriptor
+	if err != nil {
+		return fmt.Errorf("pgcluster: start postgres: %w", err)
+	}
+	pid := cmd.Process.Pid
+	c.exited = exited
+	deadline := time.NewTimer(startTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if c.ready(pid) {
+			return nil
+		}
+		var why string
+		select {
+		case <-exited:
+			why = "exited while starting"
+		case <-ctx.Done():
+			why = ctx.Err().Error()
+		case <-deadline.C:
+			why = fmt.Sprintf("not ready after %s", startTimeout)
+		case <-tick.C:
+			continue
+		}
+		_ = syscall.Kill(pid, syscall.SIGQUIT)
+		<-exited
+		log, _ := os.ReadFile(logPath)
+		if len(log) > 2000 {
+			log = log[len(log)-2000:]
+		}
+		return fmt.Errorf("pgcluster: postgres on port %d %s: %s", c.Port, why, log)
+	}
+}
+
+// ServerWaiter is the function of the goroutine that waits for each
+// running server (one per server, until it exits): leak checks that may
+// see a server start (goleak) ignore it by this name.
+const ServerWaiter = "github.com/queenmq/queen-go/internal/pgcluster.serveChild"
+
+// serveChild starts cmd with its goroutine locked to its thread, sends
+// the start's error to started, and when it started waits for it to exit
+// and closes exited. Linux sends the parent-death signal when the thread
+// that forked the child ends, so the thread must live as long as the
+// child: the goroutine never unlocks it, and it ends with the goroutine.
+func serveChild(cmd *exec.Cmd, started chan<- error, exited chan<- struct{}) {
+	runtime.LockOSThread()
+	defer close(exited)
+	if err := cmd.Start(); err != nil {
+		started <- err
+		return
+	}
+	started <- nil
+	_ = cmd.Wait()
+}
+
+// ready reports whether data/postmaster.pid names pid and says the server
+// accepts connections (its status line, the eighth, is "ready").
+func (c *Cluster) ready(pid int) bool {
+	b, err := os.ReadFile(filepath.Join(c.Dir, "data", "postmaster.pid"))
+	if err != nil {
+		return false
+	}
+	lines := strings.Split(string(b), "\n")
+	return len(lines) >= 8 && strings.TrimSpace(lines[0]) == strconv.Itoa(pid) && strings.TrimSpace(lines[7]) == "ready"
 }
 
 // Stop shuts the server down with the given pg_ctl mode ("fast" or
-// "immediate": the latter is a crash, as a power cut would be).
+// "immediate": the latter is a crash, as a power cut would be) and waits
+// until its postmaster has exited.
 func (c *Cluster) Stop(ctx context.Context, mode string) error {
-	return c.run(ctx, "pg_ctl", "-D", filepath.Join(c.Dir, "data"), "-m", mode, "-w", "-t", "60", "stop")
+	if err := c.run(ctx, "pg_ctl", "-D", filepath.Join(c.Dir, "data"), "-m", mode, "-w", "-t", "60", "stop"); err != nil {
+		return err
+	}
+	return c.waitExited(ctx)
+}
+
+// waitExited waits until the server started last has exited (at once
+// when none was started), or ctx ends.
+func (c *Cluster) waitExited(ctx context.Context) error {
+	if c.exited == nil {
+		return nil
+	}
+	select {
+	case <-c.exited:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("pgcluster: postmaster has not exited: %w", ctx.Err())
+	}
 }
 
 // Pid is the postmaster's process id, from data/postmaster.pid (an error

@@ -55,7 +55,7 @@ func (b *logBuffer) String() string {
 // three partitions are deleted one interval after they expired; with a
 // batch of one segment the run repeats its pass until nothing is left.
 func TestDeletesExpiredSegments(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent(), testenv.IgnoreServers)
 	store := openStore(t, testenv.NewDatabase(t))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -109,7 +109,7 @@ func TestDeletesExpiredSegments(t *testing.T) {
 }
 
 func TestLifecycle(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent(), testenv.IgnoreServers)
 	store := openStore(t, testenv.NewDatabase(t))
 	svc := retention.New(retention.Config{Interval: 5 * time.Millisecond, Logger: testenv.Logger}, store)
 	svc.Stop() // before Start: a no-op
@@ -129,7 +129,7 @@ func TestLifecycle(t *testing.T) {
 // logged at debug (a retry during an outage: docs/operations.md, "Logs"),
 // the loop keeps going, and Stop ends it promptly.
 func TestPostgresAway(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent(), testenv.IgnoreServers)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

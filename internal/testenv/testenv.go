@@ -47,6 +47,11 @@ func Main(m *testing.M) int {
 	return code
 }
 
+// IgnoreServers is the goleak option that ignores the goroutines waiting
+// for throwaway PostgreSQL servers (pgcluster.ServerWaiter): a test's own
+// leak check needs it, since the shared server may start inside that test.
+var IgnoreServers = goleak.IgnoreAnyFunction(pgcluster.ServerWaiter)
+
 // MainLeakChecked is Main, and then fails the run (exit code 1) if any
 // goroutine is left once the tests passed (goleak): for packages whose
 // services start goroutines. Use it as TestMain's body.

@@ -595,8 +595,54 @@ func TestCaseClientThatNeverReads(t *testing.T) {
 	}
 	time.Sleep(10 * timeout) // reads nothing meanwhile
 	_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
-	n, err := io.Copy(io.Discard, conn)
-	if err != nil || n >= int64(len(big)) {
+	n, err := io.Copy(io.Discard, conn) // to the end of the connection (a close, or a reset)
+	var ne net.Error
+	if n >= int64(len(big)) || (errors.As(err, &ne) && ne.Timeout()) {
 		t.Fatalf("read %d bytes of an answer of more than %d (%v): want it cut short by the write timeout", n, len(big), err)
 	}
+}
+
+// TestCaseExpectContinueAfterIdle: on a kept-alive connection idle for
+// longer than QUEEN_WRITE_TIMEOUT_MS, a push with Expect: 100-continue
+// still gets its 100 Continue and its answer (the last answer's write
+// deadline, long expired, must not meet the 100 Continue), and so does a
+// request refused from its head (413).
+func TestCaseExpectContinueAfterIdle(t *testing.T) {
+	t.Parallel()
+	const timeout = 200 * time.Millisecond
+	s := setup(t, func(c *broker.Config) { c.HTTP.WriteTimeout = timeout })
+	conn, br := rawConn(t, s.base)
+	get := "GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+	if _, err := conn.Write([]byte(get)); err != nil {
+		t.Fatal(err)
+	}
+	if resp, _ := readAnswer(t, br, "health"); resp.StatusCode != http.StatusOK {
+		t.Fatalf("health: %d", resp.StatusCode)
+	}
+	time.Sleep(3 * timeout)
+	b := body(item{"idle", "P", 1, "i1"})
+	if _, err := fmt.Fprintf(conn, "POST /api/v1/push HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"+
+		"Content-Length: %d\r\nExpect: 100-continue\r\n\r\n", len(b)); err != nil {
+		t.Fatal(err)
+	}
+	line, err := br.ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "HTTP/1.1 100") {
+		t.Fatalf("after %v idle, Expect: 100-continue got %q (%v), want 100 Continue", 3*timeout, line, err)
+	}
+	if _, err := br.ReadString('\n'); err != nil { // the blank line ending the interim answer
+		t.Fatal(err)
+	}
+	if _, err := conn.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	if resp, rb := readAnswer(t, br, "push"); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("push after 100 Continue: %d %s", resp.StatusCode, rb)
+	}
+	time.Sleep(3 * timeout)
+	if _, err := fmt.Fprintf(conn, "POST /api/v1/push HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"+
+		"Content-Length: %d\r\nExpect: 100-continue\r\n\r\n", 1<<40); err != nil {
+		t.Fatal(err)
+	}
+	resp, rb := readAnswer(t, br, "oversized push")
+	wantJSONError(t, "oversized push after idle", resp, rb, http.StatusRequestEntityTooLarge, "QUEEN_MAX_BODY_BYTES")
 }

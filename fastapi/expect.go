@@ -7,12 +7,13 @@ import "github.com/valyala/fasthttp"
 // body only when the request would be served: with authentication on, the
 // token must verify and its roles cover the route (the same decision as the
 // auth middleware, auth.Verifier.Authorize: 401/403); a Content-Length
-// over QUEEN_MAX_BODY_BYTES (for ack/batch, over its 8 MiB) is refused
-// with 413. A refusal is the final
+// over the route's limit (bodyLimit: QUEEN_MAX_BODY_BYTES, ack/batch's
+// 8 MiB, POST /api/v1/traces' 1 MiB) is refused with 413. A refusal is the final
 // answer, JSON as everywhere, and fasthttp closes the connection after it
 // (the client may already be sending). A body without Content-Length
 // (chunked) is invited; its size is checked as it is read.
 func (s *Server) expect(ctx *fasthttp.RequestCtx) int {
+	s.armWrite(ctx) // the 100 Continue, or the refusal, is written next
 	if s.cfg.Auth != nil {
 		if _, ok := s.cfg.Auth.Authorize(ctx); !ok {
 			return ctx.Response.StatusCode()

@@ -122,6 +122,7 @@ func lastLF(b []byte) int {
 //	408 the request did not arrive within QUEEN_READ_TIMEOUT_MS
 //	400 anything else (malformed)
 func (s *Server) errorHandler(ctx *fasthttp.RequestCtx, err error) {
+	s.armWrite(ctx) // its answer is written next
 	var small *fasthttp.ErrSmallBuffer
 	switch {
 	case errors.As(err, &small):

@@ -386,6 +386,7 @@ func (p *Projector) poke() {
 func (p *Projector) run(ctx context.Context) {
 	backoff := p.cfg.BackoffMin
 	known := false // cursor is valid only after reading the checkpoint
+	var roomAsked time.Time // when a commit last asked for truncation (room)
 	idle := time.NewTimer(time.Second)
 	defer idle.Stop()
 	fail := func(err error) {
@@ -451,10 +452,13 @@ func (p *Projector) run(ctx context.Context) {
 		}
 		p.outage.succeeded(p.checkpoint.Load(), p.Backlog())
 		backoff = p.cfg.BackoffMin
-		if limit := p.wal.MaxBytes(); limit > 0 && p.wal.Size() > limit/4*3 {
+		if p.nearCap() && (time.Since(roomAsked) >= roomInterval || p.Backlog() == 0) {
 			// Catching up after an outage that filled the WAL: room for
 			// pushes now, not at the next maintenance tick (nor after a
-			// push refused at the cap).
+			// push refused at the cap); at most every roomInterval while
+			// records remain, as a truncation reads the WAL's directory,
+			// and once more when the last one is in.
+			roomAsked = time.Now()
 			select {
 			case p.room <- struct{}{}:
 			default:
@@ -558,8 +562,8 @@ func (p *Projector) loadCursor(ctx context.Context) error {
 // long as the WAL still holds them (docs/failover.md).
 func (p *Projector) warnBehind(dbIndex, next uint64) {
 	committed := p.checkpoint.Load()
-	if dbIndex >= committed || next > committed {
-		return
+	if !p.confirmed.Load() || dbIndex >= committed || next > committed {
+		return // before the first load checkpoint holds the hint, no commit seen (docs/failover.md)
 	}
 	k := committed - (next - 1)
 	p.log.Warn(fmt.Sprintf("database checkpoint %d is behind the WAL's %d: re-projecting %d records", dbIndex, committed, k),
@@ -878,9 +882,9 @@ func (p *Projector) truncateWAL() {
 	}
 	// Near the WAL's byte cap, room for new pushes wins over keeping
 	// projected segments for disaster recovery.
-	if limit := p.wal.MaxBytes(); limit > 0 && p.wal.Size() > limit/4*3 && retention > 0 {
+	if retention > 0 && p.nearCap() {
 		p.log.Debug("projector: WAL above 3/4 of its byte cap; truncating projected segments before their retention",
-			"bytes", p.wal.Size(), "cap", limit)
+			"bytes", p.wal.Size(), "cap", p.wal.MaxBytes())
 		retention = 0
 	}
 	if n, err := p.wal.TruncateProjected(p.checkpoint.Load(), retention); err != nil {
@@ -889,6 +893,18 @@ func (p *Projector) truncateWAL() {
 		p.log.Info("projector: truncated projected WAL segments", "segments", n, "checkpoint", p.checkpoint.Load())
 	}
 }
+
+// nearCap reports whether the WAL has a byte cap (QUEEN_WAL_MAX_BYTES)
+// and holds more than 3/4 of it: projected segments are then truncated
+// before their retention.
+func (p *Projector) nearCap() bool {
+	limit := p.wal.MaxBytes()
+	return limit > 0 && p.wal.Size() > limit/4*3
+}
+
+// roomInterval is the shortest time between two truncations a commit asks
+// for (Projector.room).
+const roomInterval = 100 * time.Millisecond
 
 func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) {
 	t := time.NewTimer(d)

@@ -385,7 +385,7 @@ func (p *Projector) poke() {
 
 func (p *Projector) run(ctx context.Context) {
 	backoff := p.cfg.BackoffMin
-	known := false // cursor is valid only after reading the checkpoint
+	known := false          // cursor is valid only after reading the checkpoint
 	var roomAsked time.Time // when a commit last asked for truncation (room)
 	idle := time.NewTimer(time.Second)
 	defer idle.Stop()

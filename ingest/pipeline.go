@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -58,16 +59,22 @@ type Result struct {
 }
 
 // FailedReason is the error text of a failed verdict for the WAL append's
-// err: the byte cap (wal.ErrFull) named by its setting, anything else as
-// the write's own error (disk full, an I/O error).
+// err: the byte cap (wal.ErrFull) named by its setting, a full disk, an
+// I/O error or a read-only file system by what it is, anything else as
+// "WAL write failed". The error itself, with the broker's paths, is not
+// sent to clients: the WAL logs it ("wal: write failed").
 func FailedReason(err error) string {
 	switch {
-	case err == nil:
-		return "WAL write failed"
 	case errors.Is(err, wal.ErrFull):
 		return "WAL full: QUEEN_WAL_MAX_BYTES reached while records wait for PostgreSQL"
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		return "WAL write failed: no space left on device"
+	case errors.Is(err, syscall.EIO):
+		return "WAL write failed: I/O error"
+	case errors.Is(err, syscall.EROFS):
+		return "WAL write failed: read-only file system"
 	default:
-		return "WAL write failed: " + err.Error()
+		return "WAL write failed"
 	}
 }
 

@@ -670,7 +670,7 @@ function queueView(name) {
     h('div', { class: 'cards' }, Object.values(c).map((x) => x.el)),
     panel('Partitions', table(['Partition', ['Depth', 'num'], ['Ready', 'num'], ['Pending', 'num'], ['Processing', 'num'], ['Completed', 'num'],
       ['Dead letters', 'num'], ['Next offset', 'num'], 'Oldest', 'Newest', 'Lag by group'], partBody),
-    h('p', { class: 'note' }, 'Depth and pending, processing, completed are queue mode\'s view; ready is what the worst consuming group could pop now; lag by group is next offset minus the group\'s cursor.')),
+    h('p', { class: 'note' }, 'Depth and pending, processing, completed are queue mode\'s view; ready is what the worst consuming group could pop now; lag by group is the stored messages at or past the group\'s cursor.')),
     h('div', { class: 'grid2' },
       panel('Consumer groups', table(['Group', ['Lag', 'num'], ['Partitions lagging', 'num'], ['Time lag', 'num'], 'Mode', 'State', ''], groupBody),
         h('p', { class: 'note' }, STATE_NOTE)),

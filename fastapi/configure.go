@@ -14,6 +14,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/queenmq/queen-go/ingest"
+	"github.com/queenmq/queen-go/internal/textcut"
 	"github.com/queenmq/queen-go/pg"
 )
 
@@ -123,11 +124,7 @@ func shownIgnored(ignored []string) []string {
 	out := make([]string, 0, min(len(ignored), maxIgnoredShown))
 	for _, n := range ignored[:min(len(ignored), maxIgnoredShown)] {
 		if len(n) > maxIgnoredName {
-			cut := maxIgnoredName
-			for cut > 0 && !utf8.RuneStart(n[cut]) {
-				cut--
-			}
-			n = n[:cut] + "…"
+			n = textcut.Prefix(n, maxIgnoredName) + "…"
 		}
 		out = append(out, n)
 	}

@@ -205,27 +205,23 @@ func (s *Server) popWith(ctx *fasthttp.RequestCtx, f *popFilter) {
 				s.dbFail(ctx, "pop", err)
 				return
 			}
-			// An outage is logged once (unavailableLog), not at every
-			// retry of every waiting consumer.
-			unavailable := pg.IsUnavailable(err)
-			left := time.Until(deadline)
-			if !wait || left <= 0 {
-				if !wait {
-					s.dbFail(ctx, "pop of queue "+strconv.Quote(queue), err)
-					return
-				}
-				if unavailable {
-					s.unavailable.met("waiting pop of queue "+strconv.Quote(queue), err)
-				} else {
-					s.log.Error("pop failed", "queue", queue, "err", err)
-				}
-				ctx.SetStatusCode(fasthttp.StatusNoContent)
+			if !wait {
+				s.dbFail(ctx, "pop of queue "+strconv.Quote(queue), err)
 				return
 			}
-			if unavailable {
+			left := time.Until(deadline)
+			// An outage is logged once (unavailableLog), not at every
+			// retry of every waiting consumer.
+			if pg.IsUnavailable(err) {
 				s.unavailable.met("waiting pop of queue "+strconv.Quote(queue), err)
+			} else if left <= 0 {
+				s.log.Error("pop failed", "queue", queue, "err", err)
 			} else {
 				s.log.Warn("pop failed; retrying within its timeout", "queue", queue, "err", err)
+			}
+			if left <= 0 {
+				ctx.SetStatusCode(fasthttp.StatusNoContent)
+				return
 			}
 			t := time.NewTimer(min(left, popRetryInterval))
 			select {

@@ -8,11 +8,12 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/queenmq/queen-go/internal/textcut"
 )
 
 // QueueModeGroup is the consumer group of queue mode (competing consumers
@@ -828,11 +829,7 @@ func DeadLetterError(err string) string {
 		return err
 	}
 	marker := fmt.Sprintf(" … (truncated from %d bytes)", len(err))
-	cut := MaxDeadLetterError - len(marker)
-	for cut > 0 && !utf8.RuneStart(err[cut]) {
-		cut--
-	}
-	return err[:cut] + marker
+	return textcut.Prefix(err, MaxDeadLetterError-len(marker)) + marker
 }
 
 // Ack statuses (POST /api/v1/ack).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"strings"
 	"syscall"
@@ -146,6 +147,17 @@ func lostConnection(err error) bool {
 
 // IsUnavailable reports Classify(err) == ClassUnavailable.
 func IsUnavailable(err error) bool { return Classify(err) == ClassUnavailable }
+
+// OutageLevel is the level at which a background step (the dedup sweep, a
+// retention pass) logs its failure err: debug when PostgreSQL is away, a
+// retry during an outage that the projector's outage log reports
+// (docs/operations.md, "Logs"); warn otherwise.
+func OutageLevel(err error) slog.Level {
+	if IsUnavailable(err) {
+		return slog.LevelDebug
+	}
+	return slog.LevelWarn
+}
 
 // retryable reports a PostgreSQL error that a transaction may simply be
 // run again for: a conflict (deadlock 40P01, serialization failure 40001)

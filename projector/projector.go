@@ -860,13 +860,7 @@ func (p *Projector) maintain(ctx context.Context) {
 	sctx, cancel := context.WithTimeout(ctx, p.cfg.TxTimeout)
 	defer cancel()
 	if _, err := p.store.SweepDedup(sctx, p.cfg.DedupGrace, 10000); err != nil {
-		// PostgreSQL away: a retry during an outage, which the outage
-		// log reports (docs/operations.md, "Logs"), so at debug only.
-		level := slog.LevelWarn
-		if pg.IsUnavailable(err) {
-			level = slog.LevelDebug
-		}
-		p.log.Log(ctx, level, "projector: dedup sweep failed", "err", err)
+		p.log.Log(ctx, pg.OutageLevel(err), "projector: dedup sweep failed", "err", err)
 	}
 }
 

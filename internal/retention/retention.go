@@ -105,14 +105,7 @@ func (s *Service) runOnce(ctx context.Context) {
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
-				// PostgreSQL away: a retry during an outage, which the
-				// projector's outage log reports (docs/operations.md,
-				// "Logs"), so at debug only.
-				level := slog.LevelWarn
-				if pg.IsUnavailable(err) {
-					level = slog.LevelDebug
-				}
-				s.log.Log(ctx, level, "retention pass failed", "err", err)
+				s.log.Log(ctx, pg.OutageLevel(err), "retention pass failed", "err", err)
 			}
 			return
 		}

@@ -8,9 +8,9 @@ import "github.com/valyala/fasthttp"
 // token must verify and its roles cover the route (the same decision as the
 // auth middleware, auth.Verifier.Authorize: 401/403); a Content-Length
 // over the route's limit (bodyLimit: QUEEN_MAX_BODY_BYTES, ack/batch's
-// 8 MiB, POST /api/v1/traces' 1 MiB) is refused with 413. A refusal is the final
-// answer, JSON as everywhere, and fasthttp closes the connection after it
-// (the client may already be sending). A body without Content-Length
+// 8 MiB, POST /api/v1/traces' 1 MiB) is refused with 413. A refusal is
+// the final answer, JSON as everywhere, and fasthttp closes the connection
+// after it (the client may already be sending). A body without Content-Length
 // (chunked) is invited; its size is checked as it is read.
 func (s *Server) expect(ctx *fasthttp.RequestCtx) int {
 	s.armWrite(ctx) // the 100 Continue, or the refusal, is written next

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -10,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,31 +16,14 @@ import (
 	json "github.com/goccy/go-json"
 
 	"github.com/queenmq/queen-go/internal/broker"
+	"github.com/queenmq/queen-go/internal/testenv"
 )
 
 // The hostile-input findings about the HTTP layer: what a client can send
 // that fasthttp handles on its own unless told otherwise.
 
-// logBuffer is a goroutine-safe log sink for one broker.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // withLog makes the broker log everything to buf.
-func withLog(buf *logBuffer) func(*broker.Config) {
+func withLog(buf *testenv.LogBuffer) func(*broker.Config) {
 	return func(c *broker.Config) {
 		c.Logger = slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
@@ -94,7 +75,7 @@ func wantJSONError(t *testing.T, what string, resp *http.Response, b []byte, sta
 // must reach the broker's slog logger, without any credential.
 func TestCaseTokenNeverLogged(t *testing.T) {
 	t.Parallel()
-	var logs logBuffer
+	var logs testenv.LogBuffer
 	s := authSetup(t, withLog(&logs))
 	tok := token(t, "log-user", []string{"admin"}, "valid")
 	for _, head := range []string{
@@ -119,7 +100,7 @@ func TestCaseTokenNeverLogged(t *testing.T) {
 }
 
 // waitLog waits until the log holds want.
-func waitLog(t *testing.T, logs *logBuffer, want string) {
+func waitLog(t *testing.T, logs *testenv.LogBuffer, want string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !strings.Contains(logs.String(), want) {

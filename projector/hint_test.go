@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,24 +20,6 @@ import (
 	"github.com/queenmq/queen-go/projector"
 	"github.com/queenmq/queen-go/wal"
 )
-
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // hintedWAL returns a WAL of several sealed segments holding n records and
 // a checkpoint hint file naming its last record.
@@ -96,7 +77,7 @@ func TestHintNeverTruncates(t *testing.T) {
 // saw (docs/failover.md), and its checkpoint, confirmed, is the database's.
 func TestHintIsNotACommit(t *testing.T) {
 	w, hint := hintedWAL(t, 5)
-	var logs syncBuffer
+	var logs testenv.LogBuffer
 	store := openStore(t, testenv.NewDatabase(t))
 	p := projector.New(projector.Config{BrokerID: uuid.New(), CheckpointHint: hint,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))},

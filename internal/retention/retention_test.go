@@ -1,7 +1,6 @@
 package retention_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"net"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -31,24 +29,6 @@ func TestMain(m *testing.M) { os.Exit(testenv.MainLeakChecked(m)) }
 func openStore(t *testing.T, url string) *pg.Store {
 	t.Helper()
 	return testenv.OpenStore(t, pg.Config{URL: url, Logger: testenv.Logger, ConnectTimeout: 500 * time.Millisecond})
-}
-
-// logBuffer is an io.Writer safe for the logger's goroutine and the test's.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // TestDeletesExpiredSegments: with retentionSeconds 1, the segments of
@@ -137,7 +117,7 @@ func TestPostgresAway(t *testing.T) {
 	url := fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable", ln.Addr())
 	ln.Close()
 	store := openStore(t, url)
-	var logs logBuffer
+	var logs testenv.LogBuffer
 	svc := retention.New(retention.Config{Interval: 20 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}, store)
 	if err := svc.Start(context.Background()); err != nil {

@@ -70,9 +70,12 @@ type PartitionDetail struct {
 	Pending    int64 // queue mode
 	Processing int64 // queue mode, under a live lease
 	DeadLetter int64
-	Oldest     *time.Time
-	Newest     *time.Time
-	Lag        map[string]int64
+	// Oldest and Newest are the commit times of the partition's first and
+	// last stored segments (one probe of the segments' primary key each;
+	// a scan for min/max read every segment), nil without any.
+	Oldest *time.Time
+	Newest *time.Time
+	Lag    map[string]int64
 }
 
 // Completed is how many stored messages are below the queue-mode cursor.
@@ -131,8 +134,8 @@ func (s *Store) GetQueue(ctx context.Context, name string) (*QueueDetail, error)
 	d.ID, d.Name, d.Namespace, d.Task, d.CreatedAt, d.Options = h.id, h.name, h.namespace, h.task, h.createdAt, h.options
 	rows, err := s.pool.Query(ctx, `WITH pc AS (`+partitionCountsSQL("p.queue_id = $2")+`)
 		SELECT pc.id, pc.name, pc.created_at, pc.next_offset, pc.total, pc.pending, pc.processing,
-		(SELECT min(created_at) FROM queen.segments sg WHERE sg.partition_id = pc.id),
-		(SELECT max(created_at) FROM queen.segments sg WHERE sg.partition_id = pc.id),
+		(SELECT sg.created_at FROM queen.segments sg WHERE sg.partition_id = pc.id ORDER BY sg.base_offset LIMIT 1),
+		(SELECT sg.created_at FROM queen.segments sg WHERE sg.partition_id = pc.id ORDER BY sg.base_offset DESC LIMIT 1),
 		(SELECT count(*) FROM queen.dead_letters dl WHERE dl.partition_id = pc.id)
 		FROM pc ORDER BY pc.name`, QueueModeGroup, d.ID)
 	if err != nil {
@@ -486,8 +489,10 @@ type LaggingPartition struct {
 	OffsetLag int64
 	// TimeLagSeconds is timeLagSQL, truncated to whole seconds.
 	TimeLagSeconds int64
-	// OldestUnconsumed is when the oldest stored, undeleted message past
-	// the cursor was committed (nil when retention removed them all).
+	// OldestUnconsumed is when the first stored, undeleted message past
+	// the cursor was committed: its segment's commit time, read by two
+	// probes of the segments' primary key (nil when retention removed them
+	// all).
 	OldestUnconsumed *time.Time
 	LastConsumedAt   *time.Time
 }
@@ -501,8 +506,10 @@ func (s *Store) LaggingPartitions(ctx context.Context, minLagSeconds int) ([]Lag
 			CASE WHEN c.lease_expires_at > now() THEN c.lease_id END,
 			l.lag,
 			floor(`+timeLagSQL+`)::bigint AS time_lag,
-			(SELECT min(sg.created_at) FROM queen.segments sg WHERE sg.partition_id = p.id AND sg.last_offset >= c.cursor_offset
-				AND (l.deleted = 0 OR `+liveInSegmentSQL("c.cursor_offset")+`)),
+			(SELECT sg.created_at FROM queen.segments sg WHERE sg.partition_id = p.id
+				AND sg.base_offset >= `+segmentStartSQL("p.id", "c.cursor_offset")+` AND sg.last_offset >= c.cursor_offset
+				AND (l.deleted = 0 OR `+liveInSegmentSQL("c.cursor_offset")+`)
+				ORDER BY sg.base_offset LIMIT 1),
 			c.last_consumed_at
 		FROM queen.consumer_cursors c JOIN queen.partitions p ON p.id = c.partition_id
 		JOIN queen.queues q ON q.id = p.queue_id

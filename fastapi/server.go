@@ -363,7 +363,6 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	}
 	handler = serveHead(handler)
 	handler = cfg.Console.Wrap(handler)
-	handler = s.armedWrites(handler)
 	s.srv = &fasthttp.Server{
 		Handler:           handler,
 		Name:              "queen-go",
@@ -399,20 +398,12 @@ func New(cfg Config, deps Deps) (*Server, error) {
 // connection before any handler returns (the 100 Continue of a request
 // with Expect: 100-continue, an early refusal, the answer to a request it
 // could not read) after more than WriteTimeout of idleness would meet the
-// last answer's expired deadline and drop the connection. So every such
-// write is armed here first: in expect, in errorHandler and after each
-// handler (armedWrites; a handler's own deadline stops fasthttp re-arming
-// it).
+// last answer's expired deadline and drop the connection. expect and
+// errorHandler arm the connection itself: RequestCtx.SetWriteDeadline
+// would also stop fasthttp from arming the answer's write after the
+// handler.
 func (s *Server) armWrite(ctx *fasthttp.RequestCtx) {
-	_ = ctx.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
-}
-
-// armedWrites runs h, then arms the answer's write (armWrite).
-func (s *Server) armedWrites(h fasthttp.RequestHandler) fasthttp.RequestHandler {
-	return func(ctx *fasthttp.RequestCtx) {
-		h(ctx)
-		s.armWrite(ctx)
-	}
+	_ = ctx.Conn().SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
 }
 
 // Serve serves on ln until Shutdown.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"github.com/queenmq/queen-go/internal/logbuf"
 	"io"
 	"log/slog"
 	"net"
@@ -16,14 +17,13 @@ import (
 	json "github.com/goccy/go-json"
 
 	"github.com/queenmq/queen-go/internal/broker"
-	"github.com/queenmq/queen-go/internal/testenv"
 )
 
 // The hostile-input findings about the HTTP layer: what a client can send
 // that fasthttp handles on its own unless told otherwise.
 
 // withLog makes the broker log everything to buf.
-func withLog(buf *testenv.LogBuffer) func(*broker.Config) {
+func withLog(buf *logbuf.Buffer) func(*broker.Config) {
 	return func(c *broker.Config) {
 		c.Logger = slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
@@ -75,7 +75,7 @@ func wantJSONError(t *testing.T, what string, resp *http.Response, b []byte, sta
 // must reach the broker's slog logger, without any credential.
 func TestCaseTokenNeverLogged(t *testing.T) {
 	t.Parallel()
-	var logs testenv.LogBuffer
+	var logs logbuf.Buffer
 	s := authSetup(t, withLog(&logs))
 	tok := token(t, "log-user", []string{"admin"}, "valid")
 	for _, head := range []string{
@@ -100,7 +100,7 @@ func TestCaseTokenNeverLogged(t *testing.T) {
 }
 
 // waitLog waits until the log holds want.
-func waitLog(t *testing.T, logs *testenv.LogBuffer, want string) {
+func waitLog(t *testing.T, logs *logbuf.Buffer, want string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !strings.Contains(logs.String(), want) {

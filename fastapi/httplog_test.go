@@ -2,10 +2,10 @@ package fastapi
 
 import (
 	"bytes"
+	"github.com/queenmq/queen-go/internal/logbuf"
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -65,7 +65,7 @@ func TestRedact(t *testing.T) {
 // refuses, and checks the lines reached slog without any of them.
 func TestFasthttpLogLinesRedacted(t *testing.T) {
 	t.Parallel()
-	var logs lockedBuffer
+	var logs logbuf.Buffer
 	srv := &fasthttp.Server{
 		Handler:               func(ctx *fasthttp.RequestCtx) {},
 		SecureErrorLogMessage: false,
@@ -113,21 +113,4 @@ func TestFasthttpLogLinesRedacted(t *testing.T) {
 	if !strings.Contains(out, "contents:") || !strings.Contains(out, redacted) {
 		t.Errorf("want fasthttp's quoted head with the credentials redacted; log:\n%s", out)
 	}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }

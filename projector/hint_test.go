@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/queenmq/queen-go/internal/logbuf"
 	"log/slog"
 	"net"
 	"os"
@@ -77,7 +78,7 @@ func TestHintNeverTruncates(t *testing.T) {
 // saw (docs/failover.md), and its checkpoint, confirmed, is the database's.
 func TestHintIsNotACommit(t *testing.T) {
 	w, hint := hintedWAL(t, 5)
-	var logs testenv.LogBuffer
+	var logs logbuf.Buffer
 	store := openStore(t, testenv.NewDatabase(t))
 	p := projector.New(projector.Config{BrokerID: uuid.New(), CheckpointHint: hint,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))},

@@ -3,6 +3,7 @@ package wal
 import (
 	"bytes"
 	"errors"
+	"github.com/queenmq/queen-go/internal/logbuf"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -383,7 +384,7 @@ func TestPreallocatedTailOnFullDisk(t *testing.T) {
 func TestPreallocSkippedOnLowSpace(t *testing.T) {
 	t.Parallel()
 	mnt := mountTmpfs(t, "64k")
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	dir := filepath.Join(mnt, "wal")
 	l, _ := openLog(t, dir, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	for i := 1; i <= 20; i++ {

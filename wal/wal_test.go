@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/queenmq/queen-go/internal/binenc"
+	"github.com/queenmq/queen-go/internal/logbuf"
 	"io"
 	"log/slog"
 	"os"
@@ -612,7 +613,7 @@ func TestFailStopDiskFull(t *testing.T) {
 	t.Parallel()
 	testAllPermutations(t, func(t *testing.T, opts Options) {
 		mnt := mountTmpfs(t, "64k")
-		var logs syncBuffer
+		var logs logbuf.Buffer
 		opts.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 		dir := filepath.Join(mnt, "wal")
 		l, rep := openLog(t, dir, opts)
@@ -874,23 +875,6 @@ func assertNoSegmentHolds(t *testing.T, dir string, marker []byte) {
 	}
 }
 
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // copyDir copies the flat log directory src (segments and cut/) to a fresh
 // temp dir.
 func copyDir(t *testing.T, src string) string {
@@ -1142,7 +1126,7 @@ func TestMaxBytesBelowFourSegments(t *testing.T) {
 func TestFailedWritesLogRateLimited(t *testing.T) {
 	t.Parallel()
 	mnt := mountTmpfs(t, "64k")
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	opts := Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))}
 	l, _ := openLog(t, filepath.Join(mnt, "wal"), opts)
 	mustAppend(t, l, testPayload(1, 100), 1)

@@ -2,6 +2,7 @@ package ratelog
 
 import (
 	"bytes"
+	"github.com/queenmq/queen-go/internal/logbuf"
 	"log/slog"
 	"strings"
 	"sync"
@@ -84,7 +85,7 @@ func TestDisabledLevelIsNotCounted(t *testing.T) {
 
 func TestConcurrentUse(t *testing.T) {
 	t.Parallel()
-	var buf syncWriter
+	var buf logbuf.Buffer
 	l := New(slog.New(slog.NewTextHandler(&buf, nil)), time.Hour)
 	var wg sync.WaitGroup
 	for g := 0; g < 8; g++ {
@@ -100,21 +101,4 @@ func TestConcurrentUse(t *testing.T) {
 	if n := strings.Count(buf.String(), "\n"); n != 1 {
 		t.Fatalf("%d lines from 8000 occurrences within the interval, want 1", n)
 	}
-}
-
-type syncWriter struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.Write(p)
-}
-
-func (w *syncWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.String()
 }

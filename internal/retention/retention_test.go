@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/queenmq/queen-go/internal/logbuf"
 	"log/slog"
 	"net"
 	"os"
@@ -117,7 +118,7 @@ func TestPostgresAway(t *testing.T) {
 	url := fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable", ln.Addr())
 	ln.Close()
 	store := openStore(t, url)
-	var logs testenv.LogBuffer
+	var logs logbuf.Buffer
 	svc := retention.New(retention.Config{Interval: 20 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}, store)
 	if err := svc.Start(context.Background()); err != nil {

@@ -358,6 +358,7 @@ func applyStateOps(ctx context.Context, tx pgx.Tx, req CycleRequest, partitionKn
 		return nil
 	}
 	var b pgx.Batch
+	upserts := false
 	for i, op := range req.StateOps {
 		if op.Delete {
 			b.Queue(`DELETE FROM queen.stream_state WHERE query_id = $1 AND partition_id = $2 AND key = $3`,
@@ -372,20 +373,31 @@ func applyStateOps(ctx context.Context, tx pgx.Tx, req CycleRequest, partitionKn
 			ON CONFLICT (query_id, partition_id, key) DO UPDATE
 			SET value = excluded.value, window_end = excluded.window_end, updated_at = now()`,
 			req.QueryID, req.PartitionID, op.Key, op.Value, op.WindowEnd)
+		upserts = true
 	}
-	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
-		return err
+	// With an upsert, the shard's size after the ops, in the same round
+	// trip (deletes only shrink it). Cycles of one shard are serialised
+	// (the advisory lock), so the sum is the shard's state after this
+	// cycle.
+	if upserts {
+		b.Queue(`SELECT coalesce(sum(`+stateBytesSQL+`), 0) FROM queen.stream_state WHERE query_id = $1 AND partition_id = $2`,
+			req.QueryID, req.PartitionID)
 	}
-	if !slices.ContainsFunc(req.StateOps, func(op StateOp) bool { return !op.Delete }) {
-		return nil // deletes only shrink the shard
+	br := tx.SendBatch(ctx, &b)
+	for range req.StateOps {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return err
+		}
 	}
-	// Cycles of one shard are serialised (the advisory lock), so the sum
-	// is the shard's state after this cycle. Sizes come from the row
-	// headers: octet_length does not detoast.
 	var total int64
-	if err := tx.QueryRow(ctx, `SELECT coalesce(sum(octet_length(key) + octet_length(value)), 0)
-		FROM queen.stream_state WHERE query_id = $1 AND partition_id = $2`,
-		req.QueryID, req.PartitionID).Scan(&total); err != nil {
+	if upserts {
+		if err := br.QueryRow().Scan(&total); err != nil {
+			br.Close()
+			return err
+		}
+	}
+	if err := br.Close(); err != nil {
 		return err
 	}
 	if total > MaxShardStateBytes {
@@ -572,6 +584,10 @@ func (e *StateTooLargeError) Error() string {
 
 // stateFilter is GetState's WHERE clause ($1..$5: query, partition, keys,
 // prefix, ripe_at_or_before).
+// stateBytesSQL is a state row's size as the shard limit counts it: its
+// key and value, from the row header (octet_length does not detoast).
+const stateBytesSQL = `octet_length(key) + octet_length(value)`
+
 const stateFilter = `WHERE query_id = $1 AND partition_id = $2
 		  AND ($3::text[] IS NULL OR key = ANY($3::text[]))
 		  AND ($4::text IS NULL OR (key >= $4::text AND starts_with(key, $4::text)))
@@ -593,34 +609,41 @@ func (st *Streams) GetState(ctx context.Context, q StateQuery) ([]StateRow, erro
 		prefix = &q.KeyPrefix
 	}
 	args := []any{q.QueryID, q.PartitionID, keys, prefix, q.RipeAtOrBefore}
+	// One statement, one snapshot: the matching rows' count and size, and
+	// the rows themselves only when the size is within the limit (the
+	// lateral's condition on t is a one-time filter: nothing is read past
+	// it).
+	rows, err := st.s.pool.Query(ctx, `WITH t AS (SELECT count(*) AS n, coalesce(sum(`+stateBytesSQL+`), 0) AS b
+			FROM queen.stream_state `+stateFilter+`)
+		SELECT t.n, t.b, s.key, s.value, s.updated_at FROM t
+		LEFT JOIN LATERAL (SELECT key, value, updated_at FROM queen.stream_state `+stateFilter+`
+			AND t.b <= $6 ORDER BY key) s ON true
+		ORDER BY s.key`, append(args, int64(MaxShardStateBytes))...)
 	var out []StateRow
-	err := st.s.readSnapshot(ctx, func(tx pgx.Tx) error {
-		var big StateTooLargeError
-		if err := tx.QueryRow(ctx, `SELECT count(*), coalesce(sum(octet_length(key) + octet_length(value)), 0)
-			FROM queen.stream_state `+stateFilter, args...).Scan(&big.Rows, &big.Bytes); err != nil {
-			return err
-		}
-		if big.Bytes > MaxShardStateBytes {
-			return &big
-		}
-		rows, err := tx.Query(ctx, `SELECT key, value, updated_at FROM queen.stream_state `+stateFilter+`
-			ORDER BY key`, args...)
-		if err != nil {
-			return err
-		}
-		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (StateRow, error) {
+	var big StateTooLargeError
+	if err == nil {
+		for rows.Next() {
+			var key *string
 			var sr StateRow
-			err := r.Scan(&sr.Key, &sr.Value, &sr.UpdatedAt)
-			return sr, err
-		})
-		return err
-	})
-	var big *StateTooLargeError
-	if errors.As(err, &big) {
-		return nil, big
+			var at *time.Time
+			if err = rows.Scan(&big.Rows, &big.Bytes, &key, &sr.Value, &at); err != nil {
+				break
+			}
+			if key != nil {
+				sr.Key, sr.UpdatedAt = *key, *at
+				out = append(out, sr)
+			}
+		}
+		rows.Close()
+		if err == nil {
+			err = rows.Err()
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("pg: get stream state: %w", err)
+	}
+	if big.Bytes > MaxShardStateBytes {
+		return nil, &big
 	}
 	return out, nil
 }

@@ -506,10 +506,7 @@ func (s *Store) LaggingPartitions(ctx context.Context, minLagSeconds int) ([]Lag
 			CASE WHEN c.lease_expires_at > now() THEN c.lease_id END,
 			l.lag,
 			floor(`+timeLagSQL+`)::bigint AS time_lag,
-			(SELECT sg.created_at FROM queen.segments sg WHERE sg.partition_id = p.id
-				AND sg.base_offset >= `+segmentStartSQL("p.id", "c.cursor_offset")+` AND sg.last_offset >= c.cursor_offset
-				AND (l.deleted = 0 OR `+liveInSegmentSQL("c.cursor_offset")+`)
-				ORDER BY sg.base_offset LIMIT 1),
+			`+firstLiveAtSQL("p.id", "c.cursor_offset", "l.deleted = 0")+`,
 			c.last_consumed_at
 		FROM queen.consumer_cursors c JOIN queen.partitions p ON p.id = c.partition_id
 		JOIN queen.queues q ON q.id = p.queue_id

@@ -123,11 +123,7 @@ func (s *Status) QueueDetail(ctx context.Context, name string) (*StatusQueueDeta
 		SELECT pc.id, pc.name, pc.created_at, pc.total, pc.pending, pc.processing,
 			(SELECT count(*) FROM queen.dead_letters dl WHERE dl.partition_id = pc.id AND dl.consumer_group = $1),
 			coalesce(c.total_consumed, 0), c.last_consumed_at, pc.last_message_at,
-			CASE WHEN pc.pending > 0 THEN (SELECT sg.created_at FROM queen.segments sg
-				WHERE sg.partition_id = pc.id AND sg.base_offset >= `+segmentStartSQL("pc.id", "coalesce(c.cursor_offset, 0)")+`
-				AND sg.last_offset >= coalesce(c.cursor_offset, 0)
-				AND `+liveInSegmentSQL("coalesce(c.cursor_offset, 0)")+`
-				ORDER BY sg.base_offset LIMIT 1) END
+			CASE WHEN pc.pending > 0 THEN `+firstLiveAtSQL("pc.id", "coalesce(c.cursor_offset, 0)", "false")+` END
 		FROM pc LEFT JOIN queen.consumer_cursors c ON c.partition_id = pc.id AND c.consumer_group = $1
 		ORDER BY pc.name`, QueueModeGroup, d.ID)
 	if err != nil {

@@ -172,6 +172,21 @@ func deletedInSQL(pid, from, to string) string {
 		` AND t.msg_offset <= ` + to + `)`
 }
 
+// firstLiveAtSQL is a scalar subquery: the commit time of the first
+// segment of partition pid holding an undeleted message at an offset >=
+// from (pid and from SQL expressions), NULL when none does. The segment
+// holding from starts the index range (segmentStartSQL), so it costs a
+// probe or two of the segments' primary key, not a walk from the
+// partition's start. skipLive, an SQL condition (say "the partition has
+// no tombstone past from"), spares the per-segment tombstone count when
+// true; "false" never spares it.
+func firstLiveAtSQL(pid, from, skipLive string) string {
+	return `(SELECT sg.created_at FROM queen.segments sg WHERE sg.partition_id = ` + pid + `
+		AND sg.base_offset >= ` + segmentStartSQL(pid, from) + ` AND sg.last_offset >= ` + from + `
+		AND (` + skipLive + ` OR ` + liveInSegmentSQL(from) + `)
+		ORDER BY sg.base_offset LIMIT 1)`
+}
+
 // liveInSegmentSQL is the condition that segment sg (alias sg) holds a
 // message at an offset >= from (an SQL expression) that is not deleted:
 // the segment's offsets in that range outnumber its tombstones there.

@@ -48,7 +48,7 @@ func walCommand(cfg *config.Config, args []string, w io.Writer) error {
 			return err
 		}
 		pgURL := ""
-		if cfg.DatabaseConfigured() && !*walOnly {
+		if cfg.DatabaseConfigured() {
 			pgURL = cfg.PGURL()
 		}
 		return walStatus(w, dir, pgURL, *walOnly)

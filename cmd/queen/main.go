@@ -106,7 +106,7 @@ func serve(cfg *config.Config, logger *slog.Logger, dev bool) error {
 		// A dev broker that died without its shutdown (kill -9, OOM) took
 		// its PostgreSQL with it (the parent-death signal) but left both
 		// temporary directories: delete those whose owner is gone.
-		removed, err := pgcluster.RemoveLeftovers("queen-pg-", "queen-wal-")
+		removed, err := pgcluster.RemoveLeftovers(pgcluster.ClusterDirPrefix, pgcluster.WALDirPrefix)
 		for _, d := range removed {
 			logger.Info("dev: deleted the leftover of a queen dev that did not shut down", "dir", d)
 		}
@@ -129,7 +129,7 @@ func serve(cfg *config.Config, logger *slog.Logger, dev bool) error {
 			logger.Info("dev: throwaway PostgreSQL is up", "url", pgURL, "pid", pid, "dir", c.Dir)
 		}
 		if !cfg.IsSet("FILE_BUFFER_DIR") {
-			d, err := pgcluster.OwnedTempDir("queen-wal-") // a later dev run deletes it if this one dies
+			d, err := pgcluster.OwnedTempDir(pgcluster.WALDirPrefix) // a later dev run deletes it if this one dies
 			if err != nil {
 				return err
 			}

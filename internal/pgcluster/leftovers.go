@@ -3,6 +3,7 @@ package pgcluster
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -15,6 +16,14 @@ import (
 // since boot (field 22 of /proc/<pid>/stat), so that a pid reused by
 // another process does not pass for the owner.
 const OwnerFile = "queen-owner"
+
+// Prefixes of the temporary directories OwnedTempDir makes: a cluster's
+// (ClusterDirPrefix) and queen dev's WAL (WALDirPrefix); RemoveLeftovers
+// takes them.
+const (
+	ClusterDirPrefix = "queen-pg-"
+	WALDirPrefix     = "queen-wal-"
+)
 
 // OwnedTempDir is os.MkdirTemp("", prefix+"*") with OwnerFile written
 // into it naming this process: a directory that RemoveLeftovers of a later
@@ -78,8 +87,7 @@ func leftover(dir string) bool {
 	if s, err := processStart(pid); err == nil && s == start {
 		return false // the owner runs
 	}
-	if b, err := os.ReadFile(filepath.Join(dir, "data", "postmaster.pid")); err == nil {
-		pm, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
+	if _, pm, err := readPostmasterPID(dir); !errors.Is(err, fs.ErrNotExist) {
 		if err != nil {
 			return false
 		}

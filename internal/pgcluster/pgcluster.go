@@ -42,6 +42,9 @@ type Cluster struct {
 	Port  int
 	bin   string
 	runAs string // "" or "postgres"
+	// cred is runAs's uid and gid (nil when runAs is ""): the owner of the
+	// directory and socket directory, and the server's credential.
+	cred *syscall.Credential
 	// extra are server options ("-c name=value") added to every start.
 	extra []string
 	opts  Options
@@ -192,7 +195,7 @@ func newCluster() (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := OwnedTempDir("queen-pg-")
+	dir, err := OwnedTempDir(ClusterDirPrefix)
 	if err != nil {
 		return nil, err
 	}
@@ -206,6 +209,7 @@ func newCluster() (*Cluster, error) {
 		}
 		uid, _ := strconv.Atoi(u.Uid)
 		gid, _ := strconv.Atoi(u.Gid)
+		c.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 		if err := os.Chown(dir, uid, gid); err != nil {
 			os.RemoveAll(dir)
 			return nil, err
@@ -250,11 +254,8 @@ func (c *Cluster) mkSock() error {
 	if err := os.MkdirAll(sock, 0o755); err != nil {
 		return err
 	}
-	if c.runAs != "" {
-		u, _ := user.Lookup(c.runAs)
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		return os.Chown(sock, uid, gid)
+	if c.cred != nil {
+		return os.Chown(sock, int(c.cred.Uid), int(c.cred.Gid))
 	}
 	return nil
 }
@@ -290,16 +291,8 @@ func (c *Cluster) Restart(ctx context.Context) error {
 	for _, e := range c.extra {
 		args = append(args, strings.Fields(e)...)
 	}
-	attr := &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGQUIT}
-	if c.runAs != "" {
-		u, err := user.Lookup(c.runAs)
-		if err != nil {
-			return err
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		attr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-	}
+	// c.cred nil: this process's own credential.
+	attr := &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGQUIT, Credential: c.cred}
 	logPath := filepath.Join(c.Dir, "server.log")
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
@@ -372,12 +365,21 @@ func serveChild(cmd *exec.Cmd, started chan<- error, exited chan<- struct{}) {
 // ready reports whether data/postmaster.pid names pid and says the server
 // accepts connections (its status line, the eighth, is "ready").
 func (c *Cluster) ready(pid int) bool {
-	b, err := os.ReadFile(filepath.Join(c.Dir, "data", "postmaster.pid"))
+	lines, p, err := readPostmasterPID(c.Dir)
+	return err == nil && p == pid && len(lines) >= 8 && strings.TrimSpace(lines[7]) == "ready"
+}
+
+// readPostmasterPID reads dir/data/postmaster.pid: its lines and the
+// postmaster's pid (the first); an error when the file is missing (no
+// server runs) or its first line is not a number.
+func readPostmasterPID(dir string) (lines []string, pid int, err error) {
+	b, err := os.ReadFile(filepath.Join(dir, "data", "postmaster.pid"))
 	if err != nil {
-		return false
+		return nil, 0, err
 	}
-	lines := strings.Split(string(b), "\n")
-	return len(lines) >= 8 && strings.TrimSpace(lines[0]) == strconv.Itoa(pid) && strings.TrimSpace(lines[7]) == "ready"
+	lines = strings.Split(string(b), "\n")
+	pid, err = strconv.Atoi(strings.TrimSpace(lines[0]))
+	return lines, pid, err
 }
 
 // Stop shuts the server down with the given pg_ctl mode ("fast" or
@@ -407,11 +409,8 @@ func (c *Cluster) waitExited(ctx context.Context) error {
 // Pid is the postmaster's process id, from data/postmaster.pid (an error
 // when the server is not running).
 func (c *Cluster) Pid() (int, error) {
-	b, err := os.ReadFile(filepath.Join(c.Dir, "data", "postmaster.pid"))
-	if err != nil {
-		return 0, err
-	}
-	return strconv.Atoi(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
+	_, pid, err := readPostmasterPID(c.Dir)
+	return pid, err
 }
 
 // PostmasterPID is Pid: the process id of the running server's postmaster
@@ -621,11 +620,7 @@ func (c *Cluster) Resume() error {
 
 // signalAll sends sig to the postmaster, then to its children.
 func (c *Cluster) signalAll(sig syscall.Signal) error {
-	b, err := os.ReadFile(filepath.Join(c.Dir, "data", "postmaster.pid"))
-	if err != nil {
-		return err
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
+	pid, err := c.Pid()
 	if err != nil {
 		return err
 	}

@@ -80,7 +80,7 @@ func New(walIndex, checkpoint, backlog, walBytes func() float64) *Metrics {
 	for i, s := range pushStatuses {
 		m.pushItems[i] = m.PushItems.WithLabelValues(s)
 	}
-	for _, s := range AckStatuses {
+	for _, s := range ackStatuses {
 		for _, r := range ackResults {
 			m.Acks.WithLabelValues(s, r)
 		}
@@ -102,11 +102,11 @@ func New(walIndex, checkpoint, backlog, walBytes func() float64) *Metrics {
 // "Verdicts").
 var pushStatuses = [...]string{"queued", "duplicate", "buffered", "failed"}
 
-// AckStatuses are queen_acks_total's status values, each present from
+// ackStatuses are queen_acks_total's status values, each present from
 // New on (with both results): the ack statuses the HTTP routes accept
 // (pg.AckCompleted ... pg.AckRetry, docs/consume.md "Ack"); an ack sent
 // without one is counted as "completed".
-var AckStatuses = [...]string{"completed", "success", "failed", "dlq", "retry"}
+var ackStatuses = [...]string{"completed", "success", "failed", "dlq", "retry"}
 
 // ackResults are queen_acks_total's result values: the ack applied, or
 // refused (a lease not live, an unknown message).

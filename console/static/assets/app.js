@@ -140,6 +140,14 @@ function denied(e) {
     'Not available with this token: ' + e.message + ' (HTTP ' + e.status + ').');
 }
 
+/** QUEUE_MODE is queue mode's consumer group name (competing consumers, one cursor). */
+const QUEUE_MODE = '__QUEUE_MODE__';
+
+/** failureText says which route answered e (a failed api call) what, with its HTTP status. */
+function failureText(e) {
+  return (e.path ? e.path + ' answered ' : '') + (e.message || String(e)) + (e.status ? ' (HTTP ' + e.status + ')' : '');
+}
+
 let toastTimer = null;
 function showError(e) {
   const el = document.getElementById('error');
@@ -234,8 +242,7 @@ function setStale(e) {
     el.hidden = true;
     return;
   }
-  el.textContent = 'Not current: ' + (e.path ? e.path + ' answered ' : '') + (e.message || String(e))
-    + (e.status ? ' (HTTP ' + e.status + ')' : '') + '. '
+  el.textContent = 'Not current: ' + failureText(e) + '. '
     + (lastGood ? 'Shown as of ' + lastGood.toLocaleTimeString() + '.' : 'Nothing shown yet.');
   el.hidden = false;
 }
@@ -360,7 +367,7 @@ function overviewView() {
       const [ovr, qsr] = await Promise.allSettled([api('/api/v1/resources/overview'), api('/api/v1/resources/queues')]);
       const failed = [ovr, qsr].filter((r) => r.status === 'rejected').map((r) => r.reason);
       fill(unavail, failed.length === 0 ? null : [
-        'Not available now: ', failed.map((e) => (e.path ? e.path + ' answered ' : '') + (e.message || String(e)) + (e.status ? ' (HTTP ' + e.status + ')' : '')).join('; '),
+        'Not available now: ', failed.map(failureText).join('; '),
         '. These figures need PostgreSQL; the throughput and the "Now" figures come from the broker and stay live.']);
       unavail.hidden = failed.length === 0;
       if (ovr.status === 'fulfilled') {
@@ -574,7 +581,7 @@ function seekPanel(onDone) {
 
 function groupRow(g, seek, withQueue) {
   return h('tr', { 'data-test': 'group-row', 'data-group': g.name, 'data-queue': g.queueName },
-    td(g.name === '__QUEUE_MODE__' ? ['queue mode ', h('code', {}, g.name)] : h('code', {}, g.name)), withQueue ? td(h('a', { href: '#/queues/' + seg(g.queueName) }, g.queueName)) : null,
+    td(g.name === QUEUE_MODE ? ['queue mode ', h('code', {}, g.name)] : h('code', {}, g.name)), withQueue ? td(h('a', { href: '#/queues/' + seg(g.queueName) }, g.queueName)) : null,
     tdn(g.totalLag, { 'data-test': 'group-lag' }), tdn(g.partitionsWithLag), td(secs(g.maxTimeLag), { class: 'num' }),
     td(g.subscriptionMode || '—'), td(g.state || '—'),
     td(h('button', { type: 'button', 'data-test': 'group-seek', onclick: () => seek.open(g.name, g.queueName) }, 'Seek…')));
@@ -602,7 +609,7 @@ function messageDetail() {
       const groups = (m.consumerGroups || []).map((g) => h('tr', {}, td(h('code', {}, g.name)), td(g.status), td(g.consumed ? 'yes' : 'no'), td(when(g.leaseExpiresAt))));
       const traces = tr.error ? [emptyRow(5, tr.error.message)] : (tr.traces || []).length === 0 ? [emptyRow(5, 'No traces.')]
         : tr.traces.map((t) => h('tr', { 'data-test': 'trace-row' }, td(when(t.created_at)), td(t.event_type), td((t.trace_names || []).join(', ') || '—'),
-          td(t.consumer_group === '__QUEUE_MODE__' ? 'queue mode' : t.consumer_group || '—'), td(h('span', { class: 'excerpt mono' }, excerpt(t.data)))));
+          td(t.consumer_group === QUEUE_MODE ? 'queue mode' : t.consumer_group || '—'), td(h('span', { class: 'excerpt mono' }, excerpt(t.data)))));
       fill(el,
         h('h2', {}, 'Message ', h('code', {}, m.transactionId)),
         h('div', { class: 'grid2' },
@@ -714,10 +721,10 @@ function queueView(name) {
       c.processing.set(num(t.processing), t.processing);
       c.total.set(num(t.total), t.total);
       c.dead.set(num(dead), dead, '', dead > 0 ? 'alert' : '');
-      c.groups.set(num(mine.length), mine.length, mine.some((g) => g.name === '__QUEUE_MODE__') ? 'queue mode included' : '');
+      c.groups.set(num(mine.length), mine.length, mine.some((g) => g.name === QUEUE_MODE) ? 'queue mode included' : '');
       fill(partBody, partitions.length === 0 ? emptyRow(11, 'No partitions.') : partitions.map((p) => {
         const s = p.stats || {};
-        const lag = Object.entries(p.lag || {}).map(([g, n]) => (g === '__QUEUE_MODE__' ? 'queue mode' : g) + ': ' + num(n)).join(', ');
+        const lag = Object.entries(p.lag || {}).map(([g, n]) => (g === QUEUE_MODE ? 'queue mode' : g) + ': ' + num(n)).join(', ');
         return h('tr', { 'data-test': 'part-row', 'data-partition': p.name },
           td(p.name), tdn(p.depth, { 'data-test': 'part-depth' }), tdn(ready.has(p.name) ? ready.get(p.name) : null),
           tdn(s.pending), tdn(s.processing), tdn(s.completed), tdn(s.deadLetter), tdn(p.nextOffset),
@@ -810,7 +817,7 @@ function dlqView() {
               h('dt', {}, 'Accepted'), h('dd', {}, when(m.createdAt)), h('dt', {}, 'Offset'), h('dd', {}, num(m.offset))),
             h('h3', {}, 'Payload'), h('pre', { class: 'payload' }, pretty(m.data)));
         },
-      }, td(when(m.failedAt)), td(m.queue), td(m.partition), td(m.consumerGroup === '__QUEUE_MODE__' ? 'queue mode' : m.consumerGroup),
+      }, td(when(m.failedAt)), td(m.queue), td(m.partition), td(m.consumerGroup === QUEUE_MODE ? 'queue mode' : m.consumerGroup),
       td(h('code', {}, m.transactionId)), td(m.errorMessage || '—', { class: 'bad' }), tdn(m.retryCount),
       td(h('span', { class: 'excerpt mono' }, excerpt(m.data))))));
     },
@@ -835,8 +842,8 @@ function groupsView() {
       const groups = (await api('/api/v1/consumer-groups')) || [];
       // The overview's "Consumer groups" counts distinct named groups
       // (queue mode is not a group): say how this list relates to it.
-      const named = new Set(groups.filter((g) => g.name !== '__QUEUE_MODE__').map((g) => g.name));
-      const qm = groups.filter((g) => g.name === '__QUEUE_MODE__').length;
+      const named = new Set(groups.filter((g) => g.name !== QUEUE_MODE).map((g) => g.name));
+      const qm = groups.filter((g) => g.name === QUEUE_MODE).length;
       fill(summary, h('strong', { 'data-test': 'groups-named', 'data-value': named.size }, num(named.size)),
         named.size === 1 ? ' named group' : ' named groups', ' (the overview\'s count) in ', num(groups.length - qm),
         groups.length - qm === 1 ? ' row' : ' rows', ', one per queue it reads',

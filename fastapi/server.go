@@ -343,11 +343,20 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if cfg.Pprof {
 		r.GET("/debug/pprof/{profile:*}", pprofhandler.PprofHandler)
 	}
-	r.GlobalOPTIONS = func(ctx *fasthttp.RequestCtx) { cors(ctx); ctx.SetStatusCode(fasthttp.StatusNoContent) }
+	// OPTIONS answers 204 with the CORS headers on every path, a route or
+	// not (a browser's preflight; Queen answers OPTIONS /* alike): the
+	// router calls GlobalOPTIONS for a path some route serves, NotFound for
+	// any other.
+	preflight := func(ctx *fasthttp.RequestCtx) { cors(ctx); ctx.SetStatusCode(fasthttp.StatusNoContent) }
+	r.GlobalOPTIONS = preflight
 	// An unknown route answers 404 {"error","code":"no_such_route"}: Queen's
 	// SDKs read "code" to tell a route this broker lacks (and fall back)
 	// from a resource that does not exist.
 	r.NotFound = func(ctx *fasthttp.RequestCtx) {
+		if ctx.IsOptions() {
+			preflight(ctx)
+			return
+		}
 		writeJSON(ctx, fasthttp.StatusNotFound, map[string]string{"error": "not found", "code": "no_such_route"})
 	}
 	r.MethodNotAllowed = func(ctx *fasthttp.RequestCtx) {

@@ -83,9 +83,13 @@ const (
 	DefaultJWKSTimeout            = 5000 * time.Millisecond
 	DefaultJWKSMinRefreshInterval = 10 * time.Second
 	DefaultClockSkew              = 30 * time.Second
-	DefaultSkipPaths              = "/health,/metrics"
-	DefaultRolesClaim             = "role"
-	DefaultRolesArrayClaim        = "roles"
+	// DefaultSkipPaths: the health check and both metrics routes. Queen's
+	// default also lists "/"; under this broker's rule an entry ending in
+	// "/" is a prefix, so "/" would serve every route without a token, and
+	// the console's files are public without it (docs/console.md).
+	DefaultSkipPaths       = "/health,/metrics,/metrics/prometheus"
+	DefaultRolesClaim      = "role"
+	DefaultRolesArrayClaim = "roles"
 )
 
 // Config configures authentication. Build it with ConfigFromEnv, or by hand:
@@ -142,8 +146,8 @@ type Config struct {
 	AllowMissingExp bool
 	// SkipPaths are paths served without authentication (JWT_SKIP_PATHS,
 	// comma separated). An entry ending in "/" matches every path starting
-	// with it; any other entry matches that exact path. nil means the default
-	// "/health,/metrics"; an empty non-nil slice skips nothing.
+	// with it; any other entry matches that exact path. nil means
+	// DefaultSkipPaths; an empty non-nil slice skips nothing.
 	SkipPaths []string
 	// RolesClaim is the name of a string claim holding one role
 	// (JWT_ROLES_CLAIM). Default "role".

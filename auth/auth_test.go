@@ -185,7 +185,7 @@ func TestConfigFromEnv(t *testing.T) {
 	k := keysOnce()
 	defaults := Config{
 		Algorithm: AlgHS256, JWKSRefreshInterval: time.Hour, JWKSTimeout: 5 * time.Second,
-		ClockSkew: 30 * time.Second, SkipPaths: []string{"/health", "/metrics"},
+		ClockSkew: 30 * time.Second, SkipPaths: []string{"/health", "/metrics", "/metrics/prometheus"},
 		RolesClaim: "role", RolesArrayClaim: "roles",
 	}
 	with := func(f func(*Config)) Config { c := defaults; f(&c); return c }

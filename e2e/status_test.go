@@ -128,6 +128,11 @@ func TestStatusRoutes(t *testing.T) {
 			len(d.Partitions) != 2 || d.Totals.Messages != want || d.Totals.Total != 5 {
 			t.Fatalf("detail: %+v", d)
 		}
+		for _, k := range []string{"dlqAfterMaxRetries", "maxQueueSize", "deadLetterQueue", "dedupWindowSeconds"} {
+			if _, ok := d.Queue.Config[k]; !ok {
+				t.Errorf("config lacks %s: %v", k, d.Queue.Config)
+			}
+		}
 		def, p1 := d.Partitions[0], d.Partitions[1] // by name
 		if def.Name != "Default" || def.Messages != (statusCounts{}) || def.OldestMessage != nil || def.NewestMessage != nil {
 			t.Fatalf("Default partition: %+v", def)

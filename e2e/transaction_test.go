@@ -135,7 +135,7 @@ func TestTransactionMintedIDSentBackIsDuplicate(t *testing.T) {
 // counted in /metrics as the push and ack routes' are (queen_push_items_total
 // by verdict, queen_acks_total by status), and an ack sent without a status
 // is counted under the status it is applied as, "completed", not under an
-// empty label.
+// empty label; an ack refused in a transaction counts as rejected.
 func TestTransactionCountedInMetrics(t *testing.T) {
 	t.Parallel()
 	s := setup(t, nil)
@@ -155,8 +155,17 @@ func TestTransactionCountedInMetrics(t *testing.T) {
 	if code != 200 || res["success"] != true {
 		t.Fatalf("transaction: %d %v", code, res)
 	}
+	// A refused ack (its message acked already) rolls the transaction
+	// back: it counts as rejected, the push beside it counts nothing.
+	code, res = txCall(t, s.base, map[string]any{"type": "push", "items": []map[string]any{
+		{"queue": "txm2", "payload": 3, "transactionId": "T3"}}}, map[string]any{"type": "ack", "transactionId": m2.TransactionID,
+		"partitionId": m2.PartitionID, "leaseId": m2.LeaseID, "status": "failed"})
+	if code != 200 || res["success"] != false {
+		t.Fatalf("transaction with a refused ack: %d %v", code, res)
+	}
 	code, b := get(t, s.base+"/metrics")
-	for _, want := range []string{`queen_acks_total{result="ok",status="completed"} 2`, `queen_push_items_total{status="queued"} 4`} {
+	for _, want := range []string{`queen_acks_total{result="ok",status="completed"} 2`, `queen_push_items_total{status="queued"} 4`,
+		`queen_acks_total{result="rejected",status="failed"} 1`, `queen_acks_total{result="ok",status="failed"} 0`} {
 		if code != 200 || !strings.Contains(b, want) {
 			t.Errorf("metrics lack %s: %d %.3000s", want, code, b)
 		}

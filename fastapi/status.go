@@ -389,7 +389,7 @@ func (s *Server) statusQueue(ctx *fasthttp.RequestCtx) {
 		"queue": map[string]any{"id": d.ID.String(), "name": d.Name, "namespace": d.Namespace, "task": d.Task,
 			"priority": o.Priority, "createdAt": d.CreatedAt.UTC().Format(utcMillis),
 			"config": map[string]any{"leaseTime": o.LeaseTime, "retryLimit": o.RetryLimit, "retryDelay": o.RetryDelay,
-				"ttl": o.TTL, "maxQueueSize": o.MaxSize, "deadLetterQueue": o.DeadLetterQueue,
+				"ttl": o.TTL, "maxQueueSize": o.MaxSize, "deadLetterQueue": o.DeadLetterQueue, "dlqAfterMaxRetries": o.DLQAfterMaxRetries,
 				"delayedProcessing": o.DelayedProcessing, "windowBuffer": o.WindowBuffer,
 				"retentionEnabled": o.RetentionEnabled, "retentionSeconds": o.RetentionSeconds,
 				"completedRetentionSeconds": o.CompletedRetentionSeconds, "maxWaitTimeSeconds": o.MaxWaitTimeSeconds,

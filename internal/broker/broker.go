@@ -528,6 +528,12 @@ func (b *Broker) Transaction(ctx context.Context, pushes []pg.ProjectItem, acks 
 		return nil, err
 	}
 	res, err := b.Store.Transaction(ctx, pushes, acks)
+	if abort, ok := errors.AsType[*pg.TxAbort](err); ok && !abort.Push && abort.Index < len(acks) {
+		// The refused ack counts as rejected, as on the ack routes; the
+		// rest of the rolled-back transaction applied nothing and counts
+		// nothing.
+		b.countAcks(acks[abort.Index:abort.Index+1], []pg.AckResult{{}})
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -544,8 +550,8 @@ func (b *Broker) Transaction(ctx context.Context, pushes []pg.ProjectItem, acks 
 		b.WakeQueue(ctx, q)
 	}
 	// Counted as the WAL path's pushes and the ack routes' acks are. Every
-	// push of a committed transaction is queued: a duplicate, like a
-	// refused ack, aborts the whole transaction, which then counts nothing.
+	// push of a committed transaction is queued: a duplicate aborts the
+	// whole transaction, which then counts nothing but a refused ack.
 	if len(res.Pushes) > 0 {
 		b.Metrics.PushItemsFor(string(ingest.StatusQueued)).Add(float64(len(res.Pushes)))
 	}

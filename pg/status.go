@@ -86,8 +86,11 @@ func (s *Status) Queues(ctx context.Context, f StatusFilter, limit, offset int) 
 
 // StatusPartition is one partition of GET /api/v1/status/queues/:queue,
 // queue mode's view. Oldest is the commit time of the segment holding the
-// first pending (undeleted) message (nil when nothing is pending); Newest the
-// acceptance time of the partition's last message; TotalConsumed and
+// first pending (undeleted) message (nil when nothing is pending); Newest is
+// partitions.last_message_at, the commit time (now()) of the latest
+// projection transaction that stored messages into the partition, not the
+// acceptance time of its last message (a push buffered during an outage is
+// stored, and stamped, when the projector reaches it); TotalConsumed and
 // LastConsumedAt come from the queue-mode cursor (0 and nil without one).
 type StatusPartition struct {
 	ID                              uuid.UUID

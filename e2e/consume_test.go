@@ -547,3 +547,84 @@ func TestDeadLetterErrorTruncated(t *testing.T) {
 		t.Fatalf("stored error of %d bytes: %.40q … %q", len(e), e, e[max(0, len(e)-40):])
 	}
 }
+
+// TestBatchDeadLetters: an ack/batch that dead-letters many messages of
+// one lease (status dlq, each with its own error) writes one dead letter
+// per message with its id, transactionId, offset and error, and a failed
+// ack past retryLimit dead-letters the message at the cursor with the
+// retries counted. The rows come from the lease's messages the acks load
+// already (pg ackState.deadLetterFor), not from a read of the segment per
+// message, which took seconds for a batch from one large segment.
+func TestBatchDeadLetters(t *testing.T) {
+	t.Parallel()
+	s := setup(t, nil)
+	pushN(t, s.base, "dlb", "A", 0, 299) // one push: one segment
+	code, r := pop(t, s.base, popPath("dlb", ""), "batch=300&consumerGroup=g")
+	if code != 200 || len(r.Messages) != 300 {
+		t.Fatalf("pop: %d, %d messages", code, len(r.Messages))
+	}
+	var acks []map[string]any
+	want := map[string]string{} // transactionId -> error, the dead-lettered ones
+	for i, m := range r.Messages {
+		a := map[string]any{"transactionId": m.TransactionID, "partitionId": m.PartitionID, "leaseId": m.LeaseID, "status": "completed"}
+		if i%2 == 0 {
+			a["status"], a["error"] = "dlq", fmt.Sprintf("bad %d", i)
+			want[m.TransactionID] = fmt.Sprintf("bad %d", i)
+		}
+		acks = append(acks, a)
+	}
+	b, _ := json.Marshal(map[string]any{"consumerGroup": "g", "acknowledgments": acks})
+	code, rb := post(t, s.base, "/api/v1/ack/batch", b)
+	var res []ackResp
+	if code != 200 || json.Unmarshal(rb, &res) != nil || len(res) != 300 {
+		t.Fatalf("ack/batch: %d %.300s", code, rb)
+	}
+	for i, a := range res {
+		if !a.Success || a.DLQ != (i%2 == 0) {
+			t.Fatalf("ack %d: %+v", i, a)
+		}
+	}
+	type dead struct {
+		ID, TransactionID, ErrorMessage string
+		Offset, RetryCount              int64
+	}
+	var d struct {
+		Messages []dead
+		Total    int
+	}
+	if code := getJSON(t, s.base+"/api/v1/dlq?queue=dlb&consumerGroup=g&limit=1000", &d); code != 200 || d.Total != 150 || len(d.Messages) != 150 {
+		t.Fatalf("dlq: %d, total %d, %d messages", code, d.Total, len(d.Messages))
+	}
+	byTx := map[string]popMsg{}
+	for _, m := range r.Messages {
+		byTx[m.TransactionID] = m
+	}
+	for _, m := range d.Messages {
+		p, ok := byTx[m.TransactionID]
+		if e, dl := want[m.TransactionID]; !ok || !dl || m.ErrorMessage != e || m.ID != p.ID || m.RetryCount != 0 || m.Offset != p.Offset {
+			t.Fatalf("dead letter %+v, popped as %+v, want error %q", m, p, want[m.TransactionID])
+		}
+		delete(want, m.TransactionID)
+	}
+	if len(want) != 0 {
+		t.Fatalf("%d dead letters missing", len(want))
+	}
+
+	configure(t, s.base, "dlf", map[string]any{"retryLimit": 1})
+	pushN(t, s.base, "dlf", "A", 0, 2)
+	for round := range 2 {
+		code, r := pop(t, s.base, popPath("dlf", ""), "batch=3")
+		if code != 200 || len(r.Messages) != 3 || r.Messages[0].TransactionID != "m-0" {
+			t.Fatalf("round %d: pop: %d %+v", round, code, r.Messages)
+		}
+		b, _ := json.Marshal(map[string]any{"acknowledgments": []map[string]any{{"transactionId": "m-0",
+			"partitionId": r.Messages[0].PartitionID, "leaseId": r.Messages[0].LeaseID, "status": "failed", "error": "no luck"}}})
+		if code, rb := post(t, s.base, "/api/v1/ack/batch", b); code != 200 || strings.Contains(string(rb), `"dlq":true`) != (round == 1) {
+			t.Fatalf("round %d: failed ack: %d %s", round, code, rb)
+		}
+	}
+	if code := getJSON(t, s.base+"/api/v1/dlq?queue=dlf", &d); code != 200 || d.Total != 1 ||
+		d.Messages[0].TransactionID != "m-0" || d.Messages[0].ErrorMessage != "no luck" || d.Messages[0].RetryCount != 1 || d.Messages[0].Offset != 0 {
+		t.Fatalf("dlq after retries: %d %+v", code, d)
+	}
+}

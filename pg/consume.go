@@ -956,6 +956,34 @@ type ackState struct {
 	acked               []int64
 	released, dirty     bool
 	consumed            int
+	// dead are the dead letters the acks wrote, inserted by flush with the
+	// cursor's write (no round trip of their own).
+	dead []deadLetterRow
+}
+
+// deadLetterRow is one row of queen.dead_letters an ack batch writes: a
+// message of the lease (its offset, id and transactionId, from the
+// messages load read), the error text stored (DeadLetterError) and the
+// retries counted.
+type deadLetterRow struct {
+	offset  int64
+	id      uuid.UUID
+	txid    string
+	reason  string
+	retries int
+}
+
+// deadLetterFor records on st the dead letter of the lease's message at
+// offset. A message that is not among the lease's messages (deleted) is
+// dead-lettered without a row, as deadLetter does when fetch finds none.
+func (st *ackState) deadLetterFor(offset int64, reason string, retries int) {
+	for i := range st.msgs {
+		if m := &st.msgs[i]; m.Offset == offset {
+			st.dead = append(st.dead, deadLetterRow{offset: offset, id: m.ID, txid: m.TransactionID,
+				reason: DeadLetterError(reason), retries: retries})
+			return
+		}
+	}
 }
 
 type ackBatch map[ackKey]*ackState
@@ -1045,9 +1073,7 @@ func (b ackBatch) apply(ctx context.Context, tx dbtx, r AckRequest) (AckResult, 
 			if reason == "" {
 				reason = "sent to DLQ by consumer"
 			}
-			if _, err := deadLetter(ctx, tx, r.PartitionID, r.Group, off, reason, st.retries); err != nil {
-				return res, err
-			}
+			st.deadLetterFor(off, reason, st.retries)
 			res.DLQ = true
 		}
 		st.acked = append(st.acked, off)
@@ -1070,9 +1096,7 @@ func (b ackBatch) apply(ctx context.Context, tx dbtx, r AckRequest) (AckResult, 
 			if reason == "" {
 				reason = "Retries exhausted"
 			}
-			if _, err := deadLetter(ctx, tx, r.PartitionID, r.Group, st.cursor, reason, st.retries-1); err != nil {
-				return res, err
-			}
+			st.deadLetterFor(st.cursor, reason, st.retries-1)
 			res.DLQ = true
 			st.cursor++
 			st.consumed++
@@ -1092,6 +1116,15 @@ func (b ackBatch) flush(w *pgx.Batch) {
 	for k, st := range b {
 		if st == nil || !st.dirty {
 			continue
+		}
+		if n := len(st.dead); n > 0 {
+			offs, ids, txids, reasons, retries := make([]int64, n), make([]uuid.UUID, n), make([][]byte, n), make([]string, n), make([]int32, n)
+			for i, d := range st.dead {
+				offs[i], ids[i], txids[i], reasons[i], retries[i] = d.offset, d.id, []byte(d.txid), d.reason, int32(d.retries)
+			}
+			w.Queue(`INSERT INTO queen.dead_letters (partition_id, consumer_group, msg_offset, message_id, transaction_id, error, retry_count)
+				SELECT $1, $2, unnest($3::bigint[]), unnest($4::uuid[]), unnest($5::bytea[]), unnest($6::text[]), unnest($7::int[])`,
+				k.pid, k.group, offs, ids, txids, reasons, retries)
 		}
 		if st.released {
 			w.Queue(`UPDATE queen.consumer_cursors SET cursor_offset = greatest(cursor_offset, $3), retry_count = $4,

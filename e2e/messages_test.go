@@ -284,8 +284,16 @@ func TestMessagesFiltersPagingAndWindow(t *testing.T) {
 	}
 	// Past the deepest offset served: refused, not the deepest page again
 	// (a client paging until an empty page would never stop).
-	if code, b := get(t, s.base+"/api/v1/messages?offset=10001"); code != http.StatusBadRequest || !strings.Contains(b, "offset is at most 10000") {
-		t.Fatalf("offset=10001: %d %s", code, b)
+	// The same on the queue's message list of the status routes, and for
+	// a number too large for an int, which took the default (page 0).
+	for _, u := range []string{"/api/v1/messages?offset=10001", "/api/v1/messages?offset=99999999999999999999",
+		"/api/v1/status/queues/other/messages?offset=10001", "/api/v1/status/queues/other/messages?offset=99999999999999999999"} {
+		if code, b := get(t, s.base+u); code != http.StatusBadRequest || !strings.Contains(b, "offset is at most 10000") {
+			t.Fatalf("%s: %d %s", u, code, b)
+		}
+	}
+	if code, b := get(t, s.base+"/api/v1/status/queues/other/messages?offset=10000"); code != 200 || b != "[]" {
+		t.Fatalf("status messages at offset 10000: %d %s", code, b)
 	}
 	if p := listMessages(t, s.base, "offset=10000"); len(p.Messages) != 0 || p.Pagination.Offset != 10000 {
 		t.Fatalf("offset=10000: %+v", p)

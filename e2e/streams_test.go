@@ -17,6 +17,7 @@ import (
 	json "github.com/goccy/go-json"
 
 	"github.com/queenmq/queen-go/fastapi"
+	"github.com/queenmq/queen-go/ingest"
 	"github.com/queenmq/queen-go/internal/testenv"
 )
 
@@ -1094,6 +1095,31 @@ func TestStreamStateLimits(t *testing.T) {
 	}
 	if rows := stateGet(t, s.base, all); len(rows) != 0 {
 		t.Fatalf("state after 400s: %d rows", len(rows))
+	}
+	// A cycle's push_items and a state/get's keys are bounded too.
+	items := make([]map[string]any, ingest.MaxTransactionItems+1)
+	for i := range items {
+		items[i] = map[string]any{"queue": "sl-sink", "payload": i}
+	}
+	keys := make([]string, fastapi.MaxStateOps+1)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k%05d", i)
+	}
+	for _, c := range []struct {
+		name, path, want string
+		body             map[string]any
+	}{
+		{"10,001 push_items", "/streams/v1/cycle", "10000", map[string]any{"query_id": j.queryID, "partition_id": pid, "push_items": items}},
+		{"10,001 keys", "/streams/v1/state/get", "10000", map[string]any{"query_id": j.queryID, "partition_id": pid, "keys": keys}},
+	} {
+		code, rb := post(t, s.base, c.path, jsonBody(c.body))
+		var e struct{ Error string }
+		if code != http.StatusBadRequest || json.Unmarshal(rb, &e) != nil || !strings.Contains(e.Error, c.want) {
+			t.Errorf("%s: %d %.200s, want 400 naming %s", c.name, code, rb, c.want)
+		}
+	}
+	if rows := stateGet(t, s.base, map[string]any{"query_id": j.queryID, "partition_id": pid, "keys": keys[:fastapi.MaxStateOps]}); len(rows) != 0 {
+		t.Fatalf("state/get of 10,000 keys: %d rows", len(rows))
 	}
 
 	// At the limits: 10,000 ops, and 1 MiB values up to 8 MiB per shard.

@@ -1,12 +1,16 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 
 	json "github.com/goccy/go-json"
+
+	"github.com/queenmq/queen-go/fastapi"
+	"github.com/queenmq/queen-go/ingest"
 )
 
 func txCall(t testing.TB, base string, ops ...map[string]any) (int, map[string]any) {
@@ -172,5 +176,50 @@ func TestTransactionCountedInMetrics(t *testing.T) {
 	}
 	if strings.Contains(b, `status=""`) {
 		t.Errorf("metrics hold an empty status label: %.3000s", b)
+	}
+}
+
+// TestTransactionLimits: a transaction carries at most
+// fastapi.MaxTransactionOperations operations and
+// ingest.MaxTransactionItems push items over all of them; beyond either
+// it is a 400 naming the limit, and nothing is stored. At the limit it
+// commits.
+func TestTransactionLimits(t *testing.T) {
+	t.Parallel()
+	s := setup(t, nil)
+	items := func(n int, tag string) []map[string]any {
+		out := make([]map[string]any, n)
+		for i := range out {
+			out[i] = map[string]any{"queue": "txl", "payload": i, "transactionId": fmt.Sprintf("%s-%d", tag, i)}
+		}
+		return out
+	}
+	bad := map[string]any{"type": "ack", "transactionId": "x", "partitionId": "00000000-0000-0000-0000-000000000000"}
+	ops := make([]map[string]any, fastapi.MaxTransactionOperations+1)
+	for i := range ops {
+		ops[i] = bad
+	}
+	for _, c := range []struct {
+		name string
+		ops  []map[string]any
+		want string
+	}{
+		{"10,001 items in one operation", []map[string]any{{"type": "push", "items": items(ingest.MaxTransactionItems+1, "a")}}, "10000 push items"},
+		{"10,001 items over two", []map[string]any{{"type": "push", "items": items(6000, "b")}, {"type": "push", "items": items(4001, "c")}}, "10000 push items"},
+		{"10,001 operations", ops, "at most 10000 are accepted"},
+	} {
+		code, res := txCall(t, s.base, c.ops...)
+		if e, _ := res["error"].(string); code != http.StatusBadRequest || !strings.Contains(e, c.want) {
+			t.Errorf("%s: %d %v, want 400 naming %q", c.name, code, res["error"], c.want)
+		}
+	}
+	var n int
+	if err := s.store.Pool().QueryRow(context.Background(), `SELECT count(*) FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+		WHERE q.name = 'txl' AND p.next_offset > 0`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("partitions with messages after the 400s: %d, %v", n, err)
+	}
+	if code, res := txCall(t, s.base, map[string]any{"type": "push", "items": items(6000, "d")},
+		map[string]any{"type": "push", "items": items(4000, "e")}); code != 200 || res["success"] != true {
+		t.Fatalf("10,000 items: %d %v", code, res["error"])
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	json "github.com/goccy/go-json"
@@ -40,6 +41,30 @@ const (
 	// before to (docs/api.md, "Messages and traces": the last hour).
 	DefaultMessagesWindow = time.Hour
 )
+
+// messagesOffset reads the offset query parameter of a message listing
+// (GET /api/v1/messages, /api/v1/status/queues/:q/messages): 0 when absent
+// or not a number (Queen's fallback), at least 0. Over MaxMessagesOffset,
+// a number too large for an int included, it answers 400 naming the cap
+// and what to do instead (hint) and returns false: offset+limit messages
+// are decoded to answer a page, and clamped, a deeper page answered the
+// page at the cap again, so a client paging until an empty page never
+// stopped (a number that overflowed took the default and answered page 0
+// again).
+func messagesOffset(ctx *fasthttp.RequestCtx, hint string) (int, bool) {
+	v := string(ctx.QueryArgs().Peek("offset"))
+	n, err := strconv.Atoi(v)
+	if errors.Is(err, strconv.ErrRange) && !strings.HasPrefix(v, "-") {
+		n = math.MaxInt
+	} else if err != nil {
+		n = 0
+	}
+	if n > MaxMessagesOffset {
+		writeErr(ctx, fasthttp.StatusBadRequest, "offset is at most "+strconv.Itoa(MaxMessagesOffset)+": "+hint)
+		return 0, false
+	}
+	return max(n, 0), true
+}
 
 // messageRoutes serves the message routes with Deps.Messages.
 type messageRoutes struct {
@@ -95,13 +120,9 @@ func (mr *messageRoutes) list(ctx *fasthttp.RequestCtx) {
 	f := pg.MessageFilter{Queue: string(a.Peek("queue")), Partition: string(a.Peek("partition")),
 		Namespace: string(a.Peek("ns")), Task: string(a.Peek("task")), Group: string(a.Peek("consumerGroup")),
 		Status: string(a.Peek("status")),
-		Limit:  intArg(a, "limit", DefaultMessagesLimit, 1, MaxMessagesLimit),
-		Offset: intArg(a, "offset", 0, 0, math.MaxInt)}
-	if f.Offset > MaxMessagesOffset {
-		// Clamped, a deeper page answered the page at the cap again: a
-		// client paging until an empty page never stopped.
-		writeErr(ctx, fasthttp.StatusBadRequest, "offset is at most "+strconv.Itoa(MaxMessagesOffset)+
-			": page further back by moving to (createdAt of the last message listed) instead")
+		Limit:  intArg(a, "limit", DefaultMessagesLimit, 1, MaxMessagesLimit)}
+	var ok bool
+	if f.Offset, ok = messagesOffset(ctx, "page further back by moving to (createdAt of the last message listed) instead"); !ok {
 		return
 	}
 	if f.Namespace == "" {

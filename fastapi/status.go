@@ -401,7 +401,8 @@ func (s *Server) statusQueue(ctx *fasthttp.RequestCtx) {
 }
 
 // statusQueueMessages handles GET /api/v1/status/queues/:queue/messages
-// ?limit&offset (limit 50, 1..1000): the queue's messages newest first
+// ?limit&offset (limit 50, 1..1000; offset at most MaxMessagesOffset, 400
+// beyond: messagesOffset): the queue's messages newest first
 // with their queue-mode status, as an array; 404 Queue not found.
 func (s *Server) statusQueueMessages(ctx *fasthttp.RequestCtx) {
 	name, ok := pathName(ctx, "queue")
@@ -409,7 +410,11 @@ func (s *Server) statusQueueMessages(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	a := ctx.QueryArgs()
-	limit, offset := intArg(a, "limit", 50, 1, 1000), intArg(a, "offset", 0, 0, 1<<31-1)
+	limit := intArg(a, "limit", 50, 1, 1000)
+	offset, ok := messagesOffset(ctx, "GET /api/v1/messages?queue=… pages further back by its to parameter")
+	if !ok {
+		return
+	}
 	c, cancel := statusCtx()
 	defer cancel()
 	l, err := s.deps.Status.QueueMessages(c, name, limit, offset)

@@ -265,6 +265,16 @@ func (s *Server) popWith(ctx *fasthttp.RequestCtx, f *popFilter) {
 		select {
 		case <-ch:
 		case <-t.C:
+			if sleep == left {
+				// The timeout, with no wake-up and no known time before it:
+				// nothing is known to have changed since the claim that found
+				// nothing, so it answers 204 without another. (Thousands of
+				// long-polls that time out together each claimed once more,
+				// a burst that held the pool and answered their 204 seconds
+				// late.)
+				ctx.SetStatusCode(fasthttp.StatusNoContent)
+				return
+			}
 		case <-ctx.Done(): // server shutdown
 			t.Stop()
 			ctx.SetStatusCode(fasthttp.StatusNoContent)

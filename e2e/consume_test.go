@@ -628,3 +628,81 @@ func TestBatchDeadLetters(t *testing.T) {
 		t.Fatalf("dlq after retries: %d %+v", code, d)
 	}
 }
+
+// TestManyWaitersWokenTogether: waiting pops of one queue and group are
+// woken together by a push but claim through the wake gate (at most a few
+// at once; a claim that found nothing makes the rest wait again): every
+// message still reaches a waiter promptly, one each, and every group gets
+// every message.
+func TestManyWaitersWokenTogether(t *testing.T) {
+	t.Parallel()
+	s := setup(t, nil)
+	configure(t, s.base, "herd", nil)
+	type got struct {
+		group, txid string
+		code        int
+	}
+	out := make(chan got, 200)
+	const waiters = 30
+	for _, g := range []string{"", "g1", "g2"} {
+		for range waiters {
+			go func() {
+				q := "wait=true&timeout=15000&autoAck=true"
+				if g != "" {
+					q += "&consumerGroup=" + g
+				}
+				code, r := pop(t, s.base, popPath("herd", ""), q)
+				tx := ""
+				if len(r.Messages) == 1 {
+					tx = r.Messages[0].TransactionID
+				}
+				out <- got{g, tx, code}
+			}()
+		}
+	}
+	time.Sleep(700 * time.Millisecond) // all waiting
+	start := time.Now()
+	pushN(t, s.base, "herd", "A", 1, 1)
+	seen := map[string]int{}
+	for range 3 {
+		r := <-out
+		if r.code != 200 || r.txid != "m-1" {
+			t.Fatalf("after one push: %+v", r)
+		}
+		seen[r.group]++
+	}
+	if len(seen) != 3 || time.Since(start) > 3*time.Second {
+		t.Fatalf("one message, three groups: %v after %v", seen, time.Since(start))
+	}
+	select {
+	case r := <-out:
+		t.Fatalf("a fourth answer to one message: %+v", r)
+	case <-time.After(300 * time.Millisecond):
+	}
+	// Ten more messages in ten partitions: ten more waiters of each group
+	// get one each, promptly.
+	var items []item
+	for i := 2; i <= 11; i++ {
+		items = append(items, item{"herd", fmt.Sprintf("P%d", i), i, fmt.Sprintf("m-%d", i)})
+	}
+	start = time.Now()
+	push(t, s.base, body(items...))
+	per := map[string]map[string]bool{}
+	for range 30 {
+		select {
+		case r := <-out:
+			if r.code != 200 || r.txid == "" {
+				t.Fatalf("after ten pushes: %+v", r)
+			}
+			if per[r.group] == nil {
+				per[r.group] = map[string]bool{}
+			}
+			if per[r.group][r.txid] {
+				t.Fatalf("group %q got %s twice", r.group, r.txid)
+			}
+			per[r.group][r.txid] = true
+		case <-time.After(5 * time.Second):
+			t.Fatalf("ten messages: only %v after %v", per, time.Since(start))
+		}
+	}
+}

@@ -161,7 +161,7 @@ func (s *Server) popWith(ctx *fasthttp.RequestCtx, f *popFilter) {
 	wait := boolArg(a, "wait")
 	timeout := time.Duration(intArg(a, "timeout", int(DefaultPopTimeout/time.Millisecond), 0, 3600_000)) * time.Millisecond
 	deadline := time.Now().Add(timeout)
-	for {
+	for waited := false; ; waited = true {
 		if s.deps.Maintenance.PopMaintenance() {
 			ctx.SetStatusCode(fasthttp.StatusNoContent)
 			return
@@ -183,9 +183,33 @@ func (s *Server) popWith(ctx *fasthttp.RequestCtx, f *popFilter) {
 		if wait {
 			limit = min(limit, max(time.Until(deadline), popMinAttempt))
 		}
-		pctx, cancel := context.WithTimeout(context.Background(), limit)
-		res, err := s.popOnce(pctx, f, req)
-		cancel()
+		// A waiting pop of one queue claims through the wake gate: not at
+		// all when a claim under the same wake channel found nothing, and
+		// at most maxWokenClaims of its queue, group and partition at once.
+		gated := wait && f == nil
+		key := wakeKey{queue: queue, group: group, partition: partition}
+		var res *pg.PopResult
+		var err error
+		var skip bool
+		var until time.Time
+		if gated {
+			skip, until = s.wakes.enter(key, ch, waited, ctx.Done())
+		}
+		if skip {
+			res = &pg.PopResult{NextCheck: until}
+		} else {
+			pctx, cancel := context.WithTimeout(context.Background(), limit)
+			res, err = s.popOnce(pctx, f, req)
+			cancel()
+			if gated {
+				empty := err == nil && len(res.Messages) == 0
+				var next time.Time
+				if empty {
+					next = res.NextCheck
+				}
+				s.wakes.exit(key, ch, empty, next)
+			}
+		}
 		if err != nil {
 			// By pg.Classify: a queue deleted under the pop (vanished) is a
 			// pop of an unknown queue, 204 (pg.Store.Pop reruns such a pop

@@ -260,6 +260,9 @@ type Server struct {
 	// unavailable logs the requests that could not reach PostgreSQL, once
 	// per outage at warn.
 	unavailable *unavailableLog
+	// wakes keeps the waiting pops of one queue and group from all
+	// claiming on every wake-up (wakeGate).
+	wakes wakeGate
 	// listingTurns is the listing gate's semaphore, listingWait how long a
 	// request waits for a turn (listingGate).
 	listingTurns chan struct{}

@@ -235,6 +235,18 @@ func TestStatusRoutes(t *testing.T) {
 		if len(names) != 2 || names["st-a"] != 1 || names["st-b"] != 0 {
 			t.Fatalf("queues %+v", st.Queues)
 		}
+		// Across 1970 the minute buckets round down as after it, newest
+		// first: 23:58 is there and none is out of order.
+		if code := getJSON(t, s.base+"/api/v1/status?from=1969-12-31T23:58:30Z&to=1970-01-01T00:00:30Z", &st); code != 200 {
+			t.Fatalf("status across 1970: %d", code)
+		}
+		var stamps []string
+		for _, p := range st.Throughput {
+			stamps = append(stamps, p.Timestamp)
+		}
+		if got := strings.Join(stamps, ","); got != "1970-01-01T00:00:00Z,1969-12-31T23:59:00Z,1969-12-31T23:58:00Z" {
+			t.Fatalf("status across 1970: %s", got)
+		}
 		getJSON(t, s.base+"/api/v1/status?queue=st-b", &st)
 		if ingested(st) != 3 || st.Messages.Total != 3 || len(st.Queues) != 1 {
 			t.Fatalf("queue st-b: ingested %d, %+v", ingested(st), st.Messages)
@@ -286,6 +298,19 @@ func TestStatusRoutes(t *testing.T) {
 		if code, b := get(t, s.base+"/api/v1/status?from=0001-01-01&to=9999-12-31"); code != http.StatusBadRequest ||
 			b != `{"error":"range too long: at most 10000 points of 360 minutes"}` {
 			t.Fatalf("status over millennia: %d %s, want 400", code, b)
+		}
+		// Buckets before 1970 round down as after it: 22:30..00:30 across
+		// the epoch is the 22:00, 23:00 and 00:00 hours (22:00 was
+		// dropped).
+		if code := getJSON(t, s.base+"/api/v1/status/analytics?interval=hour&from=1969-12-31T22:30:00Z&to=1970-01-01T00:30:00Z", &an); code != 200 {
+			t.Fatalf("analytics across 1970: %d", code)
+		}
+		var stamps []string
+		for _, p := range an.DataPoints {
+			stamps = append(stamps, p.Timestamp)
+		}
+		if got := strings.Join(stamps, ","); got != "1969-12-31T22:00:00.000Z,1969-12-31T23:00:00.000Z,1970-01-01T00:00:00.000Z" {
+			t.Fatalf("analytics across 1970: %s", got)
 		}
 	})
 

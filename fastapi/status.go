@@ -217,18 +217,32 @@ func statusFilter(ctx *fasthttp.RequestCtx, withQueue bool) (pg.StatusFilter, bo
 
 // buckets lays the counts on every bucket of width from from to to
 // (aligned as pg.Status.StoredPerBucket), empty ones as 0, oldest first.
+// A bucket starts at a multiple of width in Unix time, rounded down (as
+// SQL's floor) also before 1970, where Go's division rounds toward zero,
+// i.e. up: the bucket holding from was dropped, and a range ending before
+// 1970 answered a bucket starting after to, where the counts never land.
 func buckets(counts []pg.Bucket, from, to time.Time, width time.Duration) []pg.Bucket {
 	byStart := make(map[int64]int64, len(counts))
 	for _, c := range counts {
 		byStart[c.Start.Unix()] += c.Messages
 	}
 	w := int64(width / time.Second)
-	first, last := from.Unix()/w*w, to.Unix()/w*w
+	first, last := floorTo(from.Unix(), w), floorTo(to.Unix(), w)
 	out := make([]pg.Bucket, 0, (last-first)/w+1)
 	for t := first; t <= last; t += w {
 		out = append(out, pg.Bucket{Start: time.Unix(t, 0).UTC(), Messages: byStart[t]})
 	}
 	return out
+}
+
+// floorTo returns the greatest multiple of w (> 0) not above t, negative t
+// included (-90 to 60 is -120; Go's t/w*w gives -60).
+func floorTo(t, w int64) int64 {
+	q := t / w
+	if t%w < 0 {
+		q--
+	}
+	return q * w
 }
 
 // status handles GET /api/v1/status?from&to&queue&namespace&task (Queen's

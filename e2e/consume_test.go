@@ -457,7 +457,8 @@ func TestConsumeInputErrors(t *testing.T) {
 			t.Errorf("POST %s %s: %d %s, want 400 with an error", c.path, c.body, code, rb)
 		}
 	}
-	for _, q := range []string{"/api/v1/pop/queue/a%00b", "/api/v1/pop/queue/ok?consumerGroup=%01", "/api/v1/pop/queue/ok?subscriptionFrom=yesterday"} {
+	for _, q := range []string{"/api/v1/pop/queue/a%00b", "/api/v1/pop/queue/ok?consumerGroup=%01", "/api/v1/pop/queue/ok?subscriptionFrom=yesterday",
+		"/api/v1/pop/queue/ok?subscriptionFrom=9999-12-31T23:59:59-14:00"} {
 		resp, err := testenv.Client.Get(s.base + q)
 		if err != nil {
 			t.Fatal(err)

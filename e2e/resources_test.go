@@ -206,6 +206,23 @@ func TestQueuesGroupsSeekAndDLQRoutes(t *testing.T) {
 	if code, _ := post(t, s.base, "/api/v1/consumer-groups/g1/queues/rq/seek", []byte(`{}`)); code != 400 {
 		t.Fatalf("seek without target: %d", code)
 	}
+	// A zone that carries the time out of years 1..9999 is a 400 naming
+	// the field and the range (it was answered with a five-digit year);
+	// the last instant of 9999 is taken and written with four digits.
+	for _, ts := range []string{"9999-12-31T23:59:59.999999999-14:00", "0001-01-01T00:00:00+14:00"} {
+		code, rb := post(t, s.base, "/api/v1/consumer-groups/g1/queues/rq/seek", []byte(`{"timestamp":"`+ts+`"}`))
+		if code != 400 || !strings.Contains(string(rb), `"timestamp must be a time from 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999999Z`) {
+			t.Fatalf("seek to %s: %d %s, want 400 naming the range", ts, code, rb)
+		}
+		code, rb = post(t, s.base, "/api/v1/consumer-groups/g1/subscription", []byte(`{"subscriptionTimestamp":"`+ts+`"}`))
+		if code != 400 || !strings.Contains(string(rb), `"subscriptionTimestamp must be a time from 0001-01-01T00:00:00Z`) {
+			t.Fatalf("subscription at %s: %d %s, want 400 naming the range", ts, code, rb)
+		}
+	}
+	code, rb = post(t, s.base, "/api/v1/consumer-groups/g1/queues/rq/seek", []byte(`{"timestamp":"9999-12-31T09:59:59.999999999-14:00"}`))
+	if code != 200 || !strings.Contains(string(rb), `"targetTimestamp":"9999-12-31T23:59:59.999999999Z"`) {
+		t.Fatalf("seek to the end of 9999: %d %s", code, rb)
+	}
 	// Deleting the group: it starts over by its subscription (all).
 	if code, b := del(t, s.base+"/api/v1/consumer-groups/g1"); code != 200 || !strings.Contains(b, `"deletedPartitions":1`) {
 		t.Fatalf("delete group: %d %s", code, b)

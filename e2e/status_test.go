@@ -312,6 +312,21 @@ func TestStatusRoutes(t *testing.T) {
 		if got := strings.Join(stamps, ","); got != "1969-12-31T22:00:00.000Z,1969-12-31T23:00:00.000Z,1970-01-01T00:00:00.000Z" {
 			t.Fatalf("analytics across 1970: %s", got)
 		}
+		// A to that its zone carries past 9999 is a 400 naming to and the
+		// range (it was answered as a five-digit year); the last instant
+		// of 9999 is written with four digits.
+		if code, b := get(t, s.base+"/api/v1/status/analytics?to="+url.QueryEscape("9999-12-31T23:59:59.999999999-14:00")); code != http.StatusBadRequest ||
+			!strings.Contains(b, `"to must be a time from 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999999Z`) {
+			t.Fatalf("to past 9999: %d %s, want 400 naming the range", code, b)
+		}
+		if code, b := get(t, s.base+"/api/v1/status/analytics?from="+url.QueryEscape("0001-01-01T00:00:00+14:00")); code != http.StatusBadRequest ||
+			!strings.Contains(b, `"from must be a time from 0001-01-01T00:00:00Z`) {
+			t.Fatalf("from before year 1: %d %s, want 400 naming the range", code, b)
+		}
+		if code := getJSON(t, s.base+"/api/v1/status/analytics?from=9999-12-31T23:00:00Z&to="+url.QueryEscape("9999-12-31T09:59:59.999999999-14:00"), &an); code != 200 ||
+			an.To != "9999-12-31T23:59:59.999Z" || len(an.DataPoints) != 1 {
+			t.Fatalf("analytics to the end of 9999: %d %+v", code, an)
+		}
 	})
 
 	t.Run("dead letters", func(t *testing.T) {

@@ -153,7 +153,7 @@ func (s *Server) popWith(ctx *fasthttp.RequestCtx, f *popFilter) {
 	} else if from != "" {
 		t, err := parseTimestamp(from)
 		if err != nil {
-			writeErr(ctx, fasthttp.StatusBadRequest, "subscriptionFrom must be \"now\" or "+err.Error())
+			writeErr(ctx, fasthttp.StatusBadRequest, "subscriptionFrom must be \"now\" or "+strings.TrimPrefix(err.Error(), "must be "))
 			return
 		}
 		req.SubscriptionFrom = &t

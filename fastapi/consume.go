@@ -64,6 +64,10 @@ type Consumer interface {
 	ReleaseLease(ctx context.Context, leaseID uuid.UUID, queue string) error
 	// WaitChan returns a channel closed when queue may have news.
 	WaitChan(queue string) <-chan struct{}
+	// WakeGeneration counts queue's wake-ups so far (and maybe others'); a
+	// look at the queue that starts after reading g sees every commit
+	// announced by the wake-ups up to g (waker.Waker.Generation).
+	WakeGeneration(queue string) uint64
 	// WakeQueue wakes the pops waiting on queue, on every broker (after a
 	// seek or a group delete changed what they may deliver).
 	WakeQueue(ctx context.Context, queue string)
@@ -161,6 +165,13 @@ func (s *Server) popWith(ctx *fasthttp.RequestCtx, f *popFilter) {
 	wait := boolArg(a, "wait")
 	timeout := time.Duration(intArg(a, "timeout", int(DefaultPopTimeout/time.Millisecond), 0, 3600_000)) * time.Millisecond
 	deadline := time.Now().Add(timeout)
+	var sleepTimer *time.Timer   // the waits' timer (below)
+	var expired <-chan time.Time // fires at the deadline: a turn waited for in the wake gate ends then
+	if wait {
+		dt := time.NewTimer(timeout)
+		defer dt.Stop()
+		expired = dt.C
+	}
 	for waited := false; ; waited = true {
 		if s.deps.Maintenance.PopMaintenance() {
 			ctx.SetStatusCode(fasthttp.StatusNoContent)
@@ -177,27 +188,35 @@ func (s *Server) popWith(ctx *fasthttp.RequestCtx, f *popFilter) {
 			ctx.SetStatusCode(fasthttp.StatusNoContent)
 			return
 		}
-		// One attempt gets Config.DBTimeout; an attempt of a waiting pop
-		// also ends with the pop's timeout, but gets popMinAttempt at least.
-		limit := s.cfg.DBTimeout
-		if wait {
-			limit = min(limit, max(time.Until(deadline), popMinAttempt))
-		}
 		// A waiting pop of one queue claims through the wake gate: not at
-		// all when a claim under the same wake channel found nothing, and
-		// at most maxWokenClaims of its queue, group and partition at once.
+		// all when a claim since its last wake-up found nothing, and after
+		// a wait at most maxWokenClaims of its queue, group and partition
+		// at once (a turn waited for ends with the timeout).
 		gated := wait && f == nil
 		key := wakeKey{queue: queue, group: group, partition: partition}
 		var res *pg.PopResult
 		var err error
-		var skip bool
-		var until time.Time
+		outcome, until, gen := gateClaim, time.Time{}, uint64(0)
 		if gated {
-			skip, until = s.wakes.enter(key, ch, waited, ctx.Done())
+			// Read after ch was taken: a wake-up after this reading closes
+			// ch, and the claim below sees what wake-ups up to gen announced.
+			gen = s.deps.Consumer.WakeGeneration(queue)
+			outcome, until = s.wakes.enter(key, gen, waited, expired, ctx.Done())
 		}
-		if skip {
+		if outcome == gateTimeout {
+			ctx.SetStatusCode(fasthttp.StatusNoContent)
+			return
+		}
+		if outcome == gateSkip {
 			res = &pg.PopResult{NextCheck: until}
 		} else {
+			// One attempt gets Config.DBTimeout; an attempt of a waiting pop
+			// also ends with the pop's timeout (taken after its turn came),
+			// but gets popMinAttempt at least.
+			limit := s.cfg.DBTimeout
+			if wait {
+				limit = min(limit, max(time.Until(deadline), popMinAttempt))
+			}
 			pctx, cancel := context.WithTimeout(context.Background(), limit)
 			res, err = s.popOnce(pctx, f, req)
 			cancel()
@@ -207,7 +226,7 @@ func (s *Server) popWith(ctx *fasthttp.RequestCtx, f *popFilter) {
 				if empty {
 					next = res.NextCheck
 				}
-				s.wakes.exit(key, ch, empty, next)
+				s.wakes.exit(key, gen, empty, next)
 			}
 		}
 		if err != nil {
@@ -285,10 +304,19 @@ func (s *Server) popWith(ctx *fasthttp.RequestCtx, f *popFilter) {
 		if !res.NextCheck.IsZero() {
 			sleep = min(sleep, max(time.Until(res.NextCheck), 10*time.Millisecond))
 		}
-		t := time.NewTimer(sleep)
+		// One timer a request, reset for each wait: every waiting pop of
+		// a queue runs this at each wake-up, and with thousands of them a
+		// timer allocated per wait was most of their CPU (allocation under
+		// the collector's assist).
+		if sleepTimer == nil {
+			sleepTimer = time.NewTimer(sleep)
+			defer sleepTimer.Stop()
+		} else {
+			sleepTimer.Reset(sleep)
+		}
 		select {
 		case <-ch:
-		case <-t.C:
+		case <-sleepTimer.C:
 			if sleep == left {
 				// The timeout, with no wake-up and no known time before it:
 				// nothing is known to have changed since the claim that found
@@ -300,11 +328,10 @@ func (s *Server) popWith(ctx *fasthttp.RequestCtx, f *popFilter) {
 				return
 			}
 		case <-ctx.Done(): // server shutdown
-			t.Stop()
 			ctx.SetStatusCode(fasthttp.StatusNoContent)
 			return
 		}
-		t.Stop()
+		sleepTimer.Stop()
 	}
 }
 

@@ -7,28 +7,31 @@ import (
 )
 
 // maxWokenClaims is how many waiting pops of one (queue, consumer group,
-// partition) claim at once (wakeGate). More than one, so that a push of
-// many messages reaches several waiting consumers together (concurrent
-// pops of a queue share a transaction, pg/popcombine.go); few, so that
-// the rest wait for their answer instead of all claiming.
+// partition) claim at once after a wait (wakeGate). More than one, so that
+// a push of many messages reaches several waiting consumers together
+// (concurrent pops of a queue share a transaction, pg/popcombine.go); few,
+// so that the rest wait for their answer instead of all claiming.
 const maxWokenClaims = 4
 
 // wakeGate keeps a wake-up from turning into one claim per waiting pop.
 // Every pop waiting on a queue is woken by a push to it (the waker
 // broadcasts per queue); before, each then claimed, so 3,000 consumers
 // long-polling one queue made 3,000 claims of every push, most of them
-// empty (the probe measured 7,726 PostgreSQL transactions for 80 pushes,
-// the other clients' pushes held up to 440 ms). Now waiting pops of the
-// same (queue, group, partition) claim at most maxWokenClaims at a time
-// after a wait,
-// and a claim that found nothing is remembered with the queue's wake
-// channel that was current when it started: a waiting pop that holds
-// that same channel (no wake-up since) skips its claim and waits, since a
-// claim of its own would look at the same state. It is remembered until
-// the claim's NextCheck (a lease that lapses, a delayed message that
-// matures: changes that send no wake-up) or popSafetyRecheck, whichever
-// comes first; after that the next claims run (maxWokenClaims at a time)
-// and record anew.
+// empty (a probe measured 7,726 PostgreSQL transactions for 80 pushes,
+// the other clients' pushes held up to 440 ms).
+//
+// Each claim is tagged with the wake generation read just before it
+// (Consumer.WakeGeneration): the claim sees every commit announced by the
+// wake-ups up to it. A claim that found nothing is remembered per (queue,
+// group, partition) with its generation; a waiting pop whose own
+// generation (read after its last wake-up) is not newer skips its claim
+// and waits, since a claim of its own would find nothing either. The
+// record lasts until the claim's NextCheck (a lease that lapses, a delayed
+// message that matures: changes no wake-up announces) or
+// popSafetyRecheck, whichever comes first. After a wait, at most
+// maxWokenClaims of a key claim at once; the others wait in line, first
+// come first served, and leave it when a claim found nothing for them
+// (they skip), when a turn frees (they claim), or at their timeout.
 //
 // Only pops that wait (wait=true) on one queue go through it; a pop by
 // namespace or task does not (its wake channel is its own). The zero
@@ -50,63 +53,91 @@ type wakeKey struct {
 
 type wakeState struct {
 	inflight int
-	// emptyCh is the wake channel that was current when the last claim
-	// that found nothing started; valid until expires.
-	emptyCh <-chan struct{}
-	expires time.Time
+	// empty: a claim that started at generation emptyGen found nothing;
+	// valid until expires.
+	empty    bool
+	emptyGen uint64
+	expires  time.Time
 	// queued are the capped claims waiting for a turn, first come first.
 	queued []*wakeTurn
 }
 
-// wakeTurn is one claim waiting for a turn: done is closed when it is
-// granted one (granted: exit counted it in inflight) or told to look
-// again (a claim that found nothing ended: it may skip now).
+// wakeTurn is one claim waiting in line: done is closed when exit decided
+// for it (outcome gateClaim, counted in inflight, or gateSkip until
+// until).
 type wakeTurn struct {
+	gen     uint64
 	done    chan struct{}
-	granted bool
+	outcome gateOutcome
+	until   time.Time
 }
 
-// enter is called by a waiting pop before it claims, with ch, the queue's
-// wake channel it took before (Consumer.WaitChan). It returns skip true
-// (and when the claim that found nothing expires) when a claim that found
-// nothing started under ch and has not expired: the pop waits without
-// claiming. Otherwise, when capped, it waits for a turn while
-// maxWokenClaims of key claim (or until stop closes), and returns skip
-// false; the caller then must call exit once its claim ends. A pop's first
-// claim is not capped: only claims after a wait come in herds (every
-// waiter woken at once, or its timer at a lease's lapse), and a consumer
-// that finds messages at once never waits (the bench's fan-out runs ten
-// consumers a group, each claiming as soon as it has answered).
-func (g *wakeGate) enter(key wakeKey, ch <-chan struct{}, capped bool, stop <-chan struct{}) (skip bool, until time.Time) {
+// gateOutcome is what enter tells a waiting pop to do.
+type gateOutcome int
+
+const (
+	// gateClaim: claim now, then call exit.
+	gateClaim gateOutcome = iota
+	// gateSkip: a claim at least as new found nothing; wait (until the
+	// time enter returns at the latest) without claiming.
+	gateSkip
+	// gateTimeout: the pop's timeout (or the server's stop) came while it
+	// waited in line; answer 204 without claiming.
+	gateTimeout
+)
+
+// skipsLocked reports whether a claim of generation gen would look at no
+// newer state than an unexpired claim that found nothing.
+func (st *wakeState) skipsLocked(gen uint64, now time.Time) bool {
+	return st.empty && st.emptyGen >= gen && now.Before(st.expires)
+}
+
+// enter is called by a waiting pop before it claims, with gen, the wake
+// generation it read after taking its wake channel. It returns gateSkip
+// (and when the record expires) when an unexpired claim of generation gen
+// or newer found nothing. Otherwise it returns gateClaim, except when
+// capped and maxWokenClaims of key claim already: then it waits in line
+// until exit decides for it (gateClaim or gateSkip), expired fires (the
+// pop's timeout: one timer a request, not one a wait) or stop closes
+// (gateTimeout). After gateClaim the caller must call exit
+// once its claim ends. A pop's first claim is not capped: only claims
+// after a wait come in herds (every waiter woken at once, or its timer at
+// a lease's lapse), and a consumer that finds messages at once never
+// waits (the bench's fan-out runs ten consumers a group, each claiming as
+// soon as it has answered).
+func (g *wakeGate) enter(key wakeKey, gen uint64, capped bool, expired <-chan time.Time, stop <-chan struct{}) (gateOutcome, time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for {
-		st := g.stateLocked(key)
-		if st.emptyCh == ch && time.Now().Before(st.expires) {
-			return true, st.expires
-		}
-		if !capped || st.inflight < maxWokenClaims {
-			st.inflight++
-			return false, time.Time{}
-		}
-		w := &wakeTurn{done: make(chan struct{})}
-		st.queued = append(st.queued, w)
-		g.mu.Unlock()
-		select {
-		case <-w.done:
-			g.mu.Lock()
-		case <-stop:
-			g.mu.Lock()
-			if !w.granted { // leave the line, and claim (the server stops)
-				st.queued = slices.DeleteFunc(st.queued, func(x *wakeTurn) bool { return x == w })
-				g.stateLocked(key).inflight++
-			}
-			return false, time.Time{}
-		}
-		if w.granted {
-			return false, time.Time{}
-		}
+	st := g.stateLocked(key)
+	if st.skipsLocked(gen, time.Now()) {
+		return gateSkip, st.expires
 	}
+	if !capped || st.inflight < maxWokenClaims {
+		st.inflight++
+		return gateClaim, time.Time{}
+	}
+	w := &wakeTurn{gen: gen, done: make(chan struct{})}
+	st.queued = append(st.queued, w)
+	g.mu.Unlock()
+	decided := false
+	select {
+	case <-w.done:
+		decided = true
+	case <-expired:
+	case <-stop:
+	}
+	g.mu.Lock()
+	select {
+	case <-w.done: // decided meanwhile
+		decided = true
+	default:
+	}
+	if decided {
+		return w.outcome, w.until
+	}
+	st.queued = slices.DeleteFunc(st.queued, func(x *wakeTurn) bool { return x == w })
+	g.dropIfIdleLocked(key, st)
+	return gateTimeout, time.Time{}
 }
 
 // stateLocked is key's entry, made when missing (g.mu held).
@@ -123,63 +154,65 @@ func (g *wakeGate) stateLocked(key wakeKey) *wakeState {
 	return st
 }
 
-// exit ends a claim that enter let run: started under ch, it found
-// nothing (empty) or delivered or failed; next is its NextCheck (zero:
-// none). An empty claim is remembered until next or popSafetyRecheck
-// from now, whichever is first, and every claim waiting for a turn looks
-// again (those under ch then skip); otherwise its turn goes to the first
-// claim waiting, each woken goroutine once, not the whole line per claim.
-func (g *wakeGate) exit(key wakeKey, ch <-chan struct{}, empty bool, next time.Time) {
+// exit ends a claim that enter let run, of generation gen: it found
+// nothing (empty; next is its NextCheck, zero when none) or delivered or
+// failed. A claim that found nothing is remembered (when no newer one is)
+// until next or popSafetyRecheck from now, whichever is first, and the
+// claims in line that it covers skip; one that delivered, as new as the
+// record or newer, ends the record. Then free turns go to the first in
+// line.
+func (g *wakeGate) exit(key wakeKey, gen uint64, empty bool, next time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	st := g.m[key]
 	st.inflight--
-	if empty {
-		exp := time.Now().Add(popSafetyRecheck)
+	now := time.Now()
+	switch {
+	case empty && (!st.empty || gen >= st.emptyGen || !now.Before(st.expires)):
+		exp := now.Add(popSafetyRecheck)
 		if !next.IsZero() && next.Before(exp) {
 			exp = next
 		}
-		st.emptyCh, st.expires = ch, exp
-		for _, w := range st.queued {
+		st.empty, st.emptyGen, st.expires = true, gen, exp
+	case !empty && st.empty && gen >= st.emptyGen:
+		st.empty = false
+	}
+	kept := st.queued[:0]
+	for _, w := range st.queued {
+		switch {
+		case st.skipsLocked(w.gen, now):
+			w.outcome, w.until = gateSkip, st.expires
 			close(w.done)
-		}
-		st.queued = nil
-	} else {
-		st.emptyCh = nil
-		if len(st.queued) > 0 {
-			w := st.queued[0]
-			st.queued = st.queued[1:]
-			w.granted = true
+		case st.inflight < maxWokenClaims:
+			w.outcome = gateClaim
 			st.inflight++
 			close(w.done)
+		default:
+			kept = append(kept, w)
 		}
 	}
-	if st.inflight == 0 && st.emptyCh == nil && len(st.queued) == 0 {
+	clear(st.queued[len(kept):])
+	st.queued = kept
+	g.dropIfIdleLocked(key, st)
+}
+
+// dropIfIdleLocked deletes key's entry when nothing claims, waits or is
+// remembered there.
+func (g *wakeGate) dropIfIdleLocked(key wakeKey, st *wakeState) {
+	if st.inflight == 0 && !st.empty && len(st.queued) == 0 {
 		delete(g.m, key)
 	}
 }
 
 // sweepLocked deletes, once the map has doubled since the last sweep, the
-// entries no claim holds whose remembered channel was closed (a wake-up
-// came since: they can never match again) or whose record expired.
+// entries no claim holds or waits on whose record expired.
 func (g *wakeGate) sweepLocked() {
 	if len(g.m) < 2*g.swept+64 {
 		return
 	}
 	now := time.Now()
 	for k, st := range g.m {
-		if st.inflight > 0 || len(st.queued) > 0 {
-			continue
-		}
-		stale := !now.Before(st.expires)
-		if !stale {
-			select {
-			case <-st.emptyCh:
-				stale = true
-			default:
-			}
-		}
-		if stale {
+		if st.inflight == 0 && len(st.queued) == 0 && !now.Before(st.expires) {
 			delete(g.m, k)
 		}
 	}

@@ -5,82 +5,110 @@ import (
 	"time"
 )
 
-// TestWakeGate: a claim that found nothing under a wake channel makes
-// later waiting pops holding the same channel skip theirs, until its
-// expiry, a wake-up (another channel) or a claim that delivered; claims
-// after a wait run at most maxWokenClaims at a time, and one waiting for
-// its turn sees the record the claim before it left.
+// TestWakeGate: a claim that found nothing at wake generation g makes the
+// waiting pops of generation g or older skip theirs, until its expiry, a
+// newer generation (a wake-up since) or a claim as new that delivered.
+// Claims after a wait run at most maxWokenClaims at a time: one waiting in
+// line is handed a turn that frees (first come first), skips when a claim
+// at its generation or newer found nothing, and leaves the line when its
+// timeout fires.
 func TestWakeGate(t *testing.T) {
 	t.Parallel()
 	var g wakeGate
 	k := wakeKey{"q", "g", ""}
-	ch1, ch2 := make(chan struct{}), make(chan struct{})
+	var never <-chan time.Time
+	enter := func(k wakeKey, gen uint64, capped bool) gateOutcome {
+		o, _ := g.enter(k, gen, capped, never, nil)
+		return o
+	}
 
-	if skip, _ := g.enter(k, ch1, false, nil); skip {
-		t.Fatal("first claim skipped")
+	if o := enter(k, 4, false); o != gateClaim { // a claim of generation 4, still running
+		t.Fatalf("first claim: %v", o)
 	}
-	g.exit(k, ch1, true, time.Time{})
-	skip, until := g.enter(k, ch1, true, nil)
-	if !skip || time.Until(until) < popSafetyRecheck-time.Second {
-		t.Fatalf("same channel after an empty claim: skip %v until %v", skip, until)
+	if o := enter(k, 5, false); o != gateClaim {
+		t.Fatalf("second claim: %v", o)
 	}
-	if skip, _ := g.enter(k, ch2, true, nil); skip {
-		t.Fatal("a new wake channel skipped")
+	g.exit(k, 5, true, time.Time{})
+	o, until := g.enter(k, 5, true, never, nil)
+	if o != gateSkip || time.Until(until) < popSafetyRecheck-time.Second {
+		t.Fatalf("same generation after an empty claim: %v until %v", o, until)
 	}
-	if skip, _ := g.enter(wakeKey{"q", "g", "p"}, ch1, true, nil); skip {
-		t.Fatal("another partition's pop skipped")
+	if o := enter(k, 3, true); o != gateSkip {
+		t.Fatalf("an older generation: %v", o)
 	}
-	g.exit(wakeKey{"q", "g", "p"}, ch1, false, time.Time{})
-	g.exit(k, ch2, false, time.Time{}) // delivered: the record is gone
-	if skip, _ := g.enter(k, ch1, true, nil); skip {
-		t.Fatal("skipped after a claim that delivered")
+	if o := enter(k, 6, true); o != gateClaim {
+		t.Fatalf("a newer generation: %v", o)
 	}
-	g.exit(k, ch1, true, time.Now().Add(30*time.Millisecond)) // NextCheck bounds the record
-	if skip, _ := g.enter(k, ch1, true, nil); !skip {
-		t.Fatal("not skipped before NextCheck")
+	if o := enter(wakeKey{"q", "g", "p"}, 5, true); o != gateClaim {
+		t.Fatalf("another partition's pop: %v", o)
+	}
+	g.exit(wakeKey{"q", "g", "p"}, 5, false, time.Time{})
+	g.exit(k, 4, false, time.Time{}) // the older claim delivered: the record stays
+	if o := enter(k, 5, true); o != gateSkip {
+		t.Fatalf("after an older claim delivered: %v", o)
+	}
+	g.exit(k, 6, false, time.Time{}) // a newer one that delivered ends it
+	if o := enter(k, 5, true); o != gateClaim {
+		t.Fatalf("after a newer claim delivered: %v", o)
+	}
+	g.exit(k, 5, true, time.Now().Add(30*time.Millisecond)) // NextCheck bounds the record
+	if o := enter(k, 5, true); o != gateSkip {
+		t.Fatalf("before NextCheck: %v", o)
 	}
 	time.Sleep(40 * time.Millisecond)
-	if skip, _ := g.enter(k, ch1, true, nil); skip {
-		t.Fatal("skipped after NextCheck")
+	if o := enter(k, 5, true); o != gateClaim {
+		t.Fatalf("after NextCheck: %v", o)
 	}
-	g.exit(k, ch1, false, time.Time{})
+	g.exit(k, 5, false, time.Time{})
 
-	// The cap: maxWokenClaims capped claims run; the next waits for one
-	// to end, and skips when that one found nothing under its channel.
+	// The cap and the line.
 	for range maxWokenClaims {
-		if skip, _ := g.enter(k, ch2, true, nil); skip {
-			t.Fatal("skipped under the cap")
+		if o := enter(k, 7, true); o != gateClaim {
+			t.Fatalf("under the cap: %v", o)
 		}
 	}
-	if skip, _ := g.enter(k, ch2, false, nil); skip { // a first claim is not capped
-		t.Fatal("uncapped claim skipped")
+	if o := enter(k, 7, false); o != gateClaim { // a first claim is not capped
+		t.Fatalf("uncapped: %v", o)
 	}
-	g.exit(k, ch2, false, time.Time{})
-	got := make(chan bool)
-	go func() {
-		skip, _ := g.enter(k, ch2, true, nil)
-		got <- skip
-	}()
+	got := make(chan gateOutcome, 3)
+	inLine := func(gen uint64, expired <-chan time.Time) {
+		go func() {
+			o, _ := g.enter(k, gen, true, expired, nil)
+			got <- o
+		}()
+		time.Sleep(20 * time.Millisecond)
+	}
+	inLine(7, never)
+	inLine(9, never)
+	g.exit(k, 7, false, time.Time{}) // 5 -> 4 claiming: still full
 	select {
-	case <-got:
-		t.Fatal("a claim over the cap ran")
-	case <-time.After(50 * time.Millisecond):
+	case o := <-got:
+		t.Fatalf("a claim over the cap returned %v", o)
+	case <-time.After(30 * time.Millisecond):
 	}
-	g.exit(k, ch2, true, time.Time{})
-	if skip := <-got; !skip {
-		t.Fatal("the waiting claim ran after an empty claim under its channel")
+	g.exit(k, 7, false, time.Time{}) // a turn frees: the first in line
+	if o := <-got; o != gateClaim {
+		t.Fatalf("first in line: %v", o)
 	}
-	stop := make(chan struct{})
-	go func() {
-		skip, _ := g.enter(k, make(chan struct{}), true, stop)
-		got <- skip
-	}()
-	close(stop)
-	if skip := <-got; skip {
-		t.Fatal("stopped wait skipped")
+	g.exit(k, 8, true, time.Time{}) // found nothing at 8: not the one of 9, which takes the freed turn
+	if o := <-got; o != gateClaim {
+		t.Fatalf("generation 9 in line after an empty claim at 8: %v", o)
+	}
+	inLine(8, never)
+	inLine(9, never)
+	g.exit(k, 9, true, time.Time{}) // found nothing at 9: both in line skip
+	if o1, o2 := <-got, <-got; o1 != gateSkip || o2 != gateSkip {
+		t.Fatalf("in line after an empty claim at 9: %v %v", o1, o2)
+	}
+	if o := enter(k, 10, false); o != gateClaim { // the cap is full again
+		t.Fatalf("uncapped: %v", o)
+	}
+	inLine(10, time.After(50*time.Millisecond))
+	if o := <-got; o != gateTimeout {
+		t.Fatalf("in line past the deadline: %v", o)
 	}
 	for range maxWokenClaims {
-		g.exit(k, ch2, false, time.Time{})
+		g.exit(k, 10, false, time.Time{})
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()

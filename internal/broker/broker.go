@@ -510,6 +510,9 @@ func (b *Broker) WakeQueue(ctx context.Context, queue string) {
 // WaitChan implements fastapi.Consumer.
 func (b *Broker) WaitChan(queue string) <-chan struct{} { return b.waker.Chan(queue) }
 
+// WakeGeneration implements fastapi.Consumer.
+func (b *Broker) WakeGeneration(queue string) uint64 { return b.waker.Generation(queue) }
+
 // PopMaintenance implements fastapi.MaintenanceControl.
 func (b *Broker) PopMaintenance() bool { return b.Maintenance.PopEnabled() }
 

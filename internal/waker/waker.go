@@ -12,7 +12,9 @@
 package waker
 
 import (
+	"hash/maphash"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -23,11 +25,21 @@ type Waker struct {
 	chans    map[string]chan struct{}
 	lastChan time.Time     // when Chan was last called
 	wanted   chan struct{} // capacity 1: a token after Chan made a channel
+	// gens count the Wake calls of the queues hashed to each (seed), and
+	// every WakeAll (Generation).
+	gens [genBuckets]atomic.Uint64
+	seed maphash.Seed
 }
+
+// genBuckets is how many wake generation counters a Waker keeps; queues
+// share them by hash (a wake-up of one queue moves the generation of the
+// others in its bucket: a pop of those looks again once more than it had
+// to, never less).
+const genBuckets = 1024
 
 // New returns an empty Waker.
 func New() *Waker {
-	return &Waker{chans: make(map[string]chan struct{}), wanted: make(chan struct{}, 1)}
+	return &Waker{chans: make(map[string]chan struct{}), wanted: make(chan struct{}, 1), seed: maphash.MakeSeed()}
 }
 
 // Chan returns a channel that is closed by the next Wake(queue) or
@@ -51,8 +63,24 @@ func (w *Waker) Chan(queue string) <-chan struct{} {
 	return ch
 }
 
+// Generation is queue's wake generation: it grows with every Wake of
+// queue (and of the other queues that share its counter) and every
+// WakeAll, counted before anyone is woken, so a look at the queue that
+// starts after reading generation g sees every commit announced by the
+// wake-ups up to g (wake-ups follow their commits). A waiting pop
+// compares it with the generation a claim that found nothing started at
+// (fastapi's wake gate).
+func (w *Waker) Generation(queue string) uint64 {
+	return w.gens[w.bucket(queue)].Load()
+}
+
+func (w *Waker) bucket(queue string) uint64 {
+	return maphash.String(w.seed, queue) % genBuckets
+}
+
 // Wake wakes every waiter on queue.
 func (w *Waker) Wake(queue string) {
+	w.gens[w.bucket(queue)].Add(1)
 	w.mu.Lock()
 	ch, ok := w.chans[queue]
 	delete(w.chans, queue)
@@ -67,6 +95,9 @@ func (w *Waker) Wake(queue string) {
 // another broker before that moment sent its NOTIFY to nobody here, and
 // the waiters' second look finds what it stored.
 func (w *Waker) WakeAll() {
+	for i := range w.gens {
+		w.gens[i].Add(1)
+	}
 	w.mu.Lock()
 	chans := w.chans
 	w.chans = make(map[string]chan struct{})

@@ -82,3 +82,33 @@ func TestWantedAndIdle(t *testing.T) {
 		t.Fatal("not idle past linger without a waiter")
 	}
 }
+
+// TestGeneration: a queue's generation grows with its own Wake and with
+// WakeAll, before the waiters are woken, and never goes back.
+func TestGeneration(t *testing.T) {
+	t.Parallel()
+	w := New()
+	g0 := w.Generation("a")
+	ch := w.Chan("a")
+	done := make(chan uint64)
+	go func() {
+		<-ch
+		done <- w.Generation("a") // read by a woken waiter
+	}()
+	w.Wake("a")
+	if g := <-done; g <= g0 {
+		t.Fatalf("after Wake: generation %d, before %d", g, g0)
+	}
+	g1 := w.Generation("a")
+	w.WakeAll()
+	if g := w.Generation("a"); g <= g1 {
+		t.Fatalf("after WakeAll: generation %d, before %d", g, g1)
+	}
+	g2 := w.Generation("a")
+	for i := range 5000 { // other queues move it or leave it, never back
+		w.Wake(string(rune('b' + i%20)))
+		if g := w.Generation("a"); g < g2 {
+			t.Fatalf("generation went back: %d < %d", g, g2)
+		}
+	}
+}

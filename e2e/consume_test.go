@@ -611,6 +611,33 @@ func TestBatchDeadLetters(t *testing.T) {
 		t.Fatalf("%d dead letters missing", len(want))
 	}
 
+	// Dead letters of several partitions in one ack/batch are stored in
+	// the acks' order: /dlq lists the last acked first.
+	for _, p := range []string{"A", "B", "C"} {
+		push(t, s.base, body(item{"dlo", p, 1, "o-" + p}))
+	}
+	code, r = pop(t, s.base, popPath("dlo", ""), "batch=3&partitions=3")
+	if code != 200 || len(r.Messages) != 3 {
+		t.Fatalf("pop of three partitions: %d %+v", code, r.Messages)
+	}
+	byTx = map[string]popMsg{}
+	for _, m := range r.Messages {
+		byTx[m.TransactionID] = m
+	}
+	acks = nil
+	for _, tx := range []string{"o-C", "o-A", "o-B"} {
+		m := byTx[tx]
+		acks = append(acks, map[string]any{"transactionId": tx, "partitionId": m.PartitionID, "leaseId": m.LeaseID, "status": "dlq"})
+	}
+	b, _ = json.Marshal(map[string]any{"acknowledgments": acks})
+	if code, rb := post(t, s.base, "/api/v1/ack/batch", b); code != 200 || strings.Count(string(rb), `"dlq":true`) != 3 {
+		t.Fatalf("ack/batch over three partitions: %d %s", code, rb)
+	}
+	if code := getJSON(t, s.base+"/api/v1/dlq?queue=dlo", &d); code != 200 || len(d.Messages) != 3 ||
+		d.Messages[0].TransactionID != "o-B" || d.Messages[1].TransactionID != "o-A" || d.Messages[2].TransactionID != "o-C" {
+		t.Fatalf("dlq order: %d %+v, want o-B, o-A, o-C (the last acked first)", code, d.Messages)
+	}
+
 	configure(t, s.base, "dlf", map[string]any{"retryLimit": 1})
 	pushN(t, s.base, "dlf", "A", 0, 2)
 	for round := range 2 {

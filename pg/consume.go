@@ -956,16 +956,18 @@ type ackState struct {
 	acked               []int64
 	released, dirty     bool
 	consumed            int
-	// dead are the dead letters the acks wrote, inserted by flush with the
-	// cursor's write (no round trip of their own).
+	// dead is the dead letter the ack being applied wrote; applyAcks moves
+	// it to the batch's, which flush inserts with the cursor writes, in
+	// the acks' order, in one statement (no round trip of its own).
 	dead []deadLetterRow
 }
 
-// deadLetterRow is one row of queen.dead_letters an ack batch writes: a
-// message of the lease (its offset, id and transactionId, from the
-// messages load read), the error text stored (DeadLetterError) and the
-// retries counted.
+// deadLetterRow is one row of queen.dead_letters an ack batch writes: the
+// cursor (key), a message of its lease (offset, id and transactionId, from
+// the messages load read), the error text stored (DeadLetterError) and
+// the retries counted.
 type deadLetterRow struct {
+	key     ackKey
 	offset  int64
 	id      uuid.UUID
 	txid    string
@@ -1112,19 +1114,23 @@ func (b ackBatch) apply(ctx context.Context, tx dbtx, r AckRequest) (AckResult, 
 
 // flush queues on w the write of every changed cursor (the cursor only
 // grows: greatest).
-func (b ackBatch) flush(w *pgx.Batch) {
+func (b ackBatch) flush(w *pgx.Batch, dead []deadLetterRow) {
+	if n := len(dead); n > 0 {
+		pids, groups := make([]uuid.UUID, n), make([]string, n)
+		offs, ids, txids, reasons, retries := make([]int64, n), make([]uuid.UUID, n), make([][]byte, n), make([]string, n), make([]int32, n)
+		for i, d := range dead {
+			pids[i], groups[i] = d.key.pid, d.key.group
+			offs[i], ids[i], txids[i], reasons[i], retries[i] = d.offset, d.id, []byte(d.txid), d.reason, int32(d.retries)
+		}
+		// In the acks' order, so /dlq (newest id first) lists them as they
+		// were sent.
+		w.Queue(`INSERT INTO queen.dead_letters (partition_id, consumer_group, msg_offset, message_id, transaction_id, error, retry_count)
+			SELECT unnest($1::uuid[]), unnest($2::text[]), unnest($3::bigint[]), unnest($4::uuid[]), unnest($5::bytea[]),
+				unnest($6::text[]), unnest($7::int[])`, pids, groups, offs, ids, txids, reasons, retries)
+	}
 	for k, st := range b {
 		if st == nil || !st.dirty {
 			continue
-		}
-		if n := len(st.dead); n > 0 {
-			offs, ids, txids, reasons, retries := make([]int64, n), make([]uuid.UUID, n), make([][]byte, n), make([]string, n), make([]int32, n)
-			for i, d := range st.dead {
-				offs[i], ids[i], txids[i], reasons[i], retries[i] = d.offset, d.id, []byte(d.txid), d.reason, int32(d.retries)
-			}
-			w.Queue(`INSERT INTO queen.dead_letters (partition_id, consumer_group, msg_offset, message_id, transaction_id, error, retry_count)
-				SELECT $1, $2, unnest($3::bigint[]), unnest($4::uuid[]), unnest($5::bytea[]), unnest($6::text[]), unnest($7::int[])`,
-				k.pid, k.group, offs, ids, txids, reasons, retries)
 		}
 		if st.released {
 			w.Queue(`UPDATE queen.consumer_cursors SET cursor_offset = greatest(cursor_offset, $3), retry_count = $4,
@@ -1153,14 +1159,22 @@ func applyAcks(ctx context.Context, tx dbtx, reqs []AckRequest, begin bool, w *p
 		return nil, err
 	}
 	out := make([]AckResult, len(reqs))
+	var dead []deadLetterRow // in the acks' order
 	for i, r := range reqs {
 		res, err := b.apply(ctx, tx, r)
 		if err != nil {
 			return nil, err
 		}
 		out[i] = res
+		if k := (ackKey{r.PartitionID, r.Group}); b[k] != nil && len(b[k].dead) > 0 {
+			for _, d := range b[k].dead {
+				d.key = k
+				dead = append(dead, d)
+			}
+			b[k].dead = b[k].dead[:0]
+		}
 	}
-	b.flush(w)
+	b.flush(w, dead)
 	return out, nil
 }
 

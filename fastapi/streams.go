@@ -459,7 +459,7 @@ func (s *Server) streamCycle(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	if raw, ok := m["push_items"]; ok && !isNull(raw) {
-		items, err := ingest.ParseTransactionItems(raw, ingest.MaxTransactionItems)
+		items, err := ingest.ParseTransactionItems(raw, 0)
 		if err != nil {
 			bad("push_items: " + err.Error())
 			return

@@ -125,7 +125,7 @@ func (s *Server) transaction(ctx *fasthttp.RequestCtx) {
 				writeErr(ctx, fasthttp.StatusBadRequest, fmt.Sprintf("operations[%d].items (an array of push items) is required", i))
 				return
 			}
-			items, err := ingest.ParseTransactionItems(op.Items, ingest.MaxTransactionItems-len(parsed))
+			items, err := ingest.ParseTransactionItems(op.Items, len(parsed))
 			if err != nil {
 				writeErr(ctx, fasthttp.StatusBadRequest, fmt.Sprintf("operations[%d]: %v", i, err))
 				return

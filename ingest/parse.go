@@ -152,13 +152,15 @@ func parseBodyInto(dst []ParsedItem, body []byte, maxItems int) ([]ParsedItem, e
 // ParseTransactionItems validates the "items" array of a push operation of
 // POST /api/v1/transaction (or a stream cycle's push_items): the rules of
 // ParseBody, plus "traceId", when present and not null, must be a UUID
-// string. raw is the array's JSON text; payloads alias it. An array of
-// more than maxItems items (0 or more; the request's share of
-// MaxTransactionItems left) is refused as a whole, without building
-// them. Errors are *ValidationError.
-func ParseTransactionItems(raw []byte, maxItems int) ([]ParsedItem, error) {
-	p := itemParser{s: scanner{b: raw}, maxItems: max(maxItems, 0), limitAll: true,
-		limitNote: fmt.Sprintf("in one transaction or stream cycle (%d push items, over all its operations)", MaxTransactionItems)}
+// string. raw is the array's JSON text; payloads alias it. earlier is the
+// number of push items the request's operations before this one carry:
+// an array that takes the request past MaxTransactionItems is refused as
+// a whole, without building its items. Errors are *ValidationError.
+func ParseTransactionItems(raw []byte, earlier int) ([]ParsedItem, error) {
+	p := itemParser{s: scanner{b: raw}, maxItems: max(MaxTransactionItems-earlier, 0), limitAll: true}
+	if earlier > 0 {
+		p.limitNote = fmt.Sprintf("(%d push items in earlier operations)", earlier)
+	}
 	items, verr := p.items(true)
 	p.s.finish()
 	if p.s.err != nil {
@@ -179,7 +181,8 @@ type itemParser struct {
 	// scratch is the unescaped text of the last escaped key or string.
 	scratch []byte
 	// maxItems is the most items the array may hold (0 = no limit, unless
-	// limitAll). limitNote says which rule sets it, for the error.
+	// limitAll: a transaction's share of MaxTransactionItems, whose error
+	// adds limitNote).
 	maxItems  int
 	limitAll  bool
 	limitNote string
@@ -311,11 +314,11 @@ func (p *itemParser) items(allowTrace bool) (items []ParsedItem, verr error) {
 	}
 	s.depth--
 	if p.tooMany(n) {
-		note := p.limitNote
-		if note == "" {
-			note = "per request (QUEEN_MAX_PUSH_ITEMS)"
+		if p.limitAll {
+			return nil, bad("the push has %d items %s; a transaction or stream cycle carries at most %d push items in all",
+				n, p.limitNote, MaxTransactionItems)
 		}
-		return nil, bad("the push has %d items; at most %d are accepted %s", n, p.maxItems, note)
+		return nil, bad("the push has %d items; at most %d are accepted per request (QUEEN_MAX_PUSH_ITEMS)", n, p.maxItems)
 	}
 	if verr != nil {
 		return nil, verr

@@ -167,11 +167,6 @@ func (s *Server) popWith(ctx *fasthttp.RequestCtx, f *popFilter) {
 	deadline := time.Now().Add(timeout)
 	var sleepTimer *time.Timer   // the waits' timer (below)
 	var expired <-chan time.Time // fires at the deadline: a turn waited for in the wake gate ends then
-	if wait {
-		dt := time.NewTimer(timeout)
-		defer dt.Stop()
-		expired = dt.C
-	}
 	for waited := false; ; waited = true {
 		if s.deps.Maintenance.PopMaintenance() {
 			ctx.SetStatusCode(fasthttp.StatusNoContent)
@@ -201,6 +196,11 @@ func (s *Server) popWith(ctx *fasthttp.RequestCtx, f *popFilter) {
 			// Read after ch was taken: a wake-up after this reading closes
 			// ch, and the claim below sees what wake-ups up to gen announced.
 			gen = s.deps.Consumer.WakeGeneration(queue)
+			if waited && expired == nil { // made once, when a wait may need it
+				dt := time.NewTimer(time.Until(deadline))
+				defer dt.Stop()
+				expired = dt.C
+			}
 			outcome, until = s.wakes.enter(key, gen, waited, expired, ctx.Done())
 		}
 		if outcome == gateTimeout {

@@ -734,3 +734,37 @@ func TestManyWaitersWokenTogether(t *testing.T) {
 		}
 	}
 }
+
+// TestNewGroupWaitingOnAMissingQueue: a long-poll of a new group with
+// subscriptionMode=new on a queue that does not exist yet receives the
+// message whose push creates the queue (the group is recorded from when
+// the pop began, not from the claim after the wake-up), and a pop without
+// wait on a missing queue records nothing.
+func TestNewGroupWaitingOnAMissingQueue(t *testing.T) {
+	t.Parallel()
+	s := setup(t, nil)
+	done := make(chan popResp)
+	go func() {
+		_, r := pop(t, s.base, popPath("qnew", ""), "consumerGroup=g1&subscriptionMode=new&wait=true&timeout=10000")
+		done <- r
+	}()
+	time.Sleep(700 * time.Millisecond)
+	pushN(t, s.base, "qnew", "A", 1, 1)
+	select {
+	case r := <-done:
+		if len(r.Messages) != 1 || r.Messages[0].TransactionID != "m-1" {
+			t.Fatalf("waiting new group: %+v", r.Messages)
+		}
+	case <-time.After(8 * time.Second):
+		t.Fatal("the waiting pop of a new group got nothing")
+	}
+	// Not waiting: the queue is unknown, nothing is recorded, and the
+	// group starts at its first pop that finds the queue.
+	if code, _ := pop(t, s.base, popPath("qnew2", ""), "consumerGroup=g2&subscriptionMode=new"); code != http.StatusNoContent {
+		t.Fatalf("pop of a missing queue: %d", code)
+	}
+	pushN(t, s.base, "qnew2", "A", 1, 1)
+	if code, _ := pop(t, s.base, popPath("qnew2", ""), "consumerGroup=g2&subscriptionMode=new"); code != http.StatusNoContent {
+		t.Fatalf("first pop of g2 on the queue (new: after this message): %d", code)
+	}
+}

@@ -164,13 +164,20 @@ func (s *Server) popWith(ctx *fasthttp.RequestCtx, f *popFilter) {
 	}
 	wait := boolArg(a, "wait")
 	timeout := time.Duration(intArg(a, "timeout", int(DefaultPopTimeout/time.Millisecond), 0, 3600_000)) * time.Millisecond
-	deadline := time.Now().Add(timeout)
+	start := time.Now()
+	deadline := start.Add(timeout)
 	var sleepTimer *time.Timer   // the waits' timer (below)
 	var expired <-chan time.Time // fires at the deadline: a turn waited for in the wake gate ends then
 	for waited := false; ; waited = true {
 		if s.deps.Maintenance.PopMaintenance() {
 			ctx.SetStatusCode(fasthttp.StatusNoContent)
 			return
+		}
+		if waited && req.SubscriptionMode == pg.SubscribeNew && req.SubscriptionFrom == nil {
+			// A claim after a wait records a new group (if none did: the
+			// queue may not have existed) from when this pop began, not
+			// from now: what woke it is for it.
+			req.NewFrom = &start
 		}
 		var ch <-chan struct{} // taken before the pop, so no wake-up is missed
 		if wait {

@@ -49,6 +49,12 @@ type PopRequest struct {
 	// starts (SubscribeAll by default); ignored once the group exists.
 	SubscriptionMode string
 	SubscriptionFrom *time.Time
+	// NewFrom, with SubscribeNew, is where a group this pop records starts
+	// instead of now(): a waiting pop sets it to when it began waiting, so
+	// that a group whose first pop waited on a queue that did not exist
+	// yet is recorded from then, and receives the message whose push
+	// created the queue and woke it (docs/consume.md, "Subscriptions").
+	NewFrom *time.Time
 
 	// perPartition, when > 0, caps what one partition delivers (a
 	// combined pop: pg/popcombine.go); Batch caps the total.
@@ -484,7 +490,7 @@ func ensureSubscription(ctx context.Context, tx dbtx, queueID uuid.UUID, req Pop
 	}
 	if mode == SubscribeNew {
 		_, err := tx.Exec(ctx, `INSERT INTO queen.consumer_groups (queue_id, consumer_group, subscription_mode, subscription_from)
-			VALUES ($1, $2, $3, now()) ON CONFLICT DO NOTHING`, queueID, req.Group, mode)
+			VALUES ($1, $2, $3, coalesce($4::timestamptz, now())) ON CONFLICT DO NOTHING`, queueID, req.Group, mode, req.NewFrom)
 		return err
 	}
 	_, err := tx.Exec(ctx, `INSERT INTO queen.consumer_groups (queue_id, consumer_group, subscription_mode, subscription_from)

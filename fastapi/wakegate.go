@@ -93,23 +93,28 @@ func (st *wakeState) skipsLocked(gen uint64, now time.Time) bool {
 }
 
 // enter is called by a waiting pop before it claims, with gen, the wake
-// generation it read after taking its wake channel. It returns gateSkip
-// (and when the record expires) when an unexpired claim of generation gen
-// or newer found nothing. Otherwise it returns gateClaim, except when
-// capped and maxWokenClaims of key claim already: then it waits in line
+// generation it read after taking its wake channel. When capped (a claim
+// after a wait) it returns gateSkip (and when the record expires) when an
+// unexpired claim of generation gen or newer found nothing. Otherwise it
+// returns gateClaim, except when capped and maxWokenClaims of key claim
+// already: then it waits in line
 // until exit decides for it (gateClaim or gateSkip), expired fires (the
 // pop's timeout: one timer a request, not one a wait) or stop closes
-// (gateTimeout). After gateClaim the caller must call exit
-// once its claim ends. A pop's first claim is not capped: only claims
+// (gateTimeout). After gateClaim the caller must call exit once its claim
+// ends. A pop's first claim is neither skipped nor held back: only claims
 // after a wait come in herds (every waiter woken at once, or its timer at
-// a lease's lapse), and a consumer that finds messages at once never
-// waits (the bench's fan-out runs ten consumers a group, each claiming as
-// soon as it has answered).
+// a lease's lapse), a consumer that finds messages at once never waits
+// (the bench's fan-out runs ten consumers a group, each claiming as soon
+// as it has answered), and a record can be wrong in one way: a claim that
+// found every candidate partition locked by pops in flight answers empty
+// while those pops leave messages behind. With no wake-up to come (autoAck
+// pops of a quiet queue release no lease), a record that turned away
+// first claims too would leave such messages until it expired.
 func (g *wakeGate) enter(key wakeKey, gen uint64, capped bool, expired <-chan time.Time, stop <-chan struct{}) (gateOutcome, time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	st := g.stateLocked(key)
-	if st.skipsLocked(gen, time.Now()) {
+	if capped && st.skipsLocked(gen, time.Now()) {
 		return gateSkip, st.expires
 	}
 	if !capped || st.inflight < maxWokenClaims {

@@ -29,6 +29,10 @@ func TestWakeGate(t *testing.T) {
 		t.Fatalf("second claim: %v", o)
 	}
 	g.exit(k, 5, true, time.Time{})
+	if o := enter(k, 5, false); o != gateClaim { // a first claim is never skipped
+		t.Fatalf("a first claim after an empty one: %v", o)
+	}
+	g.exit(k, 5, true, time.Time{})
 	o, until := g.enter(k, 5, true, never, nil)
 	if o != gateSkip || time.Until(until) < popSafetyRecheck-time.Second {
 		t.Fatalf("same generation after an empty claim: %v until %v", o, until)

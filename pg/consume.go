@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -821,6 +822,13 @@ func deadLetter(ctx context.Context, tx dbtx, partID uuid.UUID, group string, of
 // MaxDeadLetterError is the most bytes of a dead letter's error text that
 // are stored (DeadLetterError).
 const MaxDeadLetterError = 8 << 10
+
+// deadLetterErrorSQL is how a listing reads a dead letter's error column
+// col: at most MaxDeadLetterError characters of it ("" for none), since
+// error texts stored before DeadLetterError cut them may be megabytes.
+func deadLetterErrorSQL(col string) string {
+	return "left(coalesce(" + col + ", ''), " + strconv.Itoa(MaxDeadLetterError) + ")"
+}
 
 // DeadLetterError returns the error text a dead letter stores for err (an
 // ack's `error`, or the broker's own reason): err itself up to

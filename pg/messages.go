@@ -535,9 +535,7 @@ func (s *Store) GetMessage(ctx context.Context, pid uuid.UUID, txid string) (*Me
 // loadGroups fills d's Status, LeaseExpiresAt, DeadLetter, Mode and Groups
 // from the partition's cursors and the message's dead-letter records.
 func (d *MessageDetail) loadGroups(ctx context.Context, tx pgx.Tx) error {
-	// left(…, 8192): error texts stored before DeadLetterError cut them
-	// may be megabytes.
-	rows, err := tx.Query(ctx, `SELECT consumer_group, left(coalesce(error, ''), 8192), retry_count, failed_at
+	rows, err := tx.Query(ctx, `SELECT consumer_group, `+deadLetterErrorSQL("error")+`, retry_count, failed_at
 		FROM queen.dead_letters WHERE partition_id = $1 AND msg_offset = $2 AND message_id = $3
 		ORDER BY id DESC`, d.PartitionID, d.Offset, d.ID)
 	if err != nil {

@@ -594,10 +594,8 @@ func (s *Store) ListDeadLetters(ctx context.Context, f DeadLetterFilter) ([]Dead
 		if err := tx.QueryRow(ctx, `SELECT count(*)`+from, args...).Scan(&total); err != nil {
 			return err
 		}
-		// left(…, 8192): error texts stored before DeadLetterError cut
-		// them may be megabytes.
 		rows, err := tx.Query(ctx, `SELECT d.partition_id, q.name, p.name, d.consumer_group, d.msg_offset, d.message_id,
-			d.transaction_id, left(coalesce(d.error, ''), 8192), d.retry_count, d.failed_at`+from+`
+			d.transaction_id, `+deadLetterErrorSQL("d.error")+`, d.retry_count, d.failed_at`+from+`
 			ORDER BY d.id DESC LIMIT $6 OFFSET $7`, append(args, f.Limit, f.Offset)...)
 		if err != nil {
 			return err

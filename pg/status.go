@@ -276,9 +276,7 @@ func (s *Status) DeadLetters(ctx context.Context, f StatusFilter) (*DeadLetterSu
 		"", f.Queue, f.Namespace, f.Task).Scan(&d.Total, &d.Partitions); err != nil {
 		return nil, fmt.Errorf("pg: dead-letter summary: %w", err)
 	}
-	// left(…, 8192): error texts stored before DeadLetterError cut them
-	// may be megabytes.
-	rows, err := s.st.pool.Query(ctx, `SELECT left(coalesce(dl.error, ''), 8192), count(*)`+from+`
+	rows, err := s.st.pool.Query(ctx, `SELECT `+deadLetterErrorSQL("dl.error")+`, count(*)`+from+`
 		GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 5`, "", f.Queue, f.Namespace, f.Task)
 	if err != nil {
 		return nil, fmt.Errorf("pg: dead-letter summary: %w", err)

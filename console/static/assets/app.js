@@ -143,6 +143,9 @@ function denied(e) {
 /** QUEUE_MODE is queue mode's consumer group name (competing consumers, one cursor). */
 const QUEUE_MODE = '__QUEUE_MODE__';
 
+/** groupLabel is how a consumer group name is shown: queue mode's as "queue mode". */
+const groupLabel = (g) => (g === QUEUE_MODE ? 'queue mode' : g);
+
 /** failureText says which route answered e (a failed api call) what, with its HTTP status. */
 function failureText(e) {
   return (e.path ? e.path + ' answered ' : '') + (e.message || String(e)) + (e.status ? ' (HTTP ' + e.status + ')' : '');
@@ -609,7 +612,7 @@ function messageDetail() {
       const groups = (m.consumerGroups || []).map((g) => h('tr', {}, td(h('code', {}, g.name)), td(g.status), td(g.consumed ? 'yes' : 'no'), td(when(g.leaseExpiresAt))));
       const traces = tr.error ? [emptyRow(5, tr.error.message)] : (tr.traces || []).length === 0 ? [emptyRow(5, 'No traces.')]
         : tr.traces.map((t) => h('tr', { 'data-test': 'trace-row' }, td(when(t.created_at)), td(t.event_type), td((t.trace_names || []).join(', ') || '—'),
-          td(t.consumer_group === QUEUE_MODE ? 'queue mode' : t.consumer_group || '—'), td(h('span', { class: 'excerpt mono' }, excerpt(t.data)))));
+          td(groupLabel(t.consumer_group) || '—'), td(h('span', { class: 'excerpt mono' }, excerpt(t.data)))));
       fill(el,
         h('h2', {}, 'Message ', h('code', {}, m.transactionId)),
         h('div', { class: 'grid2' },
@@ -724,7 +727,7 @@ function queueView(name) {
       c.groups.set(num(mine.length), mine.length, mine.some((g) => g.name === QUEUE_MODE) ? 'queue mode included' : '');
       fill(partBody, partitions.length === 0 ? emptyRow(11, 'No partitions.') : partitions.map((p) => {
         const s = p.stats || {};
-        const lag = Object.entries(p.lag || {}).map(([g, n]) => (g === QUEUE_MODE ? 'queue mode' : g) + ': ' + num(n)).join(', ');
+        const lag = Object.entries(p.lag || {}).map(([g, n]) => groupLabel(g) + ': ' + num(n)).join(', ');
         return h('tr', { 'data-test': 'part-row', 'data-partition': p.name },
           td(p.name), tdn(p.depth, { 'data-test': 'part-depth' }), tdn(ready.has(p.name) ? ready.get(p.name) : null),
           tdn(s.pending), tdn(s.processing), tdn(s.completed), tdn(s.deadLetter), tdn(p.nextOffset),
@@ -817,7 +820,7 @@ function dlqView() {
               h('dt', {}, 'Accepted'), h('dd', {}, when(m.createdAt)), h('dt', {}, 'Offset'), h('dd', {}, num(m.offset))),
             h('h3', {}, 'Payload'), h('pre', { class: 'payload' }, pretty(m.data)));
         },
-      }, td(when(m.failedAt)), td(m.queue), td(m.partition), td(m.consumerGroup === QUEUE_MODE ? 'queue mode' : m.consumerGroup),
+      }, td(when(m.failedAt)), td(m.queue), td(m.partition), td(groupLabel(m.consumerGroup)),
       td(h('code', {}, m.transactionId)), td(m.errorMessage || '—', { class: 'bad' }), tdn(m.retryCount),
       td(h('span', { class: 'excerpt mono' }, excerpt(m.data))))));
     },

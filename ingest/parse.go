@@ -159,7 +159,7 @@ func parseBodyInto(dst []ParsedItem, body []byte, maxItems int) ([]ParsedItem, e
 func ParseTransactionItems(raw []byte, earlier int) ([]ParsedItem, error) {
 	p := itemParser{s: scanner{b: raw}, maxItems: max(MaxTransactionItems-earlier, 0), limitAll: true}
 	if earlier > 0 {
-		p.limitNote = fmt.Sprintf("(%d push items in earlier operations)", earlier)
+		p.limitNote = fmt.Sprintf(" (%d push items in earlier operations)", earlier)
 	}
 	items, verr := p.items(true)
 	p.s.finish()
@@ -315,7 +315,7 @@ func (p *itemParser) items(allowTrace bool) (items []ParsedItem, verr error) {
 	s.depth--
 	if p.tooMany(n) {
 		if p.limitAll {
-			return nil, bad("the push has %d items %s; a transaction or stream cycle carries at most %d push items in all",
+			return nil, bad("the push has %d items%s; a transaction or stream cycle carries at most %d push items in all",
 				n, p.limitNote, MaxTransactionItems)
 		}
 		return nil, bad("the push has %d items; at most %d are accepted per request (QUEEN_MAX_PUSH_ITEMS)", n, p.maxItems)

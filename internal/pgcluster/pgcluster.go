@@ -38,14 +38,15 @@ import (
 
 // Cluster is one throwaway PostgreSQL server.
 type Cluster struct {
-	Dir   string // data directory root (data/ and sock/ inside)
-	Port  int
-	bin   string
-	runAs string // "" or "postgres"
-	// cred is runAs's uid and gid (nil when runAs is ""): the owner of the
-	// directory and socket directory, and the server's credential.
+	Dir  string // data directory root (data/ and sock/ inside)
+	Port int
+	bin  string
+	// cred is the postgres user's uid and gid when this process runs as
+	// root (initdb refuses root), else nil: the owner of the directory and
+	// socket directory, the server's credential, and whom cmd runs as.
 	cred *syscall.Credential
-	// extra are server options ("-c name=value") added to every start.
+	// extra are server arguments ("-c", "name=value", ...) added to every
+	// start.
 	extra []string
 	opts  Options
 	// exited is closed when the server started last by Restart has
@@ -80,21 +81,23 @@ const (
 	DefaultMaxConnections = 200
 )
 
-// settings are the server's -c options beyond port and sockets.
-func (o Options) settings() string {
+// settings are the server's -c arguments beyond port and sockets.
+func (o Options) settings() []string {
 	if o.SharedBuffers == "" {
 		o.SharedBuffers = DefaultSharedBuffers
 	}
 	if o.MaxConnections == 0 {
 		o.MaxConnections = DefaultMaxConnections
 	}
-	sync := "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+	sync := "off"
 	if o.Durable {
-		sync = "-c fsync=on -c synchronous_commit=on -c full_page_writes=on"
+		sync = "on"
 	}
-	out := fmt.Sprintf("%s -c max_connections=%d -c shared_buffers=%s", sync, o.MaxConnections, o.SharedBuffers)
+	out := []string{"-c", "fsync=" + sync, "-c", "synchronous_commit=" + sync, "-c", "full_page_writes=" + sync,
+		"-c", "max_connections=" + strconv.Itoa(o.MaxConnections), "-c", "shared_buffers=" + o.SharedBuffers}
 	if o.StatStatements {
-		out += " -c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=all -c pg_stat_statements.track_planning=on"
+		out = append(out, "-c", "shared_preload_libraries=pg_stat_statements", "-c", "pg_stat_statements.track=all",
+			"-c", "pg_stat_statements.track_planning=on")
 	}
 	return out
 }
@@ -136,8 +139,8 @@ func freePort() (int, error) {
 
 func (c *Cluster) cmd(ctx context.Context, name string, args ...string) *exec.Cmd {
 	path := filepath.Join(c.bin, name)
-	if c.runAs != "" {
-		return exec.CommandContext(ctx, "runuser", append([]string{"-u", c.runAs, "--", path}, args...)...)
+	if c.cred != nil {
+		return exec.CommandContext(ctx, "runuser", append([]string{"-u", "postgres", "--", path}, args...)...)
 	}
 	return exec.CommandContext(ctx, path, args...)
 }
@@ -167,7 +170,7 @@ func StartWith(ctx context.Context, o Options) (*Cluster, error) {
 // replicationOptions make a server a primary that streaming standbys can
 // follow: WAL with enough detail for a standby, a few WAL senders, and
 // WAL kept for a standby that falls behind for a while.
-var replicationOptions = []string{"-c wal_level=replica", "-c max_wal_senders=4", "-c wal_keep_size=256MB"}
+var replicationOptions = []string{"-c", "wal_level=replica", "-c", "max_wal_senders=4", "-c", "wal_keep_size=256MB"}
 
 // StartPrimary is Start for a primary that asynchronous streaming standbys
 // (StartStandby) can follow: wal_level=replica, max_wal_senders, and a
@@ -201,7 +204,6 @@ func newCluster() (*Cluster, error) {
 	}
 	c := &Cluster{Dir: dir, bin: bin}
 	if os.Geteuid() == 0 {
-		c.runAs = "postgres"
 		u, err := user.Lookup("postgres")
 		if err != nil {
 			os.RemoveAll(dir)
@@ -287,10 +289,8 @@ func (c *Cluster) Restart(ctx context.Context) error {
 	}
 	args := []string{"-D", filepath.Join(c.Dir, "data"), "-p", strconv.Itoa(c.Port), "-k", filepath.Join(c.Dir, "sock"),
 		"-c", "listen_addresses=127.0.0.1"}
-	args = append(args, strings.Fields(c.opts.settings())...)
-	for _, e := range c.extra {
-		args = append(args, strings.Fields(e)...)
-	}
+	args = append(args, c.opts.settings()...)
+	args = append(args, c.extra...)
 	// c.cred nil: this process's own credential.
 	attr := &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGQUIT, Credential: c.cred}
 	logPath := filepath.Join(c.Dir, "server.log")

@@ -33,26 +33,17 @@ type QueueSummary struct {
 // /api/v1/resources/overview and /status/queues, per queue (O(partitions)
 // index probes, see pg/admin.go).
 func (s *Store) ListQueues(ctx context.Context) ([]QueueSummary, error) {
-	rows, err := s.pool.Query(ctx, `WITH pc AS (`+partitionCountsSQL("true")+`)
-		SELECT q.id, q.name, q.namespace, q.task, q.created_at, count(pc.id),
-			coalesce(sum(pc.total), 0)::bigint, coalesce(sum(pc.pending), 0)::bigint, coalesce(sum(pc.processing), 0)::bigint
-		FROM queen.queues q LEFT JOIN pc ON pc.queue_id = q.id
-		GROUP BY q.id ORDER BY q.name`, QueueModeGroup)
+	qs, err := queueCounts(ctx, s.pool, `SELECT q.id, q.name, q.namespace, q.task, q.created_at FROM queen.queues q`,
+		"qs.name", QueueModeGroup)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []QueueSummary
-	for rows.Next() {
-		var q QueueSummary
-		var id pgtype.UUID
-		if err := rows.Scan(&id, &q.Name, &q.Namespace, &q.Task, &q.CreatedAt, &q.Partitions, &q.Total, &q.Pending, &q.Processing); err != nil {
-			return nil, err
-		}
-		q.ID = id.Bytes
-		out = append(out, q)
+	out := make([]QueueSummary, len(qs))
+	for i, q := range qs {
+		out[i] = QueueSummary{ID: q.ID, Name: q.Name, Namespace: q.Namespace, Task: q.Task, CreatedAt: q.CreatedAt,
+			Partitions: q.Partitions, Total: q.Total, Pending: q.Pending, Processing: q.Active}
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // PartitionDetail is one partition of GET /api/v1/resources/queues/:q.

@@ -55,17 +55,31 @@ func (q StatusQueue) Completed() int64 { return q.Total - q.Pending }
 // Queues returns the queues matching f, newest first (Queen's order), from
 // offset, at most limit of them, with their counts.
 func (s *Status) Queues(ctx context.Context, f StatusFilter, limit, offset int) ([]StatusQueue, error) {
-	rows, err := s.st.pool.Query(ctx, `WITH qs AS (
-			SELECT q.id, q.name, q.namespace, q.task, q.created_at FROM queen.queues q
-			WHERE `+queueFilterSQL+` ORDER BY q.created_at DESC, q.name LIMIT $5 OFFSET $6),
+	out, err := queueCounts(ctx, s.st.pool, `SELECT q.id, q.name, q.namespace, q.task, q.created_at FROM queen.queues q
+			WHERE `+queueFilterSQL+` ORDER BY q.created_at DESC, q.name LIMIT $5 OFFSET $6`, "qs.created_at DESC, qs.name",
+		QueueModeGroup, f.Queue, f.Namespace, f.Task, limit, offset)
+	if err != nil {
+		return nil, fmt.Errorf("pg: status queues: %w", err)
+	}
+	return out, nil
+}
+
+// queueCounts runs qs, a SELECT of queues (id, name, namespace, task,
+// created_at of queen.queues; $1 is QueueModeGroup, its other parameters
+// are args after it), and returns them in order (an ORDER BY of qs's
+// columns) with queue mode's counts over their partitions
+// (partitionCountsSQL): the one statement of /status/queues and of the
+// resource routes' queue list.
+func queueCounts(ctx context.Context, db dbtx, qs, order string, args ...any) ([]StatusQueue, error) {
+	rows, err := db.Query(ctx, `WITH qs AS (`+qs+`),
 		pc AS (`+partitionCountsSQL("p.queue_id IN (SELECT id FROM qs)")+`)
 		SELECT qs.id, qs.name, qs.namespace, qs.task, qs.created_at, count(pc.id),
 			coalesce(sum(pc.total), 0)::bigint, coalesce(sum(pc.pending), 0)::bigint, coalesce(sum(pc.processing), 0)::bigint
 		FROM qs LEFT JOIN pc ON pc.queue_id = qs.id
 		GROUP BY qs.id, qs.name, qs.namespace, qs.task, qs.created_at
-		ORDER BY qs.created_at DESC, qs.name`, QueueModeGroup, f.Queue, f.Namespace, f.Task, limit, offset)
+		ORDER BY `+order, args...)
 	if err != nil {
-		return nil, fmt.Errorf("pg: status queues: %w", err)
+		return nil, err
 	}
 	defer rows.Close()
 	var out []StatusQueue
@@ -73,15 +87,12 @@ func (s *Status) Queues(ctx context.Context, f StatusFilter, limit, offset int) 
 		var q StatusQueue
 		var id pgtype.UUID
 		if err := rows.Scan(&id, &q.Name, &q.Namespace, &q.Task, &q.CreatedAt, &q.Partitions, &q.Total, &q.Pending, &q.Active); err != nil {
-			return nil, fmt.Errorf("pg: status queues: %w", err)
+			return nil, err
 		}
 		q.ID = id.Bytes
 		out = append(out, q)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("pg: status queues: %w", err)
-	}
-	return out, nil
+	return out, rows.Err()
 }
 
 // StatusPartition is one partition of GET /api/v1/status/queues/:queue,

@@ -28,7 +28,10 @@ type dbtx interface {
 // live lease, least recently consumed first), locks the cursors of up to
 // $4 of them (FOR UPDATE SKIP LOCKED, so concurrent pops spread over the
 // partitions instead of queueing on one), shares the batch $5 among them
-// in claim order, and returns with each locked cursor the segments that
+// in claim order, bounds the shares by the pop's byte bound $6 (the
+// segments' plain bytes summed in claim order: a cursor's share ends with
+// the segment that reaches it, and later cursors get nothing; see
+// boundedTakeSQL), and returns with each locked cursor the segments that
 // hold its share. One row per (cursor, segment); one row with NULL cursor
 // columns when nothing was locked; no row when the queue does not exist.
 //
@@ -72,15 +75,27 @@ var claimSQL = `WITH q AS (
 	FROM locked l
 ), share AS (
 	SELECT claim.*, greatest(least(avail, $5::bigint - coalesce(sum(avail) OVER (ORDER BY ord
-		ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)::bigint), 0) AS take
+		ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)::bigint), 0) AS share
 	FROM claim
+), sized AS (
+	SELECT sh.ord, x.last_offset, sum(x.bytes) OVER (ORDER BY sh.ord, x.base_offset) - x.bytes AS before
+	FROM share sh CROSS JOIN LATERAL (
+		SELECT sg.base_offset, sg.last_offset, ` + segmentBytesSQL + ` AS bytes FROM queen.segments sg
+		WHERE sg.partition_id = sh.partition_id AND sg.base_offset <= sh.cursor_offset + sh.share - 1
+			AND sg.base_offset >= ` + segmentStartSQL("sh.partition_id", "sh.cursor_offset") + `) x
+	WHERE sh.share > 0
+), bounded AS (
+	SELECT sh.*, CASE WHEN sh.share = 0 OR NOT EXISTS (SELECT 1 FROM sized z WHERE z.ord = sh.ord) THEN sh.share
+		ELSE greatest(least(sh.share, coalesce((SELECT max(z.last_offset) FROM sized z WHERE z.ord = sh.ord AND z.before < $6::bigint),
+			sh.cursor_offset - 1) - sh.cursor_offset + 1), 0) END AS take
+	FROM share sh
 )
 SELECT q.id, q.name, q.lease_time, q.retry_limit, q.delayed_processing, q.window_buffer, (SELECT ok FROM fast),
 	(SELECT count(*) FROM cand),
 	b.partition_id, b.name, b.next_offset, b.cursor_offset, b.lease_id, b.lease_expires_at, b.live, b.lease_end,
 	b.retry_count, b.acked, b.lease_key, b.take, false, false, s.base_offset, s.last_offset, s.body
 FROM q
-LEFT JOIN share b ON b.take > 0
+LEFT JOIN bounded b ON b.take > 0
 LEFT JOIN LATERAL (
 	SELECT sg.base_offset, sg.last_offset, sg.body FROM queen.segments sg
 	WHERE sg.partition_id = b.partition_id AND sg.base_offset <= b.cursor_offset + b.take - 1
@@ -92,7 +107,8 @@ ORDER BY b.ord, s.base_offset`
 // claimOneSQL is claimSQL for pops of one partition each: one pop ($4 is
 // 1), or a combined pop (pg/popcombine.go: $4 pops, one partition each).
 // Each cursor locked takes up to $5 (the batch of one pop: no sharing),
-// in claim order. It is lighter than claimSQL, and does the pop's cursor
+// in claim order, and no more than the byte bound $9 allows
+// (boundedTakeSQL). It is lighter than claimSQL, and does the pop's cursor
 // write in the same statement where it is already known: the locked cursor is "clean" when it holds no lease (not even a
 // lapsed one, whose retry count the general rules must apply), no offset
 // at or past it is deleted (tombstones), and the segment holding it is
@@ -128,7 +144,9 @@ var claimOneSQL = `WITH q AS (
 ), locked AS (
 	SELECT cd.ord, c.partition_id, cd.name, cd.next_offset, c.cursor_offset, c.lease_id, c.lease_expires_at,
 		coalesce(c.lease_expires_at > now(), false) AS live, coalesce(c.lease_end, -1) AS lease_end, c.retry_count,
-		c.acked, c.lease_key, least(cd.next_offset - c.cursor_offset, $5::bigint) AS take,
+		c.acked, c.lease_key, least(cd.next_offset - c.cursor_offset, $5::bigint,
+			CASE WHEN $5::bigint > 1 AND cd.next_offset - c.cursor_offset > 1 THEN
+				` + boundedTakeSQL("c.partition_id", "c.cursor_offset", "least(cd.next_offset - c.cursor_offset, $5::bigint)", "$9::bigint") + ` END) AS take,
 		EXISTS (SELECT 1 FROM queen.tombstones t WHERE t.partition_id = c.partition_id
 			AND t.msg_offset >= c.cursor_offset) AS deleted
 	FROM (SELECT *, row_number() OVER (ORDER BY cand.last_consumed_at NULLS FIRST, cand.id) AS ord
@@ -355,13 +373,14 @@ func queueClaim(b *pgx.Batch, req PopRequest, lease uuid.UUID) {
 	switch {
 	case req.Partitions == 1:
 		b.Queue(claimOneSQL, req.Queue, req.Group, req.Partitions*4+16, req.Partitions, req.Batch, req.AutoAck,
-			pgtype.UUID{Bytes: lease, Valid: lease != uuid.Nil}, DefaultLeaseSeconds)
+			pgtype.UUID{Bytes: lease, Valid: lease != uuid.Nil}, DefaultLeaseSeconds, req.MaxBytes)
 	case req.perPartition > 0:
-		// A combined pop: one partition per pop, each up to its batch.
+		// A combined pop: one partition per pop, each up to its batch
+		// and byte bound.
 		b.Queue(claimOneSQL, req.Queue, req.Group, req.Partitions*4+16, req.Partitions, req.perPartition, req.AutoAck,
-			pgtype.UUID{Bytes: lease, Valid: lease != uuid.Nil}, DefaultLeaseSeconds)
+			pgtype.UUID{Bytes: lease, Valid: lease != uuid.Nil}, DefaultLeaseSeconds, req.MaxBytes)
 	default:
-		b.Queue(claimSQL, req.Queue, req.Group, req.Partitions*4+16, req.Partitions, req.Batch)
+		b.Queue(claimSQL, req.Queue, req.Group, req.Partitions*4+16, req.Partitions, req.Batch, req.MaxBytes)
 	}
 }
 
@@ -576,6 +595,32 @@ func queryAfterBegin(br pgx.BatchResults, begin bool) (pgx.Rows, error) {
 		}
 	}
 	return br.Query()
+}
+
+// segmentBytesSQL is the size in bytes of segment sg once read: its plain
+// (version-1) body's length, or for a segment written without it (by a
+// broker before plain_bytes) the stored body's length.
+const segmentBytesSQL = `coalesce(sg.plain_bytes, octet_length(sg.body))`
+
+// boundedTakeSQL is how many offsets from cursor of partition pid a pop
+// may take under its byte bound maxBytes (all SQL expressions; take is
+// what it would take without the bound): the segments holding
+// cursor..cursor+take-1 are summed in offset order (segmentBytesSQL), and
+// the take ends with the first segment that brings the sum to maxBytes,
+// so that a pop's answer holds at most maxBytes plus one segment (a
+// segment is at most one projector batch of one partition) and always
+// the first segment's messages, however large (a message larger than the
+// bound is delivered alone, never stuck). NULL when the segments of the
+// whole take stay under maxBytes (least() then ignores it). The bound is
+// QUEEN_MAX_POP_BYTES (PopRequest.MaxBytes); docs/consume.md, "How much
+// one pop returns".
+func boundedTakeSQL(pid, cursor, take, maxBytes string) string {
+	return `(SELECT greatest(x.last_offset - ` + cursor + ` + 1, 1) FROM (
+				SELECT sg.last_offset, sum(` + segmentBytesSQL + `) OVER (ORDER BY sg.base_offset) AS run
+				FROM queen.segments sg WHERE sg.partition_id = ` + pid + `
+					AND sg.base_offset <= ` + cursor + ` + ` + take + ` - 1
+					AND sg.base_offset >= ` + segmentStartSQL(pid, cursor) + `) x
+				WHERE x.run >= ` + maxBytes + ` ORDER BY x.last_offset LIMIT 1)`
 }
 
 // segmentStartSQL is where a read of partition pid's offsets from at on

@@ -2,6 +2,7 @@ package pg
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -56,6 +57,11 @@ type PopRequest struct {
 	// yet is recorded from then, and receives the message whose push
 	// created the queue and woke it (docs/consume.md, "Subscriptions").
 	NewFrom *time.Time
+
+	// MaxBytes bounds what the pop delivers, in bytes of the messages'
+	// stored form; 0 takes the Store's (Config.MaxPopBytes). At least one
+	// message is delivered however large (boundedTakeSQL).
+	MaxBytes int64
 
 	// perPartition, when > 0, caps what one partition delivers (a
 	// combined pop: pg/popcombine.go); Batch caps the total.
@@ -159,6 +165,9 @@ func (s *Store) Pop(ctx context.Context, req PopRequest) (*PopResult, error) {
 	if req.Partitions < 1 || req.Partition != "" {
 		req.Partitions = 1
 	}
+	if req.MaxBytes <= 0 {
+		req.MaxBytes = cmp.Or(s.maxPopBytes, DefaultMaxPopBytes)
+	}
 	req.perPartition = 0
 	if combinable(req) {
 		return s.popCombined(ctx, req)
@@ -251,7 +260,7 @@ func (s *Store) popTx(ctx context.Context, req PopRequest, res *PopResult) error
 					}
 					continue
 				}
-				msgs, err := s.popPartition(ctx, tx, q, cc.id, cc.name, req, res, cc.take, true, false, cc, &w)
+				msgs, err := s.popPartition(ctx, tx, q, cc.id, cc.name, req, res, cc.take, 0, true, false, cc, &w)
 				if err != nil {
 					return err
 				}
@@ -338,7 +347,7 @@ func (s *Store) deliverCommitted(ctx context.Context, tx dbtx, req PopRequest, r
 	res.leaseSeconds = q.leaseTime
 	var w pgx.Batch // stays empty: every cursor was written by the claim
 	for _, cc := range c.cursors {
-		msgs, err := s.popPartition(ctx, tx, q, cc.id, cc.name, req, res, cc.take, true, false, cc, &w)
+		msgs, err := s.popPartition(ctx, tx, q, cc.id, cc.name, req, res, cc.take, 0, true, false, cc, &w)
 		if err == nil && w.Len() > 0 {
 			err = fmt.Errorf("pop of partition %s queued a cursor write after its claim committed", cc.id)
 		}
@@ -457,8 +466,15 @@ func (s *Store) popGeneral(ctx context.Context, tx dbtx, q *queueRow, req PopReq
 		}
 	}
 	budget := req.Batch - len(res.Messages)
+	// The pop's byte bound (PopRequest.MaxBytes): what is left of it for
+	// each partition in turn; a partition reached once it is spent is not
+	// read.
+	bytesLeft := req.MaxBytes
+	for i := range res.Messages {
+		bytesLeft -= int64(messageLen(&res.Messages[i].Message))
+	}
 	for i, c := range cands {
-		if budget == 0 || len(res.Claimed) == req.Partitions {
+		if budget == 0 || len(res.Claimed) == req.Partitions || bytesLeft <= 0 {
 			break
 		}
 		skipLocked := req.Partition == "" && !(waitFirst && i == 0)
@@ -466,7 +482,7 @@ func (s *Store) popGeneral(ctx context.Context, tx dbtx, q *queueRow, req PopReq
 		if req.perPartition > 0 {
 			take = min(take, req.perPartition)
 		}
-		msgs, err := s.popPartition(ctx, tx, q, c.id, c.name, req, res, take, skipLocked, c.fresh, nil, w)
+		msgs, err := s.popPartition(ctx, tx, q, c.id, c.name, req, res, take, bytesLeft, skipLocked, c.fresh, nil, w)
 		if err != nil {
 			return err
 		}
@@ -474,6 +490,9 @@ func (s *Store) popGeneral(ctx context.Context, tx dbtx, q *queueRow, req PopReq
 			res.Claimed = append(res.Claimed, ClaimedPartition{c.id, c.name})
 			res.Messages = appendPopped(res.Messages, msgs)
 			budget -= len(msgs)
+			for i := range msgs {
+				bytesLeft -= int64(messageLen(&msgs[i].Message))
+			}
 		}
 	}
 	return nil
@@ -582,12 +601,23 @@ func startOffset(ctx context.Context, tx dbtx, queueID, partID uuid.UUID, group 
 // [from, to], in order; offsets whose segment is gone are skipped, and so
 // are deleted ones (queen.tombstones, pg/tombstone.go).
 func fetch(ctx context.Context, tx dbtx, partID uuid.UUID, from, to int64) ([]StoredMessage, error) {
+	return fetchBounded(ctx, tx, partID, from, to, 0)
+}
+
+// fetchBounded is fetch reading segments only while the ones before stay
+// under maxBytes (segmentBytesSQL summed in offset order; 0: no bound):
+// the first segment is always read, and the messages returned end with
+// the segment that reached the bound (a pop's read: boundedTakeSQL).
+func fetchBounded(ctx context.Context, tx dbtx, partID uuid.UUID, from, to, maxBytes int64) ([]StoredMessage, error) {
 	rows, err := tx.Query(ctx, `SELECT g.base_offset, g.last_offset, g.body,
 		ARRAY(SELECT t.msg_offset FROM queen.tombstones t WHERE t.partition_id = $1
 			AND t.msg_offset >= greatest(g.base_offset, $2) AND t.msg_offset <= least(g.last_offset, $3)) AS deleted
-		FROM queen.segments g
-		WHERE g.partition_id = $1 AND g.base_offset <= $3 AND g.base_offset >= `+segmentStartSQL("$1", "$2")+`
-		ORDER BY g.base_offset`, partID, from, to)
+		FROM (SELECT sg.base_offset, sg.last_offset, sg.body,
+				sum(`+segmentBytesSQL+`) OVER (ORDER BY sg.base_offset) - `+segmentBytesSQL+` AS before
+			FROM queen.segments sg
+			WHERE sg.partition_id = $1 AND sg.base_offset <= $3 AND sg.base_offset >= `+segmentStartSQL("$1", "$2")+`) g
+		WHERE $4::bigint <= 0 OR g.before < $4::bigint
+		ORDER BY g.base_offset`, partID, from, to, maxBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -615,9 +645,12 @@ func fetch(ctx context.Context, tx dbtx, partID uuid.UUID, from, to int64) ([]St
 // pre, when set, is the partition's cursor as claimSQL locked it, with the
 // segments of the offsets to deliver; otherwise the cursor is locked here
 // (skipLocked, create: see lockCursor) and the segments fetched. The
-// cursor's write is queued on w, sent with the pop's COMMIT.
+// cursor's write is queued on w, sent with the pop's COMMIT. maxBytes > 0
+// bounds what it delivers in stored bytes (messageLen), at least one
+// message however large (the general path's part of the pop's byte bound;
+// a claim statement bounded pre's take already, and its callers pass 0).
 func (s *Store) popPartition(ctx context.Context, tx dbtx, q *queueRow, partID uuid.UUID, partName string,
-	req PopRequest, res *PopResult, budget int, skipLocked, create bool, pre *claimedCursor, w *pgx.Batch) ([]PoppedMessage, error) {
+	req PopRequest, res *PopResult, budget int, maxBytes int64, skipLocked, create bool, pre *claimedCursor, w *pgx.Batch) ([]PoppedMessage, error) {
 	if pre != nil && pre.updated {
 		// The claim statement wrote the cursor (under the pop's seed bound
 		// to it): decode its offsets straight into the answer.
@@ -671,7 +704,7 @@ func (s *Store) popPartition(ctx context.Context, tx dbtx, q *queueRow, partID u
 			// returns.
 			defer releaseStored(sp)
 		} else {
-			msgs, err = fetch(ctx, tx, partID, cursor, to)
+			msgs, err = fetchBounded(ctx, tx, partID, cursor, to, maxBytes)
 		}
 		if err != nil {
 			return nil, err
@@ -728,6 +761,9 @@ func (s *Store) popPartition(ctx context.Context, tx dbtx, q *queueRow, partID u
 			break
 		}
 	}
+	if maxBytes > 0 {
+		msgs = msgs[:withinBytes(msgs, maxBytes)]
+	}
 	first, last := msgs[0].Offset, msgs[len(msgs)-1].Offset
 	if pre != nil && pre.updated {
 		// claimOneSQL wrote the cursor for exactly these offsets.
@@ -763,6 +799,22 @@ func (s *Store) popPartition(ctx context.Context, tx dbtx, q *queueRow, partID u
 		}
 	}
 	return out, nil
+}
+
+// withinBytes is how many of msgs a pop delivers under a bound of
+// maxBytes: their stored lengths (messageLen) are summed in order, and the
+// pop ends with the message that brings the sum to maxBytes (so at least
+// one, however large), as a claim ends with such a segment
+// (boundedTakeSQL).
+func withinBytes(msgs []StoredMessage, maxBytes int64) int {
+	var sum int64
+	for i := range msgs {
+		sum += int64(messageLen(&msgs[i].Message))
+		if sum >= maxBytes {
+			return i + 1
+		}
+	}
+	return len(msgs)
 }
 
 func windowActive(q *queueRow, lastMsgAt *time.Time) bool {

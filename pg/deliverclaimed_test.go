@@ -65,7 +65,7 @@ func TestDeliverClaimed(t *testing.T) {
 			res.LeaseID, res.leaseSeed = uuid.Nil, uuid.Nil
 		}
 		var w pgx.Batch
-		got, err := s.popPartition(context.Background(), nil, q, pid, "p7", req, res, 100, true, false, cc(segs), &w)
+		got, err := s.popPartition(context.Background(), nil, q, pid, "p7", req, res, 100, 0, true, false, cc(segs), &w)
 		if err != nil || w.Len() != 0 {
 			t.Fatalf("autoAck=%v: %v (%d writes queued)", autoAck, err, w.Len())
 		}

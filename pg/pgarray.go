@@ -220,26 +220,27 @@ const maxPooledPack = 4 << 20
 // body to store (storeSegment: compressed where compress is set and it
 // pays, else version 1), one after another in pack.out, and where each
 // lies: its byte offset (0-based) and length, in order, the integer[]
-// parameters that cut the pack apart. Give pack back with putPackBuf once
-// the statement is sent.
-func packSegments(segs segmentBodies, compress bool) (pack *packBuf, offsets, lens []int32) {
+// parameters that cut the pack apart, and each body's plain (version-1)
+// length, stored as the segment's plain_bytes (what the pops' byte bound
+// sums: popBytesSQL). Give pack back with putPackBuf once the statement is
+// sent.
+func packSegments(segs segmentBodies, compress bool) (pack *packBuf, offsets, lens, plains []int32) {
 	pack = packBufs.Get().(*packBuf)
-	offsets, lens = make([]int32, len(segs)), make([]int32, len(segs))
-	// lens holds each plain (version-1) length until its body is packed;
+	offsets, lens, plains = make([]int32, len(segs)), make([]int32, len(segs)), make([]int32, len(segs))
 	// out is grown once, for the most the bodies may take while packed.
 	n := 0
 	for i, msgs := range segs {
-		lens[i] = int32(SegmentLen(msgs))
+		plains[i] = int32(SegmentLen(msgs))
 		if compress {
-			n += storedSegmentCap(int(lens[i]))
+			n += storedSegmentCap(int(plains[i]))
 		} else {
-			n += int(lens[i])
+			n += int(plains[i])
 		}
 	}
 	out := slices.Grow(pack.out[:0], n)
 	for i, msgs := range segs {
 		at := len(out)
-		if !compress || !compressible(int(lens[i])) {
+		if !compress || !compressible(int(plains[i])) {
 			out = encodeSegmentGrown(out, msgs) // stored as it is: encoded in place
 		} else {
 			pack.plain = EncodeSegment(pack.plain[:0], msgs)
@@ -248,7 +249,7 @@ func packSegments(segs segmentBodies, compress bool) (pack *packBuf, offsets, le
 		offsets[i], lens[i] = int32(at), int32(len(out)-at)
 	}
 	pack.out = out
-	return pack, offsets, lens
+	return pack, offsets, lens, plains
 }
 
 // putPackBuf gives a packBuf back to packBufs (nil: nothing), unless it

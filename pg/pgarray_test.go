@@ -137,7 +137,7 @@ func TestSegmentPackBinaryOnly(t *testing.T) {
 // into each segment's stored body: version 1 (EncodeSegment's bytes)
 // without compression, for small segments and for ones that do not
 // compress; version 2 for a large compressible one; every body decodes to
-// the segment's messages. A pack given back and taken again is reused.
+// the segment's messages; each plain length is its version-1 body's. A pack given back and taken again is reused.
 func TestSegmentLayout(t *testing.T) {
 	noise := make([]byte, 3000)
 	rand.Read(noise)
@@ -146,14 +146,17 @@ func TestSegmentLayout(t *testing.T) {
 		{{ID: uuid.New(), TransactionID: "big", CreatedAtMicros: 1767225600000000, Payload: bytes.Repeat([]byte(`{"k":"v"},`), 400)}},
 		{{ID: uuid.New(), Payload: noise}}}
 	for _, compress := range []bool{false, true} {
-		pack, offsets, lens := packSegments(segs, compress)
-		if len(offsets) != len(segs) || len(lens) != len(segs) {
-			t.Fatalf("layout of %d segments: %d offsets, %d lengths", len(segs), len(offsets), len(lens))
+		pack, offsets, lens, plains := packSegments(segs, compress)
+		if len(offsets) != len(segs) || len(lens) != len(segs) || len(plains) != len(segs) {
+			t.Fatalf("layout of %d segments: %d offsets, %d lengths, %d plain lengths", len(segs), len(offsets), len(lens), len(plains))
 		}
 		end := 0
 		for i := range segs {
 			got := pack.out[offsets[i] : offsets[i]+lens[i]]
 			plain := EncodeSegment(nil, segs[i])
+			if int(plains[i]) != len(plain) {
+				t.Fatalf("compress %v segment %d: plain length %d, want %d", compress, i, plains[i], len(plain))
+			}
 			wantV2 := compress && i == 3
 			if wantV2 {
 				if got[0] != segmentVersionS2 || len(got) >= len(plain)/2 {

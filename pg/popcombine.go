@@ -108,9 +108,10 @@ const popCombineInFlight = 1
 // general path), and concurrent first pops of a new group were always
 // a race for whose subscription is recorded.
 type popKey struct {
-	leased bool
-	queue  string
-	batch  int
+	leased   bool
+	queue    string
+	batch    int
+	maxBytes int64
 }
 
 // popWaiter is one queued pop: done is closed once res/err are set or
@@ -201,7 +202,7 @@ func combinable(req PopRequest) bool {
 }
 
 func keyOf(req PopRequest) popKey {
-	return popKey{leased: !req.AutoAck, queue: req.Queue, batch: req.Batch}
+	return popKey{leased: !req.AutoAck, queue: req.Queue, batch: req.Batch, maxBytes: req.MaxBytes}
 }
 
 // byGroup splits autoAck pops ws into runs of one consumer group each, in

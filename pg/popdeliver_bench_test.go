@@ -44,7 +44,7 @@ func BenchmarkPopPartitionClaimed(b *testing.B) {
 				seed := uuid.New()
 				res := &PopResult{LeaseID: seed, leaseSeed: seed}
 				var w pgx.Batch
-				msgs, err := s.popPartition(ctx, nil, q, pid, "p0", req, res, 100, true, false, cc, &w)
+				msgs, err := s.popPartition(ctx, nil, q, pid, "p0", req, res, 100, 0, true, false, cc, &w)
 				if err != nil || len(msgs) != 100 {
 					b.Fatalf("%d messages, %v", len(msgs), err)
 				}

@@ -976,10 +976,10 @@ type batchWrites struct {
 func (w *batchWrites) queue(b *pgx.Batch, items []ProjectItem, out []Outcome) {
 	if len(w.segPID) > 0 {
 		// The bodies last: see store_segments_packed (pg/schema.sql).
-		var offsets, lens []int32
-		w.pack, offsets, lens = packSegments(w.segBody, w.compress)
-		b.Queue(`SELECT queen.store_segments_packed($1::uuid[], $2::bigint[], $3::integer[], $4::text[], $5::boolean[], $6::integer[], $7::integer[], $8::bytea)`,
-			pgUUIDs(w.segPID), w.segBase, w.segCount, w.encQueues, w.encValues, offsets, lens, segmentPack(w.pack.out))
+		var offsets, lens, plains []int32
+		w.pack, offsets, lens, plains = packSegments(w.segBody, w.compress)
+		b.Queue(`SELECT queen.store_segments_packed($1::uuid[], $2::bigint[], $3::integer[], $4::text[], $5::boolean[], $6::integer[], $7::integer[], $8::integer[], $9::bytea)`,
+			pgUUIDs(w.segPID), w.segBase, w.segCount, w.encQueues, w.encValues, offsets, lens, plains, segmentPack(w.pack.out))
 	}
 	if len(w.newKeys) > 0 {
 		b.Queue(`SELECT queen.assert_new_keys($1::bigint[])`, w.newKeys)

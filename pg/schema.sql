@@ -294,7 +294,9 @@ $$;
 -- store_segments_packed is store_segments (same checks, locks, order and
 -- SQLSTATEs) with the bodies sent as one bytea, bodies, instead of a
 -- bytea[]: segment i's body is the body_lens[i] bytes at byte offset
--- body_offsets[i] (0-based) of bodies. pg/project.go calls it;
+-- body_offsets[i] (0-based) of bodies, and plain_lens[i] is the length of
+-- its version-1 (uncompressed) body, stored as plain_bytes (NULL
+-- plain_lens: unknown, NULL). pg/project.go calls it;
 -- store_segments, which brokers of the version before call, packs its
 -- bytea[] and calls it. PostgreSQL
 -- builds a received bytea[] anew (a zeroed allocation of the whole array,
@@ -305,7 +307,7 @@ $$;
 -- buffer sized for it (pg/pgarray.go), which a parameter after it would
 -- outgrow.
 CREATE OR REPLACE FUNCTION queen.store_segments_packed(ids uuid[], bases bigint[], counts integer[], queues text[], encrypt boolean[],
-    body_offsets integer[], body_lens integer[], bodies bytea)
+    body_offsets integer[], body_lens integer[], plain_lens integer[], bodies bytea)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET enable_hashjoin = off SET enable_mergejoin = off SET enable_seqscan = off SET enable_bitmapscan = off SET plan_cache_mode = force_generic_plan
@@ -348,12 +350,28 @@ BEGIN
     SELECT coalesce(sum(l), 0), min(l), count(*) - count(l) INTO total, least, nulls FROM (SELECT unnest(body_lens) AS l) AS t;
     IF coalesce(cardinality(body_offsets), 0) <> coalesce(cardinality(ids), 0)
         OR coalesce(cardinality(body_lens), 0) <> coalesce(cardinality(ids), 0)
-        OR total <> coalesce(octet_length(bodies), 0) OR least < 0 OR nulls > 0 THEN
+        OR total <> coalesce(octet_length(bodies), 0) OR least < 0 OR nulls > 0
+        OR (plain_lens IS NOT NULL AND coalesce(cardinality(plain_lens), 0) <> coalesce(cardinality(ids), 0)) THEN
         RAISE EXCEPTION 'queen: segment bodies do not match their layout' USING ERRCODE = '22023';
     END IF;
-    INSERT INTO queen.segments (partition_id, base_offset, last_offset, body)
-    SELECT v.id, v.base, v.base + v.n - 1, substring(bodies FROM v.o + 1 FOR v.l)
-    FROM (SELECT unnest(ids) AS id, unnest(bases) AS base, unnest(counts) AS n, unnest(body_offsets) AS o, unnest(body_lens) AS l) AS v;
+    -- plain_lens NULL: unnest gives no rows, which the select list's
+    -- lockstep pads with NULLs (plain_bytes unknown).
+    INSERT INTO queen.segments (partition_id, base_offset, last_offset, body, plain_bytes)
+    SELECT v.id, v.base, v.base + v.n - 1, substring(bodies FROM v.o + 1 FOR v.l), v.p
+    FROM (SELECT unnest(ids) AS id, unnest(bases) AS base, unnest(counts) AS n, unnest(body_offsets) AS o, unnest(body_lens) AS l,
+        unnest(plain_lens) AS p) AS v;
+END
+$$;
+
+-- The form without plain_lens is what brokers of the version before call
+-- (kept for a rolling upgrade): their segments get no plain_bytes.
+CREATE OR REPLACE FUNCTION queen.store_segments_packed(ids uuid[], bases bigint[], counts integer[], queues text[], encrypt boolean[],
+    body_offsets integer[], body_lens integer[], bodies bytea)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    PERFORM queen.store_segments_packed(ids, bases, counts, queues, encrypt, body_offsets, body_lens, NULL::integer[], bodies);
 END
 $$;
 
@@ -365,6 +383,7 @@ CREATE TABLE IF NOT EXISTS queen.segments (
     last_offset  bigint NOT NULL,
     created_at   timestamptz NOT NULL DEFAULT now(),
     body         bytea NOT NULL,
+    plain_bytes  integer,
     PRIMARY KEY (partition_id, base_offset)
 );
 -- No foreign key to queen.partitions: its per-row check (an SPI query
@@ -379,6 +398,14 @@ CREATE TABLE IF NOT EXISTS queen.segments (
 -- fires it), whichever broker version deletes it.
 SELECT queen.ddl_once(EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = 'queen.segments'::regclass
     AND conname = 'segments_partition_id_fkey'), 'ALTER TABLE queen.segments DROP CONSTRAINT segments_partition_id_fkey');
+-- plain_bytes is the length of the segment's version-1 body (pg/segment.go),
+-- what a reader holds once a compressed body is decompressed: the pops'
+-- byte bound (QUEEN_MAX_POP_BYTES, pg/claim.go, popBytesSQL) sums it. NULL
+-- in segments that brokers before it wrote; readers take
+-- octet_length(body) for those. A column without a default is added to the
+-- catalog only, without a rewrite of the table.
+SELECT queen.ddl_once(queen.column_missing('queen.segments', 'plain_bytes'),
+    'ALTER TABLE queen.segments ADD COLUMN plain_bytes integer');
 -- Its plan is pinned as the projector's are: the planner knows nothing of
 -- the transition table, and a hash join would read every segment of every
 -- queue to delete one queue's; an index probe per deleted partition is

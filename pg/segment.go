@@ -170,17 +170,24 @@ type Message struct {
 func SegmentLen(msgs []Message) int {
 	n := 1 + binenc.UvarintLen(uint64(len(msgs)))
 	for i := range msgs {
-		m := &msgs[i]
-		n += 16 + binenc.VarintLen(m.CreatedAtMicros) + 1 + binenc.UvarintLen(uint64(len(m.TransactionID))) + len(m.TransactionID)
-		if m.ProducerSub != nil {
-			n += binenc.UvarintLen(uint64(len(*m.ProducerSub))) + len(*m.ProducerSub)
-		}
-		if m.TraceID != nil {
-			n += 16
-		}
-		n += binenc.UvarintLen(uint64(len(m.Payload))) + len(m.Payload)
+		n += messageLen(&msgs[i])
 	}
 	return n
+}
+
+// messageLen is the bytes m takes in a version-1 segment body: its
+// stored length, which the pops' byte bound counts (withinBytes; in SQL
+// the segments' plain_bytes, which are these summed plus a header of a
+// few bytes).
+func messageLen(m *Message) int {
+	n := 16 + binenc.VarintLen(m.CreatedAtMicros) + 1 + binenc.UvarintLen(uint64(len(m.TransactionID))) + len(m.TransactionID)
+	if m.ProducerSub != nil {
+		n += binenc.UvarintLen(uint64(len(*m.ProducerSub))) + len(*m.ProducerSub)
+	}
+	if m.TraceID != nil {
+		n += 16
+	}
+	return n + binenc.UvarintLen(uint64(len(m.Payload))) + len(m.Payload)
 }
 
 // EncodeSegment appends the body for msgs to dst, growing dst at most once

@@ -34,6 +34,9 @@ const (
 	DefaultPoolSize = 10
 	// DefaultConnectTimeout bounds one connection attempt.
 	DefaultConnectTimeout = 2 * time.Second
+	// DefaultMaxPopBytes is QUEEN_MAX_POP_BYTES' default: 16 MiB of
+	// messages per pop answer (Config.MaxPopBytes).
+	DefaultMaxPopBytes = 16 << 20
 )
 
 // Config for Open. Zero fields take the defaults above.
@@ -55,6 +58,12 @@ type Config struct {
 	// upgrade from a broker that cannot read compressed bodies
 	// (QUEEN_SEGMENT_COMPRESSION=false). Reading takes both either way.
 	PlainSegments bool
+	// MaxPopBytes bounds the messages one pop delivers, in bytes of their
+	// stored form (payload, ids and times; default DefaultMaxPopBytes,
+	// QUEEN_MAX_POP_BYTES): a pop stops at the segment that reaches it,
+	// and delivers at least one message however large (boundedTakeSQL,
+	// docs/consume.md "How much one pop returns").
+	MaxPopBytes int64
 }
 
 // Store is the broker's handle on PostgreSQL. Safe for concurrent use.
@@ -65,6 +74,8 @@ type Store struct {
 	warnedNoKey sync.Once
 	// plainSegments: Config.PlainSegments.
 	plainSegments bool
+	// maxPopBytes: Config.MaxPopBytes, the default of PopRequest.MaxBytes.
+	maxPopBytes int64
 
 	mu       sync.Mutex
 	partIDs  *partIDCache // (queue, partition) → partition id, bounded (pg/partcache.go)
@@ -118,6 +129,9 @@ func Open(cfg Config) (*Store, error) {
 	if cfg.ConnectTimeout <= 0 {
 		cfg.ConnectTimeout = DefaultConnectTimeout
 	}
+	if cfg.MaxPopBytes <= 0 {
+		cfg.MaxPopBytes = DefaultMaxPopBytes
+	}
 	pc.MaxConns = cfg.PoolSize
 	pc.MinConns = 0
 	pc.ConnConfig.ConnectTimeout = cfg.ConnectTimeout
@@ -134,7 +148,8 @@ func Open(cfg Config) (*Store, error) {
 		cfg.Logger = slog.Default()
 	}
 	return &Store{pool: pool, key: cfg.EncryptionKey, log: cfg.Logger, partIDs: newPartIDCache(maxPartitionIDs),
-		leases: newLeaseMemo(DefaultLeaseMemoBytes), plainSegments: cfg.PlainSegments}, nil
+		leases: newLeaseMemo(DefaultLeaseMemoBytes), plainSegments: cfg.PlainSegments,
+		maxPopBytes: cfg.MaxPopBytes}, nil
 }
 
 // Pool exposes the pool for tools and tests.

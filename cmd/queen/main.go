@@ -153,6 +153,7 @@ func serve(cfg *config.Config, logger *slog.Logger, dev bool) error {
 		RetentionInterval: cfg.RetentionInterval,
 		PoolSize:          int32(cfg.PoolSize),
 		PlainSegments:     !cfg.SegmentCompression,
+		MaxPopBytes:       int64(cfg.MaxPopBytes),
 		HTTP: fastapi.Config{MaxConns: cfg.ConnLimit(), Pprof: cfg.Pprof, ReadTimeout: cfg.ReadTimeout, WriteTimeout: cfg.WriteTimeout, MaxHeaderBytes: cfg.MaxHeaderBytes,
 			DBTimeout: cfg.DBTimeout, AdminDBTimeout: cfg.AdminDBTimeout, MaxListingRequests: max(1, cfg.PoolSize/4)},
 		Auth:          cfg.Auth,

@@ -69,6 +69,9 @@ type Config struct {
 	// PlainSegments stores segment bodies uncompressed
 	// (QUEEN_SEGMENT_COMPRESSION=false; pg.Config.PlainSegments).
 	PlainSegments bool
+	// MaxPopBytes bounds one pop's messages in bytes (QUEEN_MAX_POP_BYTES;
+	// pg.Config.MaxPopBytes; 0: pg.DefaultMaxPopBytes).
+	MaxPopBytes int64
 	// Auth configures JWT authentication (off unless Auth.Enabled).
 	Auth auth.Config
 	// Console configures the web console (QUEEN_CONSOLE,
@@ -213,7 +216,7 @@ func Start(cfg Config) (*Broker, error) {
 	b.WAL = w
 	b.walHealthy.Store(true)
 	store, err := pg.Open(pg.Config{URL: cfg.PGURL, PoolSize: cfg.PoolSize, EncryptionKey: cfg.EncryptionKey, Logger: cfg.Logger,
-		PlainSegments: cfg.PlainSegments})
+		PlainSegments: cfg.PlainSegments, MaxPopBytes: cfg.MaxPopBytes})
 	if err != nil {
 		w.Close()
 		return nil, err

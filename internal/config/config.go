@@ -47,6 +47,7 @@ import (
 	"github.com/queenmq/queen-go/crypt"
 	"github.com/queenmq/queen-go/fastapi"
 	"github.com/queenmq/queen-go/ingest"
+	"github.com/queenmq/queen-go/pg"
 	"github.com/queenmq/queen-go/wal"
 )
 
@@ -131,6 +132,9 @@ type Config struct {
 	PGUseSSL bool
 	// PoolSize is the PostgreSQL connection pool size (DB_POOL_SIZE).
 	PoolSize int
+	// MaxPopBytes bounds one pop's messages in bytes (QUEEN_MAX_POP_BYTES;
+	// pg.Config.MaxPopBytes).
+	MaxPopBytes int
 	// SegmentCompression stores segment bodies compressed where that pays
 	// (QUEEN_SEGMENT_COMPRESSION, default true; pg.Config.PlainSegments).
 	SegmentCompression bool
@@ -254,6 +258,9 @@ var Vars = []Var{
 	intVar("QUEEN_MAX_BODY_BYTES", SectionHTTP, 64<<20, unitBytes, 1, math.MaxInt32,
 		"Largest request body (64 MiB); a larger one is answered 413.",
 		func(c *Config) *int { return &c.MaxBodyBytes }),
+	intVar("QUEEN_MAX_POP_BYTES", SectionHTTP, pg.DefaultMaxPopBytes, unitBytes, 1, math.MaxInt32,
+		"Most bytes of messages one pop answers (16 MiB), counted as they are stored (payload, transactionId, ids and times): a pop stops at the segment that reaches it and delivers the rest later, and always delivers at least one message however large. It bounds the memory and time one pop costs the broker (docs/consume.md, \"How much one pop returns\").",
+		func(c *Config) *int { return &c.MaxPopBytes }),
 	intVar("QUEEN_MAX_CONNS", SectionHTTP, fastapi.DefaultMaxConns, unitNone, 0, math.MaxInt32,
 		"Concurrent HTTP connections; over it new connections get 503 and are closed. Each holds a head buffer (`QUEEN_MAX_HEADER_BYTES`) and a write buffer, 64 KiB together by default, so the default bounds them near 640 MB. 0 = fasthttp's own bound (262144).",
 		func(c *Config) *int { return &c.MaxConns }),

@@ -2,7 +2,6 @@ package fastapi
 
 import (
 	"context"
-	"fmt"
 	"net/url"
 	"slices"
 	"strconv"
@@ -362,7 +361,11 @@ type ackResult struct {
 	DLQ           bool    `json:"dlq"`
 }
 
-// toAckRequest validates one ack item; the message is a 400 error text.
+// toAckRequest validates one ack item a of an ack for group (the body's
+// consumerGroup; "" takes the item's, else queue mode) and returns the
+// request, or a 400 error text ("" when valid). transactionId is
+// required (absent and "" alike) and otherwise follows
+// validateTransactionID.
 func toAckRequest(a ackBody, group string) (pg.AckRequest, string) {
 	return toAckRequestWith(a, group, nil, &ackParseCache{})
 }
@@ -415,9 +418,9 @@ func toAckRequestWith(a ackBody, group string, lease *uuid.UUID, c *ackParseCach
 	if a.TransactionID == nil || *a.TransactionID == "" {
 		return pg.AckRequest{}, "transactionId is required"
 	}
-	if len(*a.TransactionID) > ingest.MaxTransactionIDBytes {
-		// No stored message has a longer one (push refuses it).
-		return pg.AckRequest{}, fmt.Sprintf("transactionId is longer than %d bytes", ingest.MaxTransactionIDBytes)
+	if err := validateTransactionID(*a.TransactionID); err != nil {
+		// No stored message has such a one (push refuses it).
+		return pg.AckRequest{}, "transactionId " + err.Error()
 	}
 	if a.PartitionID == nil {
 		return pg.AckRequest{}, "partitionId is required"

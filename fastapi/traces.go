@@ -200,8 +200,11 @@ func (b *traceBody) input() (pg.TraceInput, error) {
 	return in, err
 }
 
-// validateTransactionID applies push's transactionId rules (ingest): at
-// most ingest.MaxTransactionIDBytes of UTF-8, here also non-empty.
+// validateTransactionID applies push's transactionId rules (ingest) to s:
+// at most ingest.MaxTransactionIDBytes of UTF-8, here also non-empty. It
+// is the one rule of the routes naming a stored message by transactionId
+// (acks, traces, message keys); the error, nil when s is valid, reads
+// after the field's name ("transactionId " + err.Error()).
 func validateTransactionID(s string) error {
 	switch {
 	case s == "":

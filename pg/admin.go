@@ -33,7 +33,8 @@ import (
 // and the counts are exact. Messages retention removed before a group read
 // them are not pending: no pop can deliver them any more. The resource
 // routes (/resources/queues, /queues/:q), the status routes and the
-// consumer-group routes count the same way (pendingSQL, cursorLagSQL).
+// consumer-group routes count the same way (backlogLateralSQL, pendingSQL,
+// cursorLagSQL).
 // Deleted messages (DELETE /api/v1/messages/:p/:t, tombstones)
 // are subtracted from each figure: the tombstones at offsets >= first
 // (total), >= max(start, first) (pending) and in the lease's span
@@ -75,9 +76,7 @@ func (s *Store) QueueDepth(ctx context.Context, queue, group string) (*QueueDept
 	if err != nil {
 		return nil, fmt.Errorf("pg: queue depth: %w", err)
 	}
-	rows, err := s.pool.Query(ctx, `SELECT p.name, p.next_offset, f.first, st.start,
-		`+leasedSQL("f.first")+`,
-		del.pending, del.leased
+	rows, err := s.pool.Query(ctx, `SELECT p.name, b.pending, b.processing
 		FROM queen.partitions p
 		LEFT JOIN queen.consumer_cursors c ON c.partition_id = p.id AND c.consumer_group = $2
 		LEFT JOIN queen.consumer_groups g ON g.queue_id = p.queue_id AND g.consumer_group = $2 AND $2 <> $4
@@ -87,6 +86,8 @@ func (s *Store) QueueDepth(ctx context.Context, queue, group string) (*QueueDept
 				WHERE sg.partition_id = p.id AND sg.created_at >= g.subscription_from), p.next_offset)
 			ELSE 0 END) AS start) st
 		CROSS JOIN `+deletedCountsSQL("f.first", "greatest(st.start, f.first)")+` del
+		CROSS JOIN `+backlogLateralSQL("p.next_offset", "f.first", "st.start", leasedSQL("f.first"), "del.pending",
+		"del.leased")+` b
 		WHERE p.queue_id = $1 ORDER BY p.name`, qid, group, SubscribeAll, QueueModeGroup)
 	if err != nil {
 		return nil, fmt.Errorf("pg: queue depth: %w", err)
@@ -95,11 +96,9 @@ func (s *Store) QueueDepth(ctx context.Context, queue, group string) (*QueueDept
 	d := &QueueDepth{Queue: queue, Group: group, Partitions: []PartitionDepth{}}
 	for rows.Next() {
 		var p PartitionDepth
-		var next, first, start, leased, delPending, delLeased int64
-		if err := rows.Scan(&p.Name, &next, &first, &start, &leased, &delPending, &delLeased); err != nil {
+		if err := rows.Scan(&p.Name, &p.Pending, &p.Processing); err != nil {
 			return nil, fmt.Errorf("pg: queue depth: %w", err)
 		}
-		p.Pending, p.Processing = backlog(next, first, start, leased, delPending, delLeased)
 		d.Partitions = append(d.Partitions, p)
 	}
 	if err := rows.Err(); err != nil {
@@ -150,14 +149,6 @@ func (s *Store) WorstQueueDepth(ctx context.Context, queue string) (*QueueDepth,
 	return worst, nil
 }
 
-// backlog is the package comment's pending and processing, less the
-// deleted messages: delPending of those past max(start, first), delLeased
-// of those under the lease.
-func backlog(next, first, start, leased, delPending, delLeased int64) (pending, processing int64) {
-	pending = max(next-max(start, first), 0) - delPending
-	return pending, min(max(leased-delLeased, 0), pending)
-}
-
 // firstOffsetSQL is a partition's first stored offset (alias p for
 // queen.partitions): one probe of the segments' primary key.
 const firstOffsetSQL = `coalesce((SELECT sg.base_offset FROM queen.segments sg WHERE sg.partition_id = p.id
@@ -179,10 +170,27 @@ const firstOffsetLateralSQL = `LATERAL (SELECT ` + firstOffsetSQL + ` AS first O
 // deleted counts the tombstones at offsets >= max(start, first). Counting
 // from max(start, first), not from start, leaves out the messages
 // retention deleted before the group read them: no pop can deliver them.
-// Every pending and lag figure of the listings is this expression
-// (backlog computes the same in Go).
+// Every pending and lag figure (QueueDepth, the listings, the lag of
+// the consumer-group routes) is this expression, through
+// backlogLateralSQL where processing is wanted too.
 func pendingSQL(next, first, start, deleted string) string {
 	return `(greatest(` + next + ` - greatest(` + start + `, ` + first + `), 0) - ` + deleted + `)`
+}
+
+// backlogLateralSQL is a LATERAL subquery (alias it) with the package
+// comment's pending and processing less the deleted messages, as columns
+// pending (pendingSQL) and processing (the lease's undeleted span, at
+// most pending). Its arguments are SQL expressions: next, first and start
+// as pendingSQL takes them; leased the stored offsets a live lease spans
+// (leasedSQL, 0 without one); delPending the tombstones at offsets >=
+// max(start, first) and delLeased those under the lease (deletedCountsSQL's
+// pending and leased). It is the one definition of both figures:
+// QueueDepth and partitionCountsSQL read them from here. pending is
+// computed once a row (the OFFSET 0 fence keeps PostgreSQL from pulling
+// the inner subquery up and copying the expression into processing).
+func backlogLateralSQL(next, first, start, leased, delPending, delLeased string) string {
+	return `LATERAL (SELECT bl.pending, least(greatest(` + leased + ` - ` + delLeased + `, 0), bl.pending) AS processing
+		FROM (SELECT ` + pendingSQL(next, first, start, delPending) + ` AS pending OFFSET 0) bl)`
 }
 
 // leasedSQL is how many stored offsets a live lease of cursor c (alias c,
@@ -215,10 +223,7 @@ var cursorLagSQL = `LATERAL (SELECT d.deleted, ` + pendingSQL("p.next_offset", "
 // Deleted messages (tombstones) are not counted. $1 must be QueueModeGroup.
 func partitionCountsSQL(where string) string {
 	return `SELECT x.id, x.queue_id, x.name, x.created_at, x.last_message_at, x.next_offset,
-		x.next_offset - x.first - x.del_stored AS total,
-		` + pendingSQL("x.next_offset", "x.first", "x.start", "x.del_pending") + ` AS pending,
-		least(greatest(x.leased - x.del_leased, 0),
-			` + pendingSQL("x.next_offset", "x.first", "x.start", "x.del_pending") + `) AS processing
+		x.next_offset - x.first - x.del_stored AS total, b.pending, b.processing
 		FROM (SELECT p.id, p.queue_id, p.name, p.created_at, p.last_message_at, p.next_offset, f.first,
 			coalesce(c.cursor_offset, 0) AS start,
 			` + leasedSQL("f.first") + ` AS leased,
@@ -227,7 +232,8 @@ func partitionCountsSQL(where string) string {
 			LEFT JOIN queen.consumer_cursors c ON c.partition_id = p.id AND c.consumer_group = $1
 			CROSS JOIN ` + firstOffsetLateralSQL + ` f
 			CROSS JOIN ` + deletedCountsSQL("f.first", "greatest(coalesce(c.cursor_offset, 0), f.first)") + ` del
-			WHERE ` + where + `) x`
+			WHERE ` + where + `) x
+		CROSS JOIN ` + backlogLateralSQL("x.next_offset", "x.first", "x.start", "x.leased", "x.del_pending", "x.del_leased") + ` b`
 }
 
 // MessageCounts are the queue-mode message counts of a set of partitions:

@@ -261,3 +261,8 @@ func PartitionIDsCached(s *Store) int {
 	defer s.mu.Unlock()
 	return s.partIDs.len()
 }
+
+// BacklogLateralSQL is backlogLateralSQL, for tests.
+func BacklogLateralSQL(next, first, start, leased, delPending, delLeased string) string {
+	return backlogLateralSQL(next, first, start, leased, delPending, delLeased)
+}

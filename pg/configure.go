@@ -36,18 +36,13 @@ func DefaultQueueOptions() QueueOptions {
 	return QueueOptions{LeaseTime: 300, RetryLimit: 3, RetryDelay: 1000, TTL: 3600, DedupWindowSeconds: 3600}
 }
 
-// ConfigureResult is what Configure stored.
+// ConfigureResult is what ConfigureQueue stored.
 type ConfigureResult struct {
 	QueueID     uuid.UUID
 	PartitionID uuid.UUID // the Default partition
 	Namespace   string    // as stored: named, kept or derived
 	Task        string    // as stored: named, kept or derived
 	Options     QueueOptions
-}
-
-// Configure is ConfigureQueue naming both namespace and task.
-func (s *Store) Configure(ctx context.Context, queue, namespace, task, defaultPartition string, o QueueOptions) (*ConfigureResult, error) {
-	return s.ConfigureQueue(ctx, queue, &namespace, &task, defaultPartition, o)
 }
 
 // ConfigureQueue upserts queue with exactly the options o (a full

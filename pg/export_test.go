@@ -266,3 +266,9 @@ func PartitionIDsCached(s *Store) int {
 func BacklogLateralSQL(next, first, start, leased, delPending, delLeased string) string {
 	return backlogLateralSQL(next, first, start, leased, delPending, delLeased)
 }
+
+// Configure is ConfigureQueue naming both namespace and task ("" clears
+// one), for tests: it returns what was stored.
+func (s *Store) Configure(ctx context.Context, queue, namespace, task, defaultPartition string, o QueueOptions) (*ConfigureResult, error) {
+	return s.ConfigureQueue(ctx, queue, &namespace, &task, defaultPartition, o)
+}

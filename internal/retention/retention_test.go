@@ -43,10 +43,11 @@ func TestDeletesExpiredSegments(t *testing.T) {
 	if err := store.EnsureSchema(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.Configure(ctx, "ret", "", "", "Default", pg.QueueOptions{RetentionEnabled: true, RetentionSeconds: 1}); err != nil {
+	none := "" // no namespace, no task
+	if _, err := store.ConfigureQueue(ctx, "ret", &none, &none, "Default", pg.QueueOptions{RetentionEnabled: true, RetentionSeconds: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.Configure(ctx, "keep", "", "", "Default", pg.QueueOptions{}); err != nil {
+	if _, err := store.ConfigureQueue(ctx, "keep", &none, &none, "Default", pg.QueueOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	now := time.Now().UnixMicro()

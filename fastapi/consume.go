@@ -165,8 +165,9 @@ func (s *Server) popWith(ctx *fasthttp.RequestCtx, f *popFilter) {
 	timeout := time.Duration(intArg(a, "timeout", int(DefaultPopTimeout/time.Millisecond), 0, 3600_000)) * time.Millisecond
 	start := time.Now()
 	deadline := start.Add(timeout)
-	var sleepTimer *time.Timer   // the waits' timer (below)
-	var expired <-chan time.Time // fires at the deadline: a turn waited for in the wake gate ends then
+	var sleepTimer *time.Timer      // the waits' timer (below)
+	joined, watcher := false, false // the wake gate's role of a waiting pop (wakeGate.join)
+	var expired <-chan time.Time    // fires at the deadline: a turn waited for in the wake gate ends then
 	for waited := false; ; waited = true {
 		if s.deps.Maintenance.PopMaintenance() {
 			ctx.SetStatusCode(fasthttp.StatusNoContent)
@@ -232,7 +233,7 @@ func (s *Server) popWith(ctx *fasthttp.RequestCtx, f *popFilter) {
 				if empty {
 					next = res.NextCheck
 				}
-				s.wakes.exit(key, gen, empty, next)
+				s.wakes.exit(key, gen, empty, err == nil && !empty, next)
 			}
 		}
 		if err != nil {
@@ -310,6 +311,20 @@ func (s *Server) popWith(ctx *fasthttp.RequestCtx, f *popFilter) {
 		if !res.NextCheck.IsZero() {
 			sleep = min(sleep, max(time.Until(res.NextCheck), 10*time.Millisecond))
 		}
+		// A waiting pop of one queue either watches the queue's wake
+		// channel or is parked on a slot of its own, which a claim of its
+		// key that delivered, or a watcher's leaving, wakes (wakeGate.join).
+		var slot *parkSlot
+		if gated {
+			if !joined {
+				joined, watcher = true, s.wakes.join(key)
+				defer func() { s.wakes.leave(key, watcher) }()
+			}
+			if !watcher {
+				slot = s.wakes.park(key)
+				ch = slot.done
+			}
+		}
 		// One timer a request, reset for each wait: every waiting pop of
 		// a queue runs this at each wake-up, and with thousands of them a
 		// timer allocated per wait was most of their CPU (allocation under
@@ -320,24 +335,28 @@ func (s *Server) popWith(ctx *fasthttp.RequestCtx, f *popFilter) {
 		} else {
 			sleepTimer.Reset(sleep)
 		}
+		done := false
 		select {
 		case <-ch:
 		case <-sleepTimer.C:
-			if sleep == left {
-				// The timeout, with no wake-up and no known time before it:
-				// nothing is known to have changed since the claim that found
-				// nothing, so it answers 204 without another. (Thousands of
-				// long-polls that time out together each claimed once more,
-				// a burst that held the pool and answered their 204 seconds
-				// late.)
-				ctx.SetStatusCode(fasthttp.StatusNoContent)
-				return
-			}
+			// The timeout, with no wake-up and no known time before it:
+			// nothing is known to have changed since the claim that found
+			// nothing, so it answers 204 without another. (Thousands of
+			// long-polls that time out together each claimed once more, a
+			// burst that held the pool and answered their 204 seconds
+			// late.)
+			done = sleep == left
 		case <-ctx.Done(): // server shutdown
+			done = true
+		}
+		sleepTimer.Stop()
+		if slot != nil && s.wakes.unpark(key, slot) {
+			watcher = true
+		}
+		if done {
 			ctx.SetStatusCode(fasthttp.StatusNoContent)
 			return
 		}
-		sleepTimer.Stop()
 	}
 }
 

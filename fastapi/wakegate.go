@@ -53,6 +53,11 @@ type wakeKey struct {
 
 type wakeState struct {
 	inflight int
+	// watchers are the waiting pops of the key that wait on the queue's
+	// wake channel (at most maxWatchers); parked are the others' current
+	// waits, first come first (see join).
+	watchers int
+	parked   []*parkSlot
 	// empty: a claim that started at generation emptyGen found nothing;
 	// valid until expires.
 	empty    bool
@@ -70,6 +75,93 @@ type wakeTurn struct {
 	done    chan struct{}
 	outcome gateOutcome
 	until   time.Time
+}
+
+// maxWatchers is how many waiting pops of one key wait on their queue's
+// wake channel; the others park (join).
+const maxWatchers = maxWokenClaims
+
+// parkSlot is one wait of a parked pop: done is closed when the pop is
+// handed a wake-up (a claim of its key delivered: there may be more) or
+// promoted to watcher (promoted, set before done is closed).
+type parkSlot struct {
+	done     chan struct{}
+	promoted bool
+}
+
+// join is called by a waiting pop of key at its first wait; it reports
+// whether the pop is a watcher, one of at most maxWatchers of the key
+// that wait on the queue's wake channel, or parked. A parked pop waits on
+// a slot of its own (park) instead: a push wakes the watchers only, and
+// not the thousands of pops a queue may have waiting (before, every push
+// woke every one of them, and the collector scanning their stacks was
+// most of the broker's CPU: docs/decisions.md). The watchers stand for
+// the parked pops: a claim of theirs that delivers hands the wake-up on to
+// the first maxWokenClaims parked (exit), and a watcher that leaves
+// (leave) promotes the first parked. A pop that joined must call leave
+// when it answers, with whether it is a watcher then (unpark tells a
+// promotion).
+func (g *wakeGate) join(key wakeKey) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	st := g.stateLocked(key)
+	if st.watchers < maxWatchers {
+		st.watchers++
+		return true
+	}
+	return false
+}
+
+// park queues a wait of a parked pop of key (see join) and returns its
+// slot; after the wait, call unpark.
+func (g *wakeGate) park(key wakeKey) *parkSlot {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	st := g.stateLocked(key)
+	slot := &parkSlot{done: make(chan struct{})}
+	st.parked = append(st.parked, slot)
+	return slot
+}
+
+// unpark ends the wait of slot: it leaves the line if nothing woke it (a
+// timer, the server's stop), and reports whether it was promoted to
+// watcher.
+func (g *wakeGate) unpark(key wakeKey, slot *parkSlot) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	select {
+	case <-slot.done:
+		return slot.promoted
+	default:
+	}
+	if st := g.m[key]; st != nil {
+		st.parked = slices.DeleteFunc(st.parked, func(x *parkSlot) bool { return x == slot })
+		g.dropIfIdleLocked(key, st)
+	}
+	return false
+}
+
+// leave ends the wait of a pop of key that joined: a watcher's place goes
+// to the first parked pop.
+func (g *wakeGate) leave(key wakeKey, watcher bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	st := g.m[key]
+	if st == nil {
+		return
+	}
+	if watcher {
+		st.watchers--
+	}
+	for st.watchers < maxWatchers && len(st.parked) > 0 {
+		slot := st.parked[0]
+		st.parked[0] = nil
+		st.parked = st.parked[1:]
+		slot.promoted = true
+		st.watchers++
+		close(slot.done)
+	}
+	g.dropIfIdleLocked(key, st)
 }
 
 // gateOutcome is what enter tells a waiting pop to do.
@@ -160,13 +252,14 @@ func (g *wakeGate) stateLocked(key wakeKey) *wakeState {
 }
 
 // exit ends a claim that enter let run, of generation gen: it found
-// nothing (empty; next is its NextCheck, zero when none) or delivered or
-// failed. A claim that found nothing is remembered (when no newer one is)
-// until next or popSafetyRecheck from now, whichever is first, and the
-// claims in line that it covers skip; one that delivered, as new as the
-// record or newer, ends the record. Then free turns go to the first in
+// nothing (empty; next is its NextCheck, zero when none), delivered, or
+// failed (neither). A claim that found nothing is remembered (when no
+// newer one is) until next or popSafetyRecheck from now, whichever is
+// first, and the claims in line that it covers skip; one that delivered,
+// as new as the record or newer, ends the record, and wakes the first
+// maxWokenClaims parked pops (join). Then free turns go to the first in
 // line.
-func (g *wakeGate) exit(key wakeKey, gen uint64, empty bool, next time.Time) {
+func (g *wakeGate) exit(key wakeKey, gen uint64, empty, delivered bool, next time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	st := g.m[key]
@@ -181,6 +274,15 @@ func (g *wakeGate) exit(key wakeKey, gen uint64, empty bool, next time.Time) {
 		st.empty, st.emptyGen, st.expires = true, gen, exp
 	case !empty && st.empty && gen >= st.emptyGen:
 		st.empty = false
+	}
+	if delivered {
+		// Delivered: there may be more, for the parked pops (join) too.
+		n := min(maxWokenClaims, len(st.parked))
+		for _, slot := range st.parked[:n] {
+			close(slot.done)
+		}
+		clear(st.parked[:n])
+		st.parked = st.parked[n:]
 	}
 	kept := st.queued[:0]
 	for _, w := range st.queued {
@@ -204,7 +306,7 @@ func (g *wakeGate) exit(key wakeKey, gen uint64, empty bool, next time.Time) {
 // dropIfIdleLocked deletes key's entry when nothing claims, waits or is
 // remembered there.
 func (g *wakeGate) dropIfIdleLocked(key wakeKey, st *wakeState) {
-	if st.inflight == 0 && !st.empty && len(st.queued) == 0 {
+	if st.inflight == 0 && !st.empty && len(st.queued) == 0 && st.watchers == 0 && len(st.parked) == 0 {
 		delete(g.m, key)
 	}
 }
@@ -217,7 +319,7 @@ func (g *wakeGate) sweepLocked() {
 	}
 	now := time.Now()
 	for k, st := range g.m {
-		if st.inflight == 0 && len(st.queued) == 0 && !now.Before(st.expires) {
+		if st.inflight == 0 && len(st.queued) == 0 && st.watchers == 0 && len(st.parked) == 0 && !now.Before(st.expires) {
 			delete(g.m, k)
 		}
 	}

@@ -28,11 +28,11 @@ func TestWakeGate(t *testing.T) {
 	if o := enter(k, 5, false); o != gateClaim {
 		t.Fatalf("second claim: %v", o)
 	}
-	g.exit(k, 5, true, time.Time{})
+	g.exit(k, 5, true, false, time.Time{})
 	if o := enter(k, 5, false); o != gateClaim { // a first claim is never skipped
 		t.Fatalf("a first claim after an empty one: %v", o)
 	}
-	g.exit(k, 5, true, time.Time{})
+	g.exit(k, 5, true, false, time.Time{})
 	o, until := g.enter(k, 5, true, never, nil)
 	if o != gateSkip || time.Until(until) < popSafetyRecheck-time.Second {
 		t.Fatalf("same generation after an empty claim: %v until %v", o, until)
@@ -46,16 +46,16 @@ func TestWakeGate(t *testing.T) {
 	if o := enter(wakeKey{"q", "g", "p"}, 5, true); o != gateClaim {
 		t.Fatalf("another partition's pop: %v", o)
 	}
-	g.exit(wakeKey{"q", "g", "p"}, 5, false, time.Time{})
-	g.exit(k, 4, false, time.Time{}) // the older claim delivered: the record stays
+	g.exit(wakeKey{"q", "g", "p"}, 5, false, true, time.Time{})
+	g.exit(k, 4, false, true, time.Time{}) // the older claim delivered: the record stays
 	if o := enter(k, 5, true); o != gateSkip {
 		t.Fatalf("after an older claim delivered: %v", o)
 	}
-	g.exit(k, 6, false, time.Time{}) // a newer one that delivered ends it
+	g.exit(k, 6, false, true, time.Time{}) // a newer one that delivered ends it
 	if o := enter(k, 5, true); o != gateClaim {
 		t.Fatalf("after a newer claim delivered: %v", o)
 	}
-	g.exit(k, 5, true, time.Now().Add(30*time.Millisecond)) // NextCheck bounds the record
+	g.exit(k, 5, true, false, time.Now().Add(30*time.Millisecond)) // NextCheck bounds the record
 	if o := enter(k, 5, true); o != gateSkip {
 		t.Fatalf("before NextCheck: %v", o)
 	}
@@ -63,7 +63,7 @@ func TestWakeGate(t *testing.T) {
 	if o := enter(k, 5, true); o != gateClaim {
 		t.Fatalf("after NextCheck: %v", o)
 	}
-	g.exit(k, 5, false, time.Time{})
+	g.exit(k, 5, false, true, time.Time{})
 
 	// The cap and the line.
 	for range maxWokenClaims {
@@ -84,23 +84,23 @@ func TestWakeGate(t *testing.T) {
 	}
 	inLine(7, never)
 	inLine(9, never)
-	g.exit(k, 7, false, time.Time{}) // 5 -> 4 claiming: still full
+	g.exit(k, 7, false, true, time.Time{}) // 5 -> 4 claiming: still full
 	select {
 	case o := <-got:
 		t.Fatalf("a claim over the cap returned %v", o)
 	case <-time.After(30 * time.Millisecond):
 	}
-	g.exit(k, 7, false, time.Time{}) // a turn frees: the first in line
+	g.exit(k, 7, false, true, time.Time{}) // a turn frees: the first in line
 	if o := <-got; o != gateClaim {
 		t.Fatalf("first in line: %v", o)
 	}
-	g.exit(k, 8, true, time.Time{}) // found nothing at 8: not the one of 9, which takes the freed turn
+	g.exit(k, 8, true, false, time.Time{}) // found nothing at 8: not the one of 9, which takes the freed turn
 	if o := <-got; o != gateClaim {
 		t.Fatalf("generation 9 in line after an empty claim at 8: %v", o)
 	}
 	inLine(8, never)
 	inLine(9, never)
-	g.exit(k, 9, true, time.Time{}) // found nothing at 9: both in line skip
+	g.exit(k, 9, true, false, time.Time{}) // found nothing at 9: both in line skip
 	if o1, o2 := <-got, <-got; o1 != gateSkip || o2 != gateSkip {
 		t.Fatalf("in line after an empty claim at 9: %v %v", o1, o2)
 	}
@@ -112,11 +112,84 @@ func TestWakeGate(t *testing.T) {
 		t.Fatalf("in line past the deadline: %v", o)
 	}
 	for range maxWokenClaims {
-		g.exit(k, 10, false, time.Time{})
+		g.exit(k, 10, false, true, time.Time{})
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if len(g.m) != 0 {
 		t.Fatalf("entries left: %d", len(g.m))
+	}
+}
+
+// TestWakeGateParking: past maxWatchers a waiting pop of a key parks; a
+// claim that delivered wakes the first maxWokenClaims parked (not
+// promoted), one that failed or found nothing wakes none, a watcher that
+// leaves promotes the first parked, a wait that ends otherwise leaves the
+// line, and the key's entry goes once nobody joins it.
+func TestWakeGateParking(t *testing.T) {
+	var g wakeGate
+	k := wakeKey{"q", "g", ""}
+	for i := range maxWatchers {
+		if !g.join(k) {
+			t.Fatalf("pop %d of %d: parked, want watcher", i+1, maxWatchers)
+		}
+	}
+	if g.join(k) || g.join(k) {
+		t.Fatal("a pop past maxWatchers watches")
+	}
+	var slots []*parkSlot
+	for range maxWokenClaims + 2 {
+		slots = append(slots, g.park(k))
+	}
+	closed := func(s *parkSlot) bool {
+		select {
+		case <-s.done:
+			return true
+		default:
+			return false
+		}
+	}
+	if o, _ := g.enter(k, 1, true, nil, nil); o != gateClaim {
+		t.Fatalf("enter: %v", o)
+	}
+	g.exit(k, 1, true, false, time.Time{}) // found nothing
+	if o, _ := g.enter(k, 2, true, nil, nil); o != gateClaim {
+		t.Fatalf("enter: %v", o)
+	}
+	g.exit(k, 2, false, false, time.Time{}) // failed
+	for i, s := range slots {
+		if closed(s) {
+			t.Fatalf("slot %d woken by claims that delivered nothing", i)
+		}
+	}
+	if o, _ := g.enter(k, 3, true, nil, nil); o != gateClaim {
+		t.Fatalf("enter: %v", o)
+	}
+	g.exit(k, 3, false, true, time.Time{})
+	for i, s := range slots {
+		if closed(s) != (i < maxWokenClaims) {
+			t.Fatalf("after a claim that delivered: slot %d woken %v", i, closed(s))
+		}
+		if i < maxWokenClaims && g.unpark(k, s) {
+			t.Fatalf("slot %d: woken, reported promoted", i)
+		}
+	}
+	g.leave(k, true) // a watcher answers: the first parked watches now
+	if !closed(slots[maxWokenClaims]) || !g.unpark(k, slots[maxWokenClaims]) {
+		t.Fatal("a watcher left: the first parked pop was not promoted")
+	}
+	last := slots[maxWokenClaims+1]
+	if g.unpark(k, last) || closed(last) {
+		t.Fatal("a wait ended by its timer: reported promoted")
+	}
+	g.leave(k, true) // no one parked: nobody promoted
+	if closed(last) {
+		t.Fatal("a slot that left the line was woken")
+	}
+	for range maxWatchers - 1 {
+		g.leave(k, true)
+	}
+	if len(g.m) != 0 {
+		t.Fatalf("every pop left: %d entries kept", len(g.m))
 	}
 }

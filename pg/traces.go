@@ -165,89 +165,78 @@ func scanTrace(row pgx.Row, tr *Trace, extra ...any) error {
 	return nil
 }
 
-// TraceListing bounds one trace listing: at most Limit traces, and no
-// more than Budget bytes of them as traceRowBytes weighs them (at least one
-// trace, whatever its size, so a listing always moves on).
+// TraceListing bounds one trace listing: at most Limit traces (Limit must
+// be at least 1), and no more than Budget bytes of them as traceRowBytes
+// weighs them, always taking at least the first trace whatever its size,
+// so that a listing always moves on. The listing ends at
+// the first trace that would pass Budget: with T(i) the weight of the
+// listing's first i traces in its order, trace i is taken when i <= Limit
+// and (i == 1 or T(i) <= Budget); every weight is positive, so the taken
+// traces are a prefix.
 type TraceListing struct {
 	Limit  int
 	Budget int64
 }
 
-// traceRowBytes weighs one trace row of a listing in bytes: what its JSON
+// traceRowBytes weighs one trace row t of a listing in bytes: what its JSON
 // carries that a client chose (data, transactionId twice, group, event type,
 // names) plus 1 KiB for the ids, times, keys and the queue and partition
-// names (at most 255 bytes each). The sizes are read from the row headers:
-// octet_length does not detoast data.
+// names (at most 255 bytes each), so at least 1024. The sizes are read from
+// the row headers: octet_length does not detoast data.
 const traceRowBytes = `(octet_length(t.data) + 2 * octet_length(t.transaction_id) + octet_length(t.consumer_group)
 	+ octet_length(t.event_type) + coalesce(octet_length(array_to_string(t.trace_names, '')), 0)
 	+ 4 * cardinality(t.trace_names) + 1024)`
 
-// fitTraces returns how many of the rows, whose weights are sizes in
-// order, one listing takes: at most l.Limit, and rows while the weight
-// before each is under l.Budget (so always the first).
-func fitTraces(sizes []int64, l TraceListing) int {
-	var sum int64
-	n := 0
-	for _, sz := range sizes {
-		if n == l.Limit || (n > 0 && sum+sz > l.Budget) {
-			break
-		}
-		sum += sz
-		n++
-	}
-	return n
+// fitTraceRows wraps the query candidates, which selects whole
+// queen.message_traces rows (aliased t), and numbers and weighs them in the
+// listing's order (order: an ORDER BY list on t, such as "t.seq DESC").
+// It returns a parenthesized subquery for the caller to alias, holding each
+// candidate's columns and n (its 1-based place), bytes (traceRowBytes
+// summed over candidates 1..n, a bigint) and candidates (how many there
+// are, a bigint). TraceListing's rule is then
+// a filter on n and bytes. Only the row headers are weighed: a candidate
+// left out by that filter has its data carried as a TOAST pointer, never
+// read.
+func fitTraceRows(candidates, order string) string {
+	return `(SELECT t.*, row_number() OVER w AS n, sum(` + traceRowBytes + `) OVER w AS bytes,
+		count(*) OVER () AS candidates FROM (` + candidates + `) t
+		WINDOW w AS (ORDER BY ` + order + ` ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW))`
 }
 
-// traceSizes runs q (selecting seq and traceRowBytes) and returns both
-// columns.
-func traceSizes(ctx context.Context, tx pgx.Tx, q string, args ...any) (seqs, sizes []int64, err error) {
-	rows, err := tx.Query(ctx, q, args...)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var seq, sz int64
-		if err := rows.Scan(&seq, &sz); err != nil {
-			return nil, nil, err
-		}
-		seqs, sizes = append(seqs, seq), append(sizes, sz)
-	}
-	return seqs, sizes, rows.Err()
-}
-
-// MessageTraces returns the newest traces of (partition, transactionId)
-// that fit l, oldest first, and whether older ones were left out; none (not
-// an error) for an unknown message. It reads the rows' sizes first and
-// then only the rows it returns, in one snapshot.
+// MessageTraces returns the newest traces of the message (pid, txid) that
+// fit l, oldest first, and whether older ones were left out (by l.Limit or
+// l.Budget). An unknown message has none: nil, false, and no error. The
+// error wraps PostgreSQL's or the context's ("pg: message traces: ...").
+//
+// One statement, so one round trip and one snapshot: it takes the newest
+// l.Limit+1 traces, weighs them newest first with a running sum, and
+// answers only the ones that fit (see TraceListing); the rest are read
+// from their row headers only.
 func (s *Store) MessageTraces(ctx context.Context, pid uuid.UUID, txid string, l TraceListing) ([]Trace, bool, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+traceColumns+`, t.candidates
+		FROM `+fitTraceRows(`SELECT t.* FROM queen.message_traces t
+			WHERE t.partition_id = $1 AND t.transaction_id = $2 ORDER BY t.seq DESC LIMIT $3`, `t.seq DESC`)+` t
+		WHERE t.n <= $4 AND (t.n = 1 OR t.bytes <= $5) ORDER BY t.seq`,
+		pid, []byte(txid), l.Limit+1, l.Limit, l.Budget)
 	var out []Trace
-	var more bool
-	err := s.readSnapshot(ctx, func(tx pgx.Tx) error {
-		seqs, sizes, err := traceSizes(ctx, tx, `SELECT t.seq, `+traceRowBytes+` FROM queen.message_traces t
-			WHERE t.partition_id = $1 AND t.transaction_id = $2 ORDER BY t.seq DESC LIMIT $3`,
-			pid, []byte(txid), l.Limit+1)
-		if err != nil || len(seqs) == 0 {
-			return err
-		}
-		n := fitTraces(sizes, l)
-		more = n < len(seqs)
-		rows, err := tx.Query(ctx, `SELECT `+traceColumns+` FROM queen.message_traces t
-			WHERE t.partition_id = $1 AND t.transaction_id = $2 AND t.seq >= $3 AND t.seq <= $4 ORDER BY t.seq`,
-			pid, []byte(txid), seqs[n-1], seqs[0])
-		if err != nil {
-			return err
-		}
-		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Trace, error) {
+	var candidates int64
+	if err == nil {
+		for rows.Next() {
 			var tr Trace
-			return tr, scanTrace(r, &tr)
-		})
-		return err
-	})
+			if err = scanTrace(rows, &tr, &candidates); err != nil {
+				break
+			}
+			out = append(out, tr)
+		}
+		rows.Close()
+		if err == nil {
+			err = rows.Err()
+		}
+	}
 	if err != nil {
 		return nil, false, fmt.Errorf("pg: message traces: %w", err)
 	}
-	return out, more, nil
+	return out, int64(len(out)) < candidates, nil
 }
 
 // readSnapshot runs fn in a read-only repeatable-read transaction, so that
@@ -256,37 +245,51 @@ func (s *Store) readSnapshot(ctx context.Context, fn func(pgx.Tx) error) error {
 	return pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, fn)
 }
 
-// TracesByName returns one page of the traces carrying name, oldest
-// first, with their queue and partition names, and the total number of
-// such traces. The page starts offset traces in and holds what fits l
-// (fewer than l.Limit when the budget ends it first).
+// TracesByName returns one page of the traces carrying name, oldest first
+// (by recording order), with their queue and partition names, and the
+// total number of traces carrying name. The page starts offset traces in
+// and holds what fits l (fewer than l.Limit when l.Budget ends it first);
+// it is nil when offset is at or past the total (the total is still
+// returned) or l.Limit is 0. The error wraps PostgreSQL's or the context's ("pg: traces by
+// name: ..."; a negative l.Limit or offset is PostgreSQL's LIMIT/OFFSET
+// error).
+//
+// One statement, so one round trip and one snapshot for the page and the
+// total: the page's rows are weighed in order with a running sum and only
+// the ones that fit are answered (see TraceListing).
 func (s *Store) TracesByName(ctx context.Context, name string, offset int, l TraceListing) ([]Trace, int64, error) {
+	// The count is the left side so that a row comes back, with the total,
+	// when the page is empty; its trace columns are then NULL.
+	rows, err := s.pool.Query(ctx, `SELECT `+traceColumns+`, q.name, p.name, c.total
+		FROM (SELECT count(*) AS total FROM queen.message_traces WHERE trace_names @> ARRAY[$1::text]) c
+		LEFT JOIN (`+fitTraceRows(`SELECT t.* FROM queen.message_traces t
+				WHERE t.trace_names @> ARRAY[$1::text] ORDER BY t.seq LIMIT $2 OFFSET $3`, `t.seq`)+` t
+			JOIN queen.partitions p ON p.id = t.partition_id JOIN queen.queues q ON q.id = p.queue_id)
+		ON t.n = 1 OR t.bytes <= $4
+		ORDER BY t.seq`, name, l.Limit, offset, l.Budget)
 	var out []Trace
 	var total int64
-	err := s.readSnapshot(ctx, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, `SELECT count(*) FROM queen.message_traces WHERE trace_names @> ARRAY[$1::text]`,
-			name).Scan(&total); err != nil {
-			return err
-		}
-		seqs, sizes, err := traceSizes(ctx, tx, `SELECT t.seq, `+traceRowBytes+` FROM queen.message_traces t
-			WHERE t.trace_names @> ARRAY[$1::text] ORDER BY t.seq LIMIT $2 OFFSET $3`, name, l.Limit, offset)
-		if err != nil || len(seqs) == 0 {
-			return err
-		}
-		n := fitTraces(sizes, l)
-		rows, err := tx.Query(ctx, `SELECT `+traceColumns+`, q.name, p.name FROM queen.message_traces t
-			JOIN queen.partitions p ON p.id = t.partition_id JOIN queen.queues q ON q.id = p.queue_id
-			WHERE t.trace_names @> ARRAY[$1::text] AND t.seq >= $2 AND t.seq <= $3 ORDER BY t.seq`,
-			name, seqs[0], seqs[n-1])
-		if err != nil {
-			return err
-		}
-		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Trace, error) {
+	if err == nil {
+		for rows.Next() {
+			if rows.RawValues()[0] == nil { // no page: the total alone
+				dest := make([]any, len(rows.FieldDescriptions()))
+				dest[len(dest)-1] = &total
+				if err = rows.Scan(dest...); err != nil {
+					break
+				}
+				continue
+			}
 			var tr Trace
-			return tr, scanTrace(r, &tr, &tr.Queue, &tr.Partition)
-		})
-		return err
-	})
+			if err = scanTrace(rows, &tr, &tr.Queue, &tr.Partition, &total); err != nil {
+				break
+			}
+			out = append(out, tr)
+		}
+		rows.Close()
+		if err == nil {
+			err = rows.Err()
+		}
+	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("pg: traces by name: %w", err)
 	}

@@ -296,28 +296,47 @@ func (s *Store) TracesByName(ctx context.Context, name string, offset int, l Tra
 	return out, total, nil
 }
 
-// TraceNames returns one page (limit, offset) of the trace names in use,
-// most recently seen first, and how many distinct names there are.
+// TraceNames returns one page of the trace names in use, limit of them
+// after the first offset, most recently seen first (ties by name), and how
+// many distinct names there are. The page is empty (not nil) when offset
+// is at or past that number (which is still returned) or limit is 0. The error wraps PostgreSQL's or
+// the context's ("pg: trace names: ..."; a negative limit or offset is
+// PostgreSQL's LIMIT/OFFSET error).
+//
+// One statement, so one round trip and one snapshot for the page and the
+// count: the names are grouped once (a CTE read twice is materialized),
+// then counted and paged.
 func (s *Store) TraceNames(ctx context.Context, limit, offset int) ([]TraceNameSummary, int64, error) {
-	var out []TraceNameSummary
+	// The count is the left side so that a row comes back, with the count,
+	// when the page is empty; its name columns are then NULL.
+	rows, err := s.pool.Query(ctx, `WITH g AS (SELECT n.name, count(*) AS traces,
+			count(DISTINCT (t.partition_id, t.transaction_id)) AS messages, max(t.created_at) AS last_seen
+			FROM queen.message_traces t, unnest(t.trace_names) AS n(name) GROUP BY n.name)
+		SELECT p.name, p.traces, p.messages, p.last_seen, c.total
+		FROM (SELECT count(DISTINCT name) AS total FROM g) c
+		LEFT JOIN (SELECT * FROM g ORDER BY g.last_seen DESC, g.name LIMIT $1 OFFSET $2) p ON true
+		ORDER BY p.last_seen DESC, p.name`, limit, offset)
+	out := []TraceNameSummary{}
 	var total int64
-	err := s.readSnapshot(ctx, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, `SELECT count(DISTINCT n.name) FROM queen.message_traces t,
-			unnest(t.trace_names) AS n(name)`).Scan(&total); err != nil {
-			return err
-		}
-		rows, err := tx.Query(ctx, `SELECT n.name, count(*), count(DISTINCT (t.partition_id, t.transaction_id)),
-			max(t.created_at) FROM queen.message_traces t, unnest(t.trace_names) AS n(name)
-			GROUP BY n.name ORDER BY max(t.created_at) DESC, n.name LIMIT $1 OFFSET $2`, limit, offset)
-		if err != nil {
-			return err
-		}
-		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (TraceNameSummary, error) {
+	if err == nil {
+		for rows.Next() {
+			if rows.RawValues()[0] == nil { // no page: the count alone
+				if err = rows.Scan(nil, nil, nil, nil, &total); err != nil {
+					break
+				}
+				continue
+			}
 			var n TraceNameSummary
-			return n, r.Scan(&n.Name, &n.TraceCount, &n.MessageCount, &n.LastSeen)
-		})
-		return err
-	})
+			if err = rows.Scan(&n.Name, &n.TraceCount, &n.MessageCount, &n.LastSeen, &total); err != nil {
+				break
+			}
+			out = append(out, n)
+		}
+		rows.Close()
+		if err == nil {
+			err = rows.Err()
+		}
+	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("pg: trace names: %w", err)
 	}

@@ -43,7 +43,9 @@ func fitModel(ws []int64, limit int, budget int64) int {
 // first trace is in whatever its size), and answer the right rows in the
 // right order: the newest of a message, oldest first, with more exactly
 // when older ones were left out; a by-name page from offset, with the
-// total, its queue and partition names, and no other trace.
+// total, its queue and partition names, and no other trace. TraceNames
+// pages the names most recently seen first (ties by name) with their
+// counts, and its count comes with an empty page too.
 func TestTraceListingEdges(t *testing.T) {
 	s := openStore(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -78,15 +80,15 @@ func TestTraceListingEdges(t *testing.T) {
 		}
 		return listedTrace{pid, string(data), w}
 	}
-	// One message's traces, the others interleaved with them: another
-	// message in the same partition, the same transactionId in another
+	// One message's traces, the others interleaved with them: two other
+	// messages in the same partition, the same transactionId in another
 	// partition. Every trace of p1/"tx" and of p2 carries "nm".
 	sizes := []int{10, 300, 5000, 20, 70000, 10, 2000, 64 << 10, 40}
 	var msg, named []listedTrace
 	for i, sz := range sizes {
 		tr := insert(p1, "tx", sz, fmt.Sprintf("m%d", i), []string{"nm"})
 		msg, named = append(msg, tr), append(named, tr)
-		insert(p1, "other", 50, fmt.Sprintf("o%d", i), []string{"else"})
+		insert(p1, fmt.Sprintf("other%d", i%2), 50, fmt.Sprintf("o%d", i), []string{"else"})
 		if i%3 == 0 {
 			named = append(named, insert(p2, "tx", 100*i+10, fmt.Sprintf("p%d", i), []string{"a", "nm", "z"}))
 		}
@@ -187,5 +189,37 @@ func TestTraceListingEdges(t *testing.T) {
 	}
 	if _, _, err := s.TracesByName(ctx, "nm", -1, pg.TraceListing{Limit: 10, Budget: 1 << 20}); err == nil {
 		t.Fatal("negative offset: no error")
+	}
+
+	// The names, most recently seen first: "else" and "nm" were last
+	// recorded at i = 8 ("nm" first), "a" and "z" on one row at i = 6
+	// (the tie goes by name).
+	names := []pg.TraceNameSummary{{Name: "else", TraceCount: 9, MessageCount: 2},
+		{Name: "nm", TraceCount: int64(len(named)), MessageCount: 2},
+		{Name: "a", TraceCount: 3, MessageCount: 1}, {Name: "z", TraceCount: 3, MessageCount: 1}}
+	for offset := 0; offset <= len(names)+1; offset++ {
+		for limit := 0; limit <= len(names)+1; limit++ {
+			got, total, err := s.TraceNames(ctx, limit, offset)
+			want := names[min(offset, len(names)):min(offset+limit, len(names))]
+			if err != nil || total != int64(len(names)) || len(got) != len(want) || got == nil {
+				t.Fatalf("names limit %d offset %d: %+v, total %d, %v; want %d names, total %d", limit, offset, got, total, err,
+					len(want), len(names))
+			}
+			for i := range got {
+				if g := got[i]; g.Name != want[i].Name || g.TraceCount != want[i].TraceCount || g.MessageCount != want[i].MessageCount ||
+					g.LastSeen.IsZero() || i > 0 && g.LastSeen.After(got[i-1].LastSeen) {
+					t.Fatalf("names limit %d offset %d: name %d is %+v, want %+v", limit, offset, i, g, want[i])
+				}
+			}
+		}
+	}
+	if _, _, err := s.TraceNames(ctx, 10, -1); err == nil {
+		t.Fatal("names, negative offset: no error")
+	}
+	if _, err := db.Exec(ctx, `DELETE FROM queen.message_traces`); err != nil {
+		t.Fatal(err)
+	}
+	if got, total, err := s.TraceNames(ctx, 10, 0); err != nil || total != 0 || got == nil || len(got) != 0 {
+		t.Fatalf("names of no traces: %+v, total %d, %v", got, total, err)
 	}
 }

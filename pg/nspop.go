@@ -52,15 +52,20 @@ func (f *FilteredPop) MatchingQueues(ctx context.Context, namespace, task string
 // partition whose messages retention deleted has none, whatever the
 // cursor: a group that never popped it has no cursor to move past them,
 // and such queues, tried first, crowded the live ones out of a pop's
-// MaxFilteredTries) and no live lease of the group.
+// MaxFilteredTries) and no live lease of the group. The first-offset probe
+// is a LATERAL after the joins: as a plain condition PostgreSQL ran it on
+// its scan of every partition of every queue, before the namespace, task
+// and cursor conditions (257 ms a pop with 6,000 partitions in the
+// database, 7 ms this way for a namespace of 10 queues).
 func (f *FilteredPop) candidates(ctx context.Context, namespace, task, group string) ([]string, error) {
 	return f.queues(ctx, `SELECT q.name FROM queen.queues q
 		WHERE ($1::text = '' OR q.namespace = $1) AND ($2::text = '' OR q.task = $2)
 		  AND EXISTS (SELECT 1 FROM queen.partitions p
 			LEFT JOIN queen.consumer_cursors c ON c.partition_id = p.id AND c.consumer_group = $3
+			CROSS JOIN `+firstOffsetLateralSQL+` f
 			WHERE p.queue_id = q.id AND p.next_offset > coalesce(c.cursor_offset, 0)
-			  AND p.next_offset > `+firstOffsetSQL+`
-			  AND (c.lease_id IS NULL OR c.lease_expires_at <= now()))
+			  AND (c.lease_id IS NULL OR c.lease_expires_at <= now())
+			  AND p.next_offset > f.first)
 		ORDER BY q.name`, namespace, task, group)
 }
 

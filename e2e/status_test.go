@@ -584,3 +584,66 @@ func TestNamespacePop(t *testing.T) {
 		}
 	})
 }
+
+// TestManyNamespaceWaiters: 20 long-polls of one namespace, more than
+// watch its wake-ups (the others park): one message wakes one of them
+// promptly and no other; six more messages over three queues of the
+// namespace reach six more, each once, handed on from claim to claim;
+// the rest answer 204 at their timeout.
+func TestManyNamespaceWaiters(t *testing.T) {
+	t.Parallel()
+	s := setup(t, nil)
+	for _, q := range []string{"mw-1", "mw-2", "mw-3"} {
+		configureNS(t, s.base, q, "mwns", "")
+	}
+	type got struct {
+		txid string
+		code int
+	}
+	const waiters = 20
+	out := make(chan got, waiters)
+	for range waiters {
+		go func() {
+			code, r := nsPop(t, s.base, "namespace=mwns&wait=true&timeout=6000&autoAck=true")
+			tx := ""
+			if len(r.Messages) == 1 {
+				tx = r.Messages[0].TransactionID
+			}
+			out <- got{tx, code}
+		}()
+	}
+	time.Sleep(700 * time.Millisecond) // all waiting
+	start := time.Now()
+	pushN(t, s.base, "mw-1", "A", 1, 1)
+	if r := <-out; r.code != 200 || r.txid != "m-1" || time.Since(start) > 3*time.Second {
+		t.Fatalf("after one push: %+v after %v", r, time.Since(start))
+	}
+	select {
+	case r := <-out:
+		t.Fatalf("a second answer to one message: %+v", r)
+	case <-time.After(300 * time.Millisecond):
+	}
+	var items []item
+	for i := 2; i <= 7; i++ {
+		items = append(items, item{fmt.Sprintf("mw-%d", 1+i%3), fmt.Sprintf("P%d", i), i, fmt.Sprintf("m-%d", i)})
+	}
+	start = time.Now()
+	push(t, s.base, body(items...))
+	seen := map[string]bool{}
+	for range 6 {
+		select {
+		case r := <-out:
+			if r.code != 200 || r.txid == "" || seen[r.txid] {
+				t.Fatalf("after six pushes: %+v (seen %v)", r, seen)
+			}
+			seen[r.txid] = true
+		case <-time.After(3 * time.Second):
+			t.Fatalf("six messages: only %v after %v", seen, time.Since(start))
+		}
+	}
+	for range waiters - 7 {
+		if r := <-out; r.code != 204 {
+			t.Fatalf("a waiter with nothing to deliver: %+v", r)
+		}
+	}
+}

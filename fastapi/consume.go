@@ -63,9 +63,10 @@ type Consumer interface {
 	ReleaseLease(ctx context.Context, leaseID uuid.UUID, queue string) error
 	// WaitChan returns a channel closed when queue may have news.
 	WaitChan(queue string) <-chan struct{}
-	// WakeGeneration counts queue's wake-ups so far (and maybe others'); a
-	// look at the queue that starts after reading g sees every commit
-	// announced by the wake-ups up to g (waker.Waker.Generation).
+	// WakeGeneration counts queue's wake-ups so far (and maybe others'; ""
+	// counts every queue's); a look at the queue that starts after
+	// reading g sees every commit announced by the wake-ups up to g
+	// (waker.Waker.Generation).
 	WakeGeneration(queue string) uint64
 	// WakeQueue wakes the pops waiting on queue, on every broker (after a
 	// seek or a group delete changed what they may deliver).
@@ -179,8 +180,12 @@ func (s *Server) popWith(ctx *fasthttp.RequestCtx, f *popFilter) {
 			// from now: what woke it is for it.
 			req.NewFrom = &start
 		}
-		var ch <-chan struct{} // taken before the pop, so no wake-up is missed
-		if wait {
+		// The wake channel is taken before the pop, so that no wake-up is
+		// missed; a parked pop takes none (the watchers of its key look
+		// for it: wakeGate.join), which for a pop by namespace or task
+		// saves the look-up of the queues it matches.
+		var ch <-chan struct{}
+		if wait && (!joined || watcher) {
 			ch = s.popWaitChan(f, queue)
 		}
 		if wait && clientGone(ctx) {
@@ -190,19 +195,25 @@ func (s *Server) popWith(ctx *fasthttp.RequestCtx, f *popFilter) {
 			ctx.SetStatusCode(fasthttp.StatusNoContent)
 			return
 		}
-		// A waiting pop of one queue claims through the wake gate: not at
-		// all when a claim since its last wake-up found nothing, and after
-		// a wait at most maxWokenClaims of its queue, group and partition
-		// at once (a turn waited for ends with the timeout).
-		gated := wait && f == nil
-		key := wakeKey{queue: queue, group: group, partition: partition}
+		// A waiting pop claims through the wake gate: not at all when a
+		// claim since its last wake-up found nothing, and after a wait at
+		// most maxWokenClaims of its queue (or namespace and task), group
+		// and partition at once (a turn waited for ends with the timeout).
+		// A pop by namespace or task waits on several queues: its
+		// generation is that of any queue (waker.Generation("")).
+		gated := wait
+		key := wakeKey{queue: queue, group: group, partition: partition, filtered: f != nil}
 		var res *pg.PopResult
 		var err error
 		outcome, until, gen := gateClaim, time.Time{}, uint64(0)
 		if gated {
 			// Read after ch was taken: a wake-up after this reading closes
 			// ch, and the claim below sees what wake-ups up to gen announced.
-			gen = s.deps.Consumer.WakeGeneration(queue)
+			genOf := queue
+			if f != nil {
+				genOf = ""
+			}
+			gen = s.deps.Consumer.WakeGeneration(genOf)
 			if waited && expired == nil { // made once, when a wait may need it
 				dt := time.NewTimer(time.Until(deadline))
 				defer dt.Stop()

@@ -33,9 +33,14 @@ const maxWokenClaims = 4
 // come first served, and leave it when a claim found nothing for them
 // (they skip), when a turn frees (they claim), or at their timeout.
 //
-// Only pops that wait (wait=true) on one queue go through it; a pop by
-// namespace or task does not (its wake channel is its own). The zero
-// value is ready to use.
+// Only pops that wait (wait=true) go through it. A pop by namespace or
+// task has a key of its own (its namespace and task, group) and the
+// generation of any queue (waker.Generation("")): every wake-up anywhere
+// makes its claim look again, but no more than maxWokenClaims of its key
+// at once, and its parked pops wait for the watchers as a queue's do. (A
+// probe's 200 of them, every one claiming at every push and every
+// recheck, had held the connection pool: other clients' pushes took 5 s.)
+// The zero value is ready to use.
 type wakeGate struct {
 	mu sync.Mutex
 	m  map[wakeKey]*wakeState
@@ -49,6 +54,8 @@ type wakeGate struct {
 // and the other way round, so they are apart.
 type wakeKey struct {
 	queue, group, partition string
+	// filtered: a pop by namespace and/or task; queue is its label.
+	filtered bool
 }
 
 type wakeState struct {

@@ -15,7 +15,7 @@ import (
 func TestWakeGate(t *testing.T) {
 	t.Parallel()
 	var g wakeGate
-	k := wakeKey{"q", "g", ""}
+	k := wakeKey{queue: "q", group: "g", partition: ""}
 	var never <-chan time.Time
 	enter := func(k wakeKey, gen uint64, capped bool) gateOutcome {
 		o, _ := g.enter(k, gen, capped, never, nil)
@@ -43,10 +43,10 @@ func TestWakeGate(t *testing.T) {
 	if o := enter(k, 6, true); o != gateClaim {
 		t.Fatalf("a newer generation: %v", o)
 	}
-	if o := enter(wakeKey{"q", "g", "p"}, 5, true); o != gateClaim {
+	if o := enter(wakeKey{queue: "q", group: "g", partition: "p"}, 5, true); o != gateClaim {
 		t.Fatalf("another partition's pop: %v", o)
 	}
-	g.exit(wakeKey{"q", "g", "p"}, 5, false, true, time.Time{})
+	g.exit(wakeKey{queue: "q", group: "g", partition: "p"}, 5, false, true, time.Time{})
 	g.exit(k, 4, false, true, time.Time{}) // the older claim delivered: the record stays
 	if o := enter(k, 5, true); o != gateSkip {
 		t.Fatalf("after an older claim delivered: %v", o)
@@ -128,7 +128,7 @@ func TestWakeGate(t *testing.T) {
 // line, and the key's entry goes once nobody joins it.
 func TestWakeGateParking(t *testing.T) {
 	var g wakeGate
-	k := wakeKey{"q", "g", ""}
+	k := wakeKey{queue: "q", group: "g", partition: ""}
 	for i := range maxWatchers {
 		if !g.join(k) {
 			t.Fatalf("pop %d of %d: parked, want watcher", i+1, maxWatchers)

@@ -29,6 +29,9 @@ type Waker struct {
 	// every WakeAll (Generation).
 	gens [genBuckets]atomic.Uint64
 	seed maphash.Seed
+	// total counts every Wake and WakeAll: the generation of "" (any
+	// queue).
+	total atomic.Uint64
 }
 
 // genBuckets is how many wake generation counters a Waker keeps; queues
@@ -69,8 +72,13 @@ func (w *Waker) Chan(queue string) <-chan struct{} {
 // starts after reading generation g sees every commit announced by the
 // wake-ups up to g (wake-ups follow their commits). A waiting pop
 // compares it with the generation a claim that found nothing started at
-// (fastapi's wake gate).
+// (fastapi's wake gate). queue "" (no queue has that name) is any queue:
+// its generation counts every wake-up, for a pop that waits on several
+// queues (a pop by namespace or task).
 func (w *Waker) Generation(queue string) uint64 {
+	if queue == "" {
+		return w.total.Load()
+	}
 	return w.gens[w.bucket(queue)].Load()
 }
 
@@ -81,6 +89,7 @@ func (w *Waker) bucket(queue string) uint64 {
 // Wake wakes every waiter on queue.
 func (w *Waker) Wake(queue string) {
 	w.gens[w.bucket(queue)].Add(1)
+	w.total.Add(1)
 	w.mu.Lock()
 	ch, ok := w.chans[queue]
 	delete(w.chans, queue)
@@ -98,6 +107,7 @@ func (w *Waker) WakeAll() {
 	for i := range w.gens {
 		w.gens[i].Add(1)
 	}
+	w.total.Add(1)
 	w.mu.Lock()
 	chans := w.chans
 	w.chans = make(map[string]chan struct{})

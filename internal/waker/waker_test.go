@@ -111,4 +111,11 @@ func TestGeneration(t *testing.T) {
 			t.Fatalf("generation went back: %d < %d", g, g2)
 		}
 	}
+	// "" is any queue: every Wake and WakeAll moves it.
+	any0 := w.Generation("")
+	w.Wake("zz")
+	w.WakeAll()
+	if g := w.Generation(""); g != any0+2 {
+		t.Fatalf("generation of any queue: %d after two wake-ups from %d", g, any0)
+	}
 }

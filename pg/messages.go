@@ -283,6 +283,7 @@ type segmentHeader struct {
 	createdAt  time.Time
 	prefix     []byte
 	hasDL      bool
+	size       int64 // the stored body's bytes
 }
 
 // scanSegments walks the segments of parts newest commit first and fills
@@ -308,7 +309,7 @@ func (s *Store) scanSegments(ctx context.Context, tx pgx.Tx, f MessageFilter, ne
 	k := len(args) + 1
 	scan := func(keyset string) string {
 		return fmt.Sprintf(`SELECT s.partition_id, s.base_offset, s.last_offset, s.created_at,
-			substring(s.body FROM 1 FOR %d),
+			substring(s.body FROM 1 FOR %d), octet_length(s.body),
 			$4::boolean AND EXISTS (SELECT 1 FROM queen.dead_letters d WHERE d.partition_id = s.partition_id
 				AND d.consumer_group = $3 AND d.msg_offset BETWEEN s.base_offset AND s.last_offset)
 			FROM queen.segments s
@@ -318,6 +319,20 @@ func (s *Store) scanSegments(ctx context.Context, tx pgx.Tx, f MessageFilter, ne
 	}
 	first := scan("")
 	next := scan(fmt.Sprintf(` AND (s.created_at, s.partition_id, s.base_offset) < ($%d, $%d, $%d)`, k, k+1, k+2))
+	// trim sorts out.Messages (newestFirst) and cuts it to need; cut is
+	// then the need-th newest createdAt (haveCut), which only grows.
+	var cut int64
+	haveCut := false
+	trim := func() {
+		slices.SortFunc(out.Messages, newestFirst)
+		if len(out.Messages) > need {
+			clear(out.Messages[need:])
+			out.Messages = out.Messages[:need]
+		}
+		if len(out.Messages) == need {
+			cut, haveCut = out.Messages[need-1].CreatedAtMicros, true
+		}
+	}
 	var key []any
 	for {
 		var rows pgx.Rows
@@ -333,56 +348,88 @@ func (s *Store) scanSegments(ctx context.Context, tx pgx.Tx, f MessageFilter, ne
 		hs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (segmentHeader, error) {
 			var h segmentHeader
 			var pid pgtype.UUID
-			err := r.Scan(&pid, &h.base, &h.last, &h.createdAt, &h.prefix, &h.hasDL)
+			err := r.Scan(&pid, &h.base, &h.last, &h.createdAt, &h.prefix, &h.size, &h.hasDL)
 			h.pid = pid.Bytes
 			return h, err
 		})
 		if err != nil {
 			return err
 		}
-		for _, h := range hs {
-			if len(out.Messages) >= need && out.Messages[need-1].CreatedAtMicros > h.createdAt.UnixMicro()+slackUS {
-				return nil // no segment left can hold a newer message
+		// The segments to decode, read in chunks (readSegments: one round
+		// trip for up to segmentChunk of them or segmentChunkBytes); the
+		// answer is sorted and cut to need when it first holds need and
+		// then whenever it holds twice that (newestFirst), and cut, the
+		// need-th newest createdAt as of the last sort, stops the walk: it
+		// only grows, so a stale one stops later, never wrongly. (Sorting after every segment and reading
+		// each in a round trip of its own cost seconds of broker CPU on a
+		// queue of many small segments.)
+		for i := 0; i < len(hs); {
+			var chunk []segmentHeader
+			var bytes int64
+			stop := false
+			// Until need messages are found, no more segments than are
+			// still missing messages (each holds one at least), so that a
+			// short page decodes no segment past the ones it needs.
+			limit := segmentChunk
+			if !haveCut {
+				limit = min(limit, max(need-len(out.Messages), 1))
 			}
-			lp := parts[h.pid]
-			if lp == nil || !lp.cursor.mayHold(f.Status, h.base, h.last, h.hasDL) {
-				continue
+			for ; i < len(hs) && len(chunk) < limit && bytes < segmentChunkBytes; i++ {
+				h := hs[i]
+				if haveCut && cut > h.createdAt.UnixMicro()+slackUS {
+					stop = true // no segment left can hold a newer message
+					break
+				}
+				lp := parts[h.pid]
+				if lp == nil || !lp.cursor.mayHold(f.Status, h.base, h.last, h.hasDL) {
+					continue
+				}
+				if first, ok := firstCreatedAt(h.prefix); ok && first > toUS+slackUS {
+					continue // accepted after the window (a segment's messages are in acceptance order)
+				}
+				chunk = append(chunk, h)
+				bytes += h.size
 			}
-			if first, ok := firstCreatedAt(h.prefix); ok && first > toUS+slackUS {
-				continue // accepted after the window (a segment's messages are in acceptance order)
-			}
-			msgs, dl, deleted, err := readSegment(ctx, tx, h.pid, h.base, h.last, f.Group)
+			segs, err := readSegments(ctx, tx, chunk, f.Group)
 			if err != nil {
 				return err
 			}
-			out.SegmentsDecoded++
-			for i := range msgs {
-				m := &msgs[i]
-				if m.CreatedAtMicros < fromUS || m.CreatedAtMicros > toUS {
-					continue
+			for j, h := range chunk {
+				lp := parts[h.pid]
+				out.SegmentsDecoded++
+				sg := segs[j]
+				for k := range sg.msgs {
+					m := &sg.msgs[k]
+					if m.CreatedAtMicros < fromUS || m.CreatedAtMicros > toUS {
+						continue
+					}
+					off := h.base + int64(k)
+					if slices.Contains(sg.deleted, off) {
+						continue // deleted (pg/tombstone.go)
+					}
+					st := lp.cursor.status(off, slices.Contains(sg.dl, off))
+					if f.Status != "" && st != f.Status {
+						continue
+					}
+					lm := ListedMessage{StoredMessage: StoredMessage{Queue: lp.queue, Partition: lp.name, PartitionID: h.pid,
+						Offset: off, Message: *m}, Namespace: lp.namespace, Task: lp.task, Status: st}
+					lm.Payload = nil
+					if st == MessageProcessing {
+						lm.LeaseExpiresAt = lp.cursor.leaseExpires
+					}
+					out.Messages = append(out.Messages, lm)
 				}
-				off := h.base + int64(i)
-				if slices.Contains(deleted, off) {
-					continue // deleted (pg/tombstone.go)
+				if len(out.Messages) >= 2*need || (!haveCut && len(out.Messages) >= need) {
+					trim()
 				}
-				st := lp.cursor.status(off, slices.Contains(dl, off))
-				if f.Status != "" && st != f.Status {
-					continue
-				}
-				lm := ListedMessage{StoredMessage: StoredMessage{Queue: lp.queue, Partition: lp.name, PartitionID: h.pid,
-					Offset: off, Message: *m}, Namespace: lp.namespace, Task: lp.task, Status: st}
-				lm.Payload = nil
-				if st == MessageProcessing {
-					lm.LeaseExpiresAt = lp.cursor.leaseExpires
-				}
-				out.Messages = append(out.Messages, lm)
 			}
-			slices.SortFunc(out.Messages, newestFirst)
-			if len(out.Messages) > need {
-				out.Messages = out.Messages[:need]
+			if stop {
+				trim()
+				return nil
 			}
 		}
 		if len(hs) < messagePage {
+			trim()
 			return nil
 		}
 		last := hs[len(hs)-1]
@@ -417,27 +464,69 @@ func firstCreatedAt(prefix []byte) (int64, bool) {
 	return v, rd.Err() == nil
 }
 
-// readSegment decodes the segment of partition pid at base (offsets
-// base..last) and returns its messages with the offsets group
-// dead-lettered among them and the deleted offsets (pg/tombstone.go). The
-// payloads stay as stored (not decrypted).
-func readSegment(ctx context.Context, tx pgx.Tx, pid uuid.UUID, base, last int64, group string) ([]Message, []int64, []int64, error) {
-	var body []byte
-	var dl, deleted []int64
-	err := tx.QueryRow(ctx, `SELECT s.body, ARRAY(SELECT d.msg_offset FROM queen.dead_letters d
+// segmentChunk and segmentChunkBytes bound one readSegments of a
+// listing: at most this many segments, and the segment that brings their
+// stored bytes to segmentChunkBytes is the last.
+const (
+	segmentChunk      = 32
+	segmentChunkBytes = 4 << 20
+)
+
+// listedSegment is a segment readSegments decoded: its messages, the
+// offsets the group dead-lettered among them and the deleted offsets
+// (pg/tombstone.go).
+type listedSegment struct {
+	msgs        []Message
+	dl, deleted []int64
+}
+
+// readSegments decodes the segments hs (offsets base..last of each) in
+// one round trip and returns them in hs's order; the payloads stay as
+// stored (not decrypted).
+func readSegments(ctx context.Context, tx pgx.Tx, hs []segmentHeader, group string) ([]listedSegment, error) {
+	if len(hs) == 0 {
+		return nil, nil
+	}
+	pids, bases := make([]pgtype.UUID, len(hs)), make([]int64, len(hs))
+	for i, h := range hs {
+		pids[i], bases[i] = pgtype.UUID{Bytes: h.pid, Valid: true}, h.base
+	}
+	rows, err := tx.Query(ctx, `SELECT k.ord, s.body, ARRAY(SELECT d.msg_offset FROM queen.dead_letters d
 		WHERE d.partition_id = s.partition_id AND d.consumer_group = $3
 		AND d.msg_offset BETWEEN s.base_offset AND s.last_offset),
 		ARRAY(SELECT t.msg_offset FROM queen.tombstones t WHERE t.partition_id = s.partition_id
 		AND t.msg_offset BETWEEN s.base_offset AND s.last_offset)
-		FROM queen.segments s WHERE s.partition_id = $1 AND s.base_offset = $2`, pid, base, group).Scan(&body, &dl, &deleted)
+		FROM unnest($1::uuid[], $2::bigint[]) WITH ORDINALITY AS k(pid, base, ord)
+		JOIN queen.segments s ON s.partition_id = k.pid AND s.base_offset = k.base
+		ORDER BY k.ord`, pids, bases, group)
 	if err != nil {
-		return nil, nil, nil, err // the snapshot saw the header, so the row is there
+		return nil, err
 	}
-	msgs, err := decodeSegmentRange(pid, base, last, body)
-	if err != nil {
-		return nil, nil, nil, err
+	defer rows.Close()
+	out := make([]listedSegment, len(hs))
+	n := 0
+	for rows.Next() {
+		var ord int64
+		var body []byte
+		var sg listedSegment
+		if err := rows.Scan(&ord, &body, &sg.dl, &sg.deleted); err != nil {
+			return nil, err
+		}
+		h := hs[ord-1]
+		if sg.msgs, err = decodeSegmentRange(h.pid, h.base, h.last, body); err != nil {
+			return nil, err
+		}
+		out[ord-1] = sg
+		n++
 	}
-	return msgs, dl, deleted, nil
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if n != len(hs) {
+		// The snapshot saw every header, so every row is there.
+		return nil, fmt.Errorf("%d of %d segments read", n, len(hs))
+	}
+	return out, nil
 }
 
 // MessageGroupStatus is one consumer group's view of a message: its status

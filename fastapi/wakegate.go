@@ -102,7 +102,7 @@ type parkSlot struct {
 // a slot of its own (park) instead: a push wakes the watchers only, and
 // not the thousands of pops a queue may have waiting (before, every push
 // woke every one of them, and the collector scanning their stacks was
-// most of the broker's CPU: docs/decisions.md). The watchers stand for
+// most of the broker's CPU: docs/consume.md, "Long-poll"). The watchers stand for
 // the parked pops: a claim of theirs that delivers hands the wake-up on to
 // the first maxWokenClaims parked (exit), and a watcher that leaves
 // (leave) promotes the first parked. A pop that joined must call leave

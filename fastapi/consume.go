@@ -168,6 +168,7 @@ func (s *Server) popWith(ctx *fasthttp.RequestCtx, f *popFilter) {
 	deadline := start.Add(timeout)
 	var sleepTimer *time.Timer      // the waits' timer (below)
 	joined, watcher := false, false // the wake gate's role of a waiting pop (wakeGate.join)
+	passOn := false                 // it answers without the claim its wake-up was for (wakeGate.leave)
 	var expired <-chan time.Time    // fires at the deadline: a turn waited for in the wake gate ends then
 	for waited := false; ; waited = true {
 		if s.deps.Maintenance.PopMaintenance() {
@@ -192,6 +193,8 @@ func (s *Server) popWith(ctx *fasthttp.RequestCtx, f *popFilter) {
 			// A long-poll whose client left (a consumer cancelled while it
 			// waited) claims nothing: a lease on a request nobody reads
 			// would hold the messages until it lapsed and count a retry.
+			// What woke it passes on to the next parked pop of its key.
+			passOn = true
 			ctx.SetStatusCode(fasthttp.StatusNoContent)
 			return
 		}
@@ -329,7 +332,7 @@ func (s *Server) popWith(ctx *fasthttp.RequestCtx, f *popFilter) {
 		if gated {
 			if !joined {
 				joined, watcher = true, s.wakes.join(key)
-				defer func() { s.wakes.leave(key, watcher) }()
+				defer func() { s.wakes.leave(key, watcher, passOn) }()
 			}
 			if !watcher {
 				slot = s.wakes.park(key)

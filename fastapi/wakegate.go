@@ -149,8 +149,10 @@ func (g *wakeGate) unpark(key wakeKey, slot *parkSlot) bool {
 }
 
 // leave ends the wait of a pop of key that joined: a watcher's place goes
-// to the first parked pop.
-func (g *wakeGate) leave(key wakeKey, watcher bool) {
+// to the first parked pop; with passOn (the pop was woken but answers
+// without claiming: its client left) the first parked pop is also woken,
+// so that a wake-up handed to a departed consumer is not lost.
+func (g *wakeGate) leave(key wakeKey, watcher, passOn bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	st := g.m[key]
@@ -167,6 +169,11 @@ func (g *wakeGate) leave(key wakeKey, watcher bool) {
 		slot.promoted = true
 		st.watchers++
 		close(slot.done)
+	}
+	if passOn && len(st.parked) > 0 {
+		close(st.parked[0].done)
+		st.parked[0] = nil
+		st.parked = st.parked[1:]
 	}
 	g.dropIfIdleLocked(key, st)
 }

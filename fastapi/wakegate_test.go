@@ -124,8 +124,9 @@ func TestWakeGate(t *testing.T) {
 // TestWakeGateParking: past maxWatchers a waiting pop of a key parks; a
 // claim that delivered wakes the first maxWokenClaims parked (not
 // promoted), one that failed or found nothing wakes none, a watcher that
-// leaves promotes the first parked, a wait that ends otherwise leaves the
-// line, and the key's entry goes once nobody joins it.
+// leaves promotes the first parked, a woken pop that leaves without its
+// claim wakes the next, a wait that ends otherwise leaves the line, and
+// the key's entry goes once nobody joins it.
 func TestWakeGateParking(t *testing.T) {
 	var g wakeGate
 	k := wakeKey{queue: "q", group: "g", partition: ""}
@@ -174,7 +175,7 @@ func TestWakeGateParking(t *testing.T) {
 			t.Fatalf("slot %d: woken, reported promoted", i)
 		}
 	}
-	g.leave(k, true) // a watcher answers: the first parked watches now
+	g.leave(k, true, false) // a watcher answers: the first parked watches now
 	if !closed(slots[maxWokenClaims]) || !g.unpark(k, slots[maxWokenClaims]) {
 		t.Fatal("a watcher left: the first parked pop was not promoted")
 	}
@@ -182,12 +183,18 @@ func TestWakeGateParking(t *testing.T) {
 	if g.unpark(k, last) || closed(last) {
 		t.Fatal("a wait ended by its timer: reported promoted")
 	}
-	g.leave(k, true) // no one parked: nobody promoted
+	// A woken pop whose client left passes its wake-up on.
+	next := g.park(k)
+	g.leave(k, false, true)
+	if !closed(next) || g.unpark(k, next) {
+		t.Fatal("a pop that left without its claim: the next parked was not woken (or was promoted)")
+	}
+	g.leave(k, true, false) // no one parked: nobody promoted
 	if closed(last) {
 		t.Fatal("a slot that left the line was woken")
 	}
 	for range maxWatchers - 1 {
-		g.leave(k, true)
+		g.leave(k, true, false)
 	}
 	if len(g.m) != 0 {
 		t.Fatalf("every pop left: %d entries kept", len(g.m))

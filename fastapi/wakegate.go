@@ -120,12 +120,23 @@ func (g *wakeGate) join(key wakeKey) bool {
 }
 
 // park queues a wait of a parked pop of key (see join) and returns its
-// slot; after the wait, call unpark.
+// slot; after the wait, call unpark. When the key has fewer than
+// maxWatchers watchers, the slot comes back promoted (done closed): the
+// watchers may all have left while this pop was out of the line (handed a
+// wake-up by exit, it claimed), promoting nobody, and a pop parked then
+// would wait with no watcher to wake it, every push missed until its
+// timer (popSafetyRecheck) or timeout.
 func (g *wakeGate) park(key wakeKey) *parkSlot {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	st := g.stateLocked(key)
 	slot := &parkSlot{done: make(chan struct{})}
+	if st.watchers < maxWatchers {
+		st.watchers++
+		slot.promoted = true
+		close(slot.done)
+		return slot
+	}
 	st.parked = append(st.parked, slot)
 	return slot
 }

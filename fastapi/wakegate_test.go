@@ -200,3 +200,42 @@ func TestWakeGateParking(t *testing.T) {
 		t.Fatalf("every pop left: %d entries kept", len(g.m))
 	}
 }
+
+// A parked pop handed a wake-up (a claim of its key delivered) is out of
+// the line while it claims; if every watcher answers meanwhile, nobody is
+// promoted, and the pop parking again must watch: with no watcher, a push
+// wakes nobody, and it would wait until its recheck or timeout.
+func TestWakeGateParkWithoutWatchers(t *testing.T) {
+	var g wakeGate
+	k := wakeKey{queue: "q", group: "g"}
+	for range maxWatchers {
+		g.join(k)
+	}
+	if g.join(k) {
+		t.Fatal("a pop past maxWatchers watches")
+	}
+	s := g.park(k)
+	if o, _ := g.enter(k, 1, true, nil, nil); o != gateClaim {
+		t.Fatalf("enter: %v", o)
+	}
+	g.exit(k, 1, false, true, time.Time{}) // a watcher's claim delivered
+	if g.unpark(k, s) {
+		t.Fatal("handed a wake-up: reported promoted")
+	}
+	for range maxWatchers { // every watcher answers while the pop claims
+		g.leave(k, true, false)
+	}
+	s = g.park(k) // its claim found nothing: it waits again
+	select {
+	case <-s.done:
+	default:
+		t.Fatal("parked with no watcher of its key: no push would wake it")
+	}
+	if !g.unpark(k, s) {
+		t.Fatal("not promoted to watcher")
+	}
+	g.leave(k, true, false)
+	if len(g.m) != 0 {
+		t.Fatalf("every pop left: %d entries kept", len(g.m))
+	}
+}

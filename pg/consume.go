@@ -689,7 +689,13 @@ func (s *Store) popPartition(ctx context.Context, tx dbtx, q *queueRow, partID u
 	if cursor < c.nextOffset && windowActive(q, c.lastMsgAt) {
 		res.checkAt(c.lastMsgAt.Add(time.Duration(q.windowBuffer) * time.Second))
 	}
-	if cursor < c.nextOffset && !windowActive(q, c.lastMsgAt) {
+	// A run of deleted offsets (tombstones) or offsets retention removed
+	// at the cursor is passed over and read past, up to maxSkipReads times:
+	// under the byte bound (fetchBounded) one read may hold nothing but
+	// deleted messages, and a pop that answered nothing for them, with live
+	// messages after them, left a long-poll waiting for a wake-up that
+	// would not come.
+	for reads := 0; cursor < c.nextOffset && !windowActive(q, c.lastMsgAt); reads++ {
 		to := min(cursor+int64(budget)-1, c.nextOffset-1)
 		// pre holds the segments of offsets c.offset..c.offset+take-1
 		// only: a cursor moved past a dead-lettered message reads the
@@ -704,7 +710,12 @@ func (s *Store) popPartition(ctx context.Context, tx dbtx, q *queueRow, partID u
 			// returns.
 			defer releaseStored(sp)
 		} else {
-			msgs, err = fetchBounded(ctx, tx, partID, cursor, to, maxBytes)
+			bound := maxBytes
+			if reads > 0 && bound <= 0 {
+				// Past what the claim bounded: the pop's own bound.
+				bound = req.MaxBytes
+			}
+			msgs, err = fetchBounded(ctx, tx, partID, cursor, to, bound)
 		}
 		if err != nil {
 			return nil, err
@@ -723,6 +734,7 @@ func (s *Store) popPartition(ctx context.Context, tx dbtx, q *queueRow, partID u
 		if len(msgs) == 0 && cursor <= to {
 			// Nothing deliverable: either delayed, or retention removed the
 			// offsets at the cursor. Skip what retention removed.
+			from := cursor
 			if first, err := firstStoredOffset(ctx, tx, partID, cursor); err != nil {
 				return nil, err
 			} else if first > cursor {
@@ -734,7 +746,14 @@ func (s *Store) popPartition(ctx context.Context, tx dbtx, q *queueRow, partID u
 			} else if next > cursor {
 				cursor, retries = next, 0
 			}
+			if cursor > from && cursor < c.nextOffset {
+				if reads < maxSkipReads {
+					continue // read on past them
+				}
+				res.checkAt(time.Now()) // a waiting pop looks again at once
+			}
 		}
+		break
 	}
 	if len(msgs) == 0 {
 		if pre != nil && pre.updated {
@@ -800,6 +819,10 @@ func (s *Store) popPartition(ctx context.Context, tx dbtx, q *queueRow, partID u
 	}
 	return out, nil
 }
+
+// maxSkipReads bounds the reads of one partition's pop past deleted or
+// removed offsets that held nothing deliverable (popPartition).
+const maxSkipReads = 8
 
 // withinBytes is how many of msgs a pop delivers under a bound of
 // maxBytes: their stored lengths (messageLen) are summed in order, and the

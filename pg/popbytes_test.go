@@ -184,3 +184,53 @@ func TestPopByteBound(t *testing.T) {
 	}
 	wantOffsets(t, "segments without plain_bytes", res, "p:4", "p:5", "p:6", "p:7", "p:8", "p:9", "p:10")
 }
+
+// TestPopByteBoundDeletedRun: deleted messages (tombstones) at a group's
+// cursor whose segments reach the byte bound do not make a pop answer
+// empty while live messages follow them: the pop passes over them and
+// delivers what follows, on every path. (It answered nothing and moved
+// the cursor: a long-poll then waited for the next wake-up, up to its
+// timeout, with the messages there.)
+func TestPopByteBoundDeletedRun(t *testing.T) {
+	t.Parallel()
+	st, ctx := setupStatus(t)
+	groups := []string{pg.QueueModeGroup, "auto", "parts", "named"}
+	warm(t, ctx, st, "q", "a", groups...)
+	big := []byte(`"` + string(bytes.Repeat([]byte{'b'}, 2000)) + `"`)
+	storeEach(t, ctx, st, "q", "a", 3, big)           // offsets 1..3, deleted below
+	storeEach(t, ctx, st, "q", "a", 3, []byte(`"s"`)) // offsets 4..6
+	res, err := st.Pop(ctx, pg.PopRequest{Queue: "q", Partition: "a", Group: "peek", Batch: 10, AutoAck: true, MaxBytes: 1 << 20})
+	if err != nil || len(res.Messages) != 7 {
+		t.Fatalf("peek: %v %v", res, err)
+	}
+	for _, m := range res.Messages[1:4] {
+		if ok, err := pg.NewTombstones(st).DeleteMessage(ctx, m.PartitionID, m.TransactionID); err != nil || !ok {
+			t.Fatalf("delete: %v %v", ok, err)
+		}
+	}
+	for _, req := range []pg.PopRequest{
+		{Group: pg.QueueModeGroup},
+		{Group: "auto", AutoAck: true},
+		{Group: "parts", Partitions: 3},
+		{Group: "named", Partition: "a"},
+	} {
+		req.Queue, req.Batch, req.MaxBytes = "q", 10, 1500
+		var got []string
+		for i := 0; i < 4 && len(got) < 3; i++ {
+			res, err := st.Pop(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Messages) == 0 {
+				t.Fatalf("pop %d of group %s: nothing, with %v of a:4..a:6 delivered", i+1, req.Group, got)
+			}
+			got = append(got, offsets(res)...)
+			if !req.AutoAck {
+				ackAll(t, ctx, st, res, req.Group)
+			}
+		}
+		if fmt.Sprint(got) != "[a:4 a:5 a:6]" {
+			t.Fatalf("group %s: delivered %v, want [a:4 a:5 a:6]", req.Group, got)
+		}
+	}
+}

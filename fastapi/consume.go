@@ -364,8 +364,20 @@ func (s *Server) popWith(ctx *fasthttp.RequestCtx, f *popFilter) {
 			done = true
 		}
 		sleepTimer.Stop()
-		if slot != nil && s.wakes.unpark(key, slot) {
-			watcher = true
+		if slot != nil {
+			if s.wakes.unpark(key, slot) {
+				watcher = true
+			} else if done {
+				// Handed a wake-up as its own timer ended: it answers
+				// without the claim the wake-up was for, so it passes it
+				// on. (After unpark the slot is out of the line: closed
+				// now or never.)
+				select {
+				case <-slot.done:
+					passOn = true
+				default:
+				}
+			}
 		}
 		if done {
 			ctx.SetStatusCode(fasthttp.StatusNoContent)

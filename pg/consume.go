@@ -1307,6 +1307,23 @@ func (s *Store) releaseSeed(ctx context.Context, queue, group string, seed uuid.
 // seconds. It returns the new expiry, or an error text: "Lease not found"
 // or "Lease already expired".
 func (s *Store) ExtendLease(ctx context.Context, leaseID uuid.UUID, seconds int) (time.Time, string, error) {
+	if _, _, keyed := leaseTarget(leaseID); !keyed {
+		// Without a lease key the rows are found by a scan of the whole
+		// cursor table (two here), which a client can ask for with any id:
+		// 50 clients extending a random UUID held every pool connection.
+		// Only a UUIDv7 can be a lease minted before lease keys (this
+		// broker mints bound v8 ids only); and those scans take turns, so
+		// they never hold more than one connection.
+		if leaseID.Version() != 7 {
+			return time.Time{}, "Lease not found", nil
+		}
+		select {
+		case legacyLeaseScan <- struct{}{}:
+			defer func() { <-legacyLeaseScan }()
+		case <-ctx.Done():
+			return time.Time{}, "", fmt.Errorf("pg: extend lease: waiting for a legacy lease scan: %w", ctx.Err())
+		}
+	}
 	id := pgtype.UUID{Bytes: leaseID, Valid: true}
 	where, extra := leaseRowsSQL(leaseID, 3)
 	var exp *time.Time

@@ -75,6 +75,10 @@ func leaseIDSQL(seed, key string) string {
 		` | (-9223372036854775807 - 1)) from 9 for 8), 'hex')::uuid`
 }
 
+// legacyLeaseScan is the one turn of the lease lookups that scan the
+// whole cursor table (ids minted before lease keys, UUIDv7): ExtendLease.
+var legacyLeaseScan = make(chan struct{}, 1)
+
 // leaseTarget says how to find the cursor rows of lease id: ok with the
 // lease key of its first cursor and whether it may cover several
 // partitions, for an id bindLeaseID made; ok false for any other id (one

@@ -1,6 +1,7 @@
 package pg_test
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"testing"
@@ -333,5 +334,33 @@ func TestReleaseSeedFreesWhatTheSeedLeased(t *testing.T) {
 	rows.Close()
 	if fmt.Sprint(left) != "[a/h b/g b/h]" {
 		t.Fatalf("leases left: %v", left)
+	}
+}
+
+// TestExtendForeignLeaseIDRunsNoScan: an id that no broker minted as a
+// lease (a random v4, a v8 seed, not bound to a key) is "Lease not found"
+// without a query, so that a flood of them cannot hold the pool with
+// scans of the whole cursor table: even on a cancelled context it
+// answers. A UUIDv7 (the shape minted before lease keys) is still looked
+// for (TestLeaseKeys, the upgrade test), and waits for its turn within
+// the context.
+func TestExtendForeignLeaseIDRunsNoScan(t *testing.T) {
+	t.Parallel()
+	st, ctx := setupStatus(t)
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	seed := uuid.New()
+	seed[6] = seed[6]&0x0f | 0x80
+	clear(seed[8:]) // a seed: no key bound
+	for _, id := range []uuid.UUID{uuid.New(), seed, {}} {
+		if _, msg, err := st.ExtendLease(done, id, 60); err != nil || msg != "Lease not found" {
+			t.Fatalf("extend of %s: %q, %v; want Lease not found without a query", id, msg, err)
+		}
+	}
+	if _, msg, err := st.ExtendLease(ctx, uuid.Must(uuid.NewV7()), 60); err != nil || msg != "Lease not found" {
+		t.Fatalf("extend of an unknown UUIDv7: %q, %v", msg, err)
+	}
+	if _, _, err := st.ExtendLease(done, uuid.Must(uuid.NewV7()), 60); err == nil {
+		t.Fatal("an unknown UUIDv7 on a cancelled context was answered without its scan")
 	}
 }

@@ -116,7 +116,7 @@ func TestUpgradeFrom89aae94(t *testing.T) {
 	msgsP, msgsQ := oldMessages("p", 4), oldMessages("q", 3)
 	writeOld(t, ctx, conn, pidP, 0, msgsP)
 	writeOld(t, ctx, conn, pidQ, 0, msgsQ)
-	oldLease := uuid.New() // version 4: no lease key inside
+	oldLease := uuid.Must(uuid.NewV7()) // as 89aae94 minted them: no lease key inside
 	if _, err := conn.Exec(ctx, `INSERT INTO queen.consumer_cursors
 		(partition_id, consumer_group, cursor_offset, lease_id, lease_expires_at, lease_end, total_consumed)
 		VALUES ($1, $2, 1, $3, now() + interval '5 minutes', 2, 1)`,

@@ -1307,21 +1307,38 @@ func (s *Store) releaseSeed(ctx context.Context, queue, group string, seed uuid.
 // seconds. It returns the new expiry, or an error text: "Lease not found"
 // or "Lease already expired".
 func (s *Store) ExtendLease(ctx context.Context, leaseID uuid.UUID, seconds int) (time.Time, string, error) {
-	if _, _, keyed := leaseTarget(leaseID); !keyed {
+	key, multi, keyed := leaseTarget(leaseID)
+	scan := !keyed
+	switch {
+	case !keyed && leaseID.Version() != 7:
 		// Without a lease key the rows are found by a scan of the whole
 		// cursor table (two here), which a client can ask for with any id:
 		// 50 clients extending a random UUID held every pool connection.
 		// Only a UUIDv7 can be a lease minted before lease keys (this
-		// broker mints bound v8 ids only); and those scans take turns, so
-		// they never hold more than one connection.
-		if leaseID.Version() != 7 {
-			return time.Time{}, "Lease not found", nil
+		// broker mints bound v8 ids only).
+		return time.Time{}, "Lease not found", nil
+	case multi:
+		// A multi-partition lease's rows are looked for in every
+		// partition of the key row's queue, which PostgreSQL plans as a
+		// scan of the cursor table (it estimates lease_id = $1 at one
+		// row): a forged id naming any key cost as much as a random one.
+		// A genuine lease still holds its key row unless that partition
+		// was released first; only the rest wait for the turn.
+		var held bool
+		if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM queen.consumer_cursors
+			WHERE lease_key = $1 AND lease_id = $2)`, key, pgtype.UUID{Bytes: leaseID, Valid: true}).Scan(&held); err != nil {
+			return time.Time{}, "", err
 		}
+		scan = !held
+	}
+	if scan {
+		// Scans of the cursor table take turns, so that they never hold
+		// more than one connection.
 		select {
 		case legacyLeaseScan <- struct{}{}:
 			defer func() { <-legacyLeaseScan }()
 		case <-ctx.Done():
-			return time.Time{}, "", fmt.Errorf("pg: extend lease: waiting for a legacy lease scan: %w", ctx.Err())
+			return time.Time{}, "", fmt.Errorf("pg: extend lease: waiting for a lease scan: %w", ctx.Err())
 		}
 	}
 	id := pgtype.UUID{Bytes: leaseID, Valid: true}

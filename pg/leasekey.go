@@ -76,7 +76,8 @@ func leaseIDSQL(seed, key string) string {
 }
 
 // legacyLeaseScan is the one turn of the lease lookups that scan the
-// whole cursor table (ids minted before lease keys, UUIDv7): ExtendLease.
+// whole cursor table (ids minted before lease keys, UUIDv7, and
+// multi-partition ids whose key row does not hold them): ExtendLease.
 var legacyLeaseScan = make(chan struct{}, 1)
 
 // leaseTarget says how to find the cursor rows of lease id: ok with the

@@ -250,6 +250,16 @@ func TestLeaseFoundByKey(t *testing.T) {
 	if !ok || !isMulti || keyPart == "" {
 		t.Fatalf("multi lease %s: key %d (partition %q) multi %v ok %v", multi.LeaseID, key, keyPart, isMulti, ok)
 	}
+	// The whole lease extends through its key row; an id forged with the
+	// same key and multi bit but another random half is not found.
+	if _, msg, err := st.ExtendLease(ctx, multi.LeaseID, 900); err != nil || msg != "" {
+		t.Fatalf("extend of a multi-partition lease: %q, %v", msg, err)
+	}
+	forged := multi.LeaseID
+	forged[0] ^= 0xff
+	if _, msg, err := st.ExtendLease(ctx, forged, 900); err != nil || msg != "Lease not found" {
+		t.Fatalf("extend of a forged multi-partition id: %q, %v", msg, err)
+	}
 	// Ack every message of the partition the id names: its lease ends.
 	var acks []pg.AckRequest
 	for _, m := range multi.Messages {

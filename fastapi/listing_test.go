@@ -1,6 +1,7 @@
 package fastapi
 
 import (
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -95,6 +96,30 @@ func TestListingGateRoutes(t *testing.T) {
 	r.Handler(&del)
 	if del.Response.StatusCode() != fasthttp.StatusServiceUnavailable {
 		t.Errorf("message delete with the gate full: %d %s, want 503 busy", del.Response.StatusCode(), del.Response.Body())
+	}
+	// A stream state read is a listing; a cycle and a seek take the heavy
+	// writes' turns, held here too.
+	s.heavyWriteTurns = make(chan struct{}, 1)
+	s.heavyWriteTurns <- struct{}{}
+	s.routeResources(listingRoutes{r, s})
+	post := func(uri string) *fasthttp.RequestCtx {
+		var ctx fasthttp.RequestCtx
+		ctx.Request.SetRequestURI(uri)
+		ctx.Request.Header.SetMethod(fasthttp.MethodPost)
+		ctx.Request.SetBodyString("{}")
+		r.Handler(&ctx)
+		return &ctx
+	}
+	for uri, want := range map[string]string{
+		"/streams/v1/state/get":                                "listing requests",
+		"/streams/v1/cycle":                                    "stream cycles and seeks",
+		"/api/v1/consumer-groups/g/queues/q/seek":              "stream cycles and seeks",
+		"/api/v1/consumer-groups/g/queues/q/partitions/p/seek": "stream cycles and seeks",
+	} {
+		c := post(uri)
+		if c.Response.StatusCode() != fasthttp.StatusServiceUnavailable || !strings.Contains(string(c.Response.Body()), want) {
+			t.Errorf("%s with the gates full: %d %s, want 503 naming %s", uri, c.Response.StatusCode(), c.Response.Body(), want)
+		}
 	}
 }
 

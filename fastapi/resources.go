@@ -44,8 +44,8 @@ func (s *Server) routeResources(r interface {
 	r.DELETE("/api/v1/consumer-groups/{group}", s.deleteGroup)
 	r.DELETE("/api/v1/consumer-groups/{group}/queues/{queue}", s.deleteGroup)
 	r.POST("/api/v1/consumer-groups/{group}/subscription", s.updateSubscription)
-	r.POST("/api/v1/consumer-groups/{group}/queues/{queue}/seek", s.seek)
-	r.POST("/api/v1/consumer-groups/{group}/queues/{queue}/partitions/{partition}/seek", s.seek)
+	r.POST("/api/v1/consumer-groups/{group}/queues/{queue}/seek", s.heavyWriteGate(s.seek))
+	r.POST("/api/v1/consumer-groups/{group}/queues/{queue}/partitions/{partition}/seek", s.heavyWriteGate(s.seek))
 	r.GET("/api/v1/dlq", s.listDLQ)
 }
 

@@ -267,6 +267,8 @@ type Server struct {
 	// request waits for a turn (listingGate).
 	listingTurns chan struct{}
 	listingWait  time.Duration
+	// heavyWriteTurns is heavyWriteGate's semaphore (waits as long).
+	heavyWriteTurns chan struct{}
 }
 
 // New builds the server and its routes from cfg (zero fields take the
@@ -312,7 +314,8 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, deps: deps, log: cfg.Logger, failLog: ratelog.New(cfg.Logger, ratelog.DefaultInterval),
 		unavailable:  &unavailableLog{log: cfg.Logger, now: time.Now},
-		listingTurns: make(chan struct{}, cfg.MaxListingRequests), listingWait: defaultListingWait}
+		listingTurns: make(chan struct{}, cfg.MaxListingRequests), listingWait: defaultListingWait,
+		heavyWriteTurns: make(chan struct{}, cfg.MaxListingRequests)}
 	// The router matches the raw path, so a queue named "a/b" arrives as
 	// one segment a%2Fb and is decoded by the handler (pathName).
 	r := router.New()

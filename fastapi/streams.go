@@ -57,8 +57,10 @@ func (s *Server) routeStreams(r interface {
 	DELETE(string, fasthttp.RequestHandler)
 }) {
 	r.POST("/streams/v1/queries", s.streamRegister)
-	r.POST("/streams/v1/cycle", s.streamCycle)
-	r.POST("/streams/v1/state/get", s.streamStateGet)
+	// A cycle is a heavy write, a state read a listing: each takes a turn
+	// (heavyWriteGate, listingGate), so that a few cannot hold the pool.
+	r.POST("/streams/v1/cycle", s.heavyWriteGate(s.streamCycle))
+	r.POST("/streams/v1/state/get", s.listingGate(s.streamStateGet))
 	// The delete may scan a partition's segments (pg.Tombstones): it
 	// takes a listing turn, so that a few of them cannot hold the pool.
 	r.DELETE("/api/v1/messages/{partitionId}/{transactionId}", s.listingGate(s.deleteMessage))

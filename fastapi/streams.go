@@ -604,11 +604,38 @@ func (s *Server) streamStateGet(ctx *fasthttp.RequestCtx) {
 		s.dbFail(ctx, "streams state/get", err)
 		return
 	}
-	out := make([]map[string]any, len(rows))
+	cors(ctx)
+	ctx.SetContentType("application/json")
+	ctx.SetStatusCode(fasthttp.StatusOK)
+	ctx.SetBody(appendStateRows(ctx.Response.Body()[:0], rows))
+}
+
+// appendStateRows appends state/get's answer to b:
+// {"success":true,"rows":[{"key","updated_at","value"}...]}, each value
+// the stored JSON as it is (pg.Streams keeps the client's value, checked
+// when it was put). Built directly: a map per row and encoding/json's
+// check and compaction of every value made an 8 MB shard's answer cost
+// more broker CPU than its read (a probe's ten at once took the victim's
+// requests from 5,599 to 55 in 15 s).
+func appendStateRows(b []byte, rows []pg.StateRow) []byte {
+	b = append(b, `{"success":true,"rows":[`...)
 	for i, r := range rows {
-		out[i] = map[string]any{"key": r.Key, "value": json.RawMessage(r.Value), "updated_at": r.UpdatedAt.UTC().Format(stateTimeLayout)}
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"key":`...)
+		b = appendJSONString(b, r.Key)
+		b = append(b, `,"updated_at":"`...)
+		b = r.UpdatedAt.UTC().AppendFormat(b, stateTimeLayout)
+		b = append(b, `","value":`...)
+		if len(r.Value) == 0 {
+			b = append(b, "null"...) // never stored so; kept valid JSON all the same
+		} else {
+			b = append(b, r.Value...)
+		}
+		b = append(b, '}')
 	}
-	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"success": true, "rows": out})
+	return append(b, "]}"...)
 }
 
 // MessageDeleter deletes one message (Deps.MessageDeleter;

@@ -173,20 +173,27 @@ func (g *wakeGate) leave(key wakeKey, watcher, passOn bool) {
 	if watcher {
 		st.watchers--
 	}
-	for st.watchers < maxWatchers && len(st.parked) > 0 {
-		slot := st.parked[0]
-		st.parked[0] = nil
-		st.parked = st.parked[1:]
-		slot.promoted = true
-		st.watchers++
-		close(slot.done)
-	}
-	if passOn && len(st.parked) > 0 {
-		close(st.parked[0].done)
-		st.parked[0] = nil
-		st.parked = st.parked[1:]
+	st.wakeParkedLocked(maxWatchers-st.watchers, true)
+	if passOn {
+		st.wakeParkedLocked(1, false)
 	}
 	g.dropIfIdleLocked(key, st)
+}
+
+// wakeParkedLocked wakes the first n parked pops (fewer when fewer are
+// parked; none for n <= 0) and takes them out of the line; with promote
+// they become watchers (g.mu held).
+func (st *wakeState) wakeParkedLocked(n int, promote bool) {
+	n = min(max(n, 0), len(st.parked))
+	for _, slot := range st.parked[:n] {
+		if promote {
+			slot.promoted = true
+			st.watchers++
+		}
+		close(slot.done)
+	}
+	clear(st.parked[:n])
+	st.parked = st.parked[n:]
 }
 
 // gateOutcome is what enter tells a waiting pop to do.
@@ -302,12 +309,7 @@ func (g *wakeGate) exit(key wakeKey, gen uint64, empty, delivered bool, next tim
 	}
 	if delivered {
 		// Delivered: there may be more, for the parked pops (join) too.
-		n := min(maxWokenClaims, len(st.parked))
-		for _, slot := range st.parked[:n] {
-			close(slot.done)
-		}
-		clear(st.parked[:n])
-		st.parked = st.parked[n:]
+		st.wakeParkedLocked(maxWokenClaims, false)
 	}
 	kept := st.queued[:0]
 	for _, w := range st.queued {

@@ -662,10 +662,7 @@ func (s *Server) runAcks(ctx *fasthttp.RequestCtx, reqs []pg.AckRequest) bool {
 		s.dbFail(ctx, "ack", err)
 		return false
 	}
-	cors(ctx)
-	ctx.SetContentType("application/json")
-	ctx.SetStatusCode(fasthttp.StatusOK)
-	ctx.SetBody(appendAckResults(ctx.Response.Body()[:0], reqs, res))
+	writeJSONBytes(ctx, fasthttp.StatusOK, appendAckResults(ctx.Response.Body()[:0], reqs, res))
 	return true
 }
 

@@ -267,10 +267,7 @@ func (mr *messageRoutes) get(ctx *fasthttp.RequestCtx) {
 	b = append(b, d.Payload...)
 	b = append(b, ',')
 	b = append(b, rest[1:]...) // rest is a non-empty object: "{...}"
-	cors(ctx)
-	ctx.SetContentType("application/json")
-	ctx.SetStatusCode(fasthttp.StatusOK)
-	ctx.SetBody(b)
+	writeJSONBytes(ctx, fasthttp.StatusOK, b)
 }
 
 func traceIDJSON(id *uuid.UUID) any {

@@ -457,6 +457,12 @@ func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
 	if err != nil {
 		status, b = fasthttp.StatusInternalServerError, []byte(`{"error":"encoding response"}`)
 	}
+	writeJSONBytes(ctx, status, b)
+}
+
+// writeJSONBytes answers status with b, a JSON document built by the
+// caller, and the CORS headers; b is copied.
+func writeJSONBytes(ctx *fasthttp.RequestCtx, status int, b []byte) {
 	cors(ctx)
 	ctx.SetContentType("application/json")
 	ctx.SetStatusCode(status)

@@ -569,10 +569,7 @@ func (s *Server) postgresStats(ctx *fasthttp.RequestCtx) {
 		s.dbFail(ctx, "postgres stats", err)
 		return
 	}
-	cors(ctx)
-	ctx.SetContentType("application/json")
-	ctx.SetStatusCode(fasthttp.StatusOK)
-	ctx.SetBody(b)
+	writeJSONBytes(ctx, fasthttp.StatusOK, b)
 }
 
 // retentionAnalytics handles GET /api/v1/analytics/retention?from&to: the

@@ -604,10 +604,7 @@ func (s *Server) streamStateGet(ctx *fasthttp.RequestCtx) {
 		s.dbFail(ctx, "streams state/get", err)
 		return
 	}
-	cors(ctx)
-	ctx.SetContentType("application/json")
-	ctx.SetStatusCode(fasthttp.StatusOK)
-	ctx.SetBody(appendStateRows(ctx.Response.Body()[:0], rows))
+	writeJSONBytes(ctx, fasthttp.StatusOK, appendStateRows(ctx.Response.Body()[:0], rows))
 }
 
 // appendStateRows appends state/get's answer to b:

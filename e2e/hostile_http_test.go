@@ -4,11 +4,11 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
-	"github.com/queenmq/queen-go/internal/logbuf"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,6 +17,7 @@ import (
 	json "github.com/goccy/go-json"
 
 	"github.com/queenmq/queen-go/internal/broker"
+	"github.com/queenmq/queen-go/internal/logbuf"
 )
 
 // The hostile-input findings about the HTTP layer: what a client can send
@@ -626,4 +627,60 @@ func TestCaseExpectContinueAfterIdle(t *testing.T) {
 	}
 	resp, rb := readAnswer(t, br, "oversized push")
 	wantJSONError(t, "oversized push after idle", resp, rb, http.StatusRequestEntityTooLarge, "QUEEN_MAX_BODY_BYTES")
+}
+
+// TestCaseStalledUploadsBounded: the bodies being received are bounded all
+// together (QUEEN_BODY_MEMORY_BYTES), not only one by one: a connection
+// that sends most of a large body and stalls holds its bytes until the
+// read timeout, and 60 such held 3.77 GB. With a 1 MiB budget, one stalled
+// 800 KB upload leaves no room for a second, which is answered 503 with
+// Retry-After at once (and drained, so the answer is readable); a small
+// push still goes through meanwhile; once the stalled connection is gone,
+// its bytes are given back and a large body is received again.
+func TestCaseStalledUploadsBounded(t *testing.T) {
+	t.Parallel()
+	s := setup(t, func(c *broker.Config) { c.MaxBodyBytes = 1 << 20; c.HTTP.BodyMemoryBytes = 1 << 20 })
+	const declared = 1_000_000
+	head := "POST /api/v1/push HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(declared) + "\r\n\r\n"
+	stalled, _ := rawConn(t, s.base)
+	if _, err := io.WriteString(stalled, head+`{"items":[`+strings.Repeat(" ", 800_000)); err != nil {
+		t.Fatal(err)
+	}
+	// A whole body of the declared length (not a valid push: 400 when it
+	// is received, 503 when the budget refuses it).
+	large := func() (*http.Response, []byte) {
+		c, br := rawConn(t, s.base)
+		defer c.Close()
+		if _, err := io.WriteString(c, head+strings.Repeat(" ", declared)); err != nil {
+			t.Fatal(err)
+		}
+		return readAnswer(t, br, "large body")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, b := large()
+		if resp.StatusCode == http.StatusServiceUnavailable {
+			wantJSONError(t, "large body beside a stalled one", resp, b, http.StatusServiceUnavailable, "QUEEN_BODY_MEMORY_BYTES")
+			if ra := resp.Header.Get("Retry-After"); ra != "1" {
+				t.Fatalf("503 with Retry-After %q, want 1", ra)
+			}
+			break
+		}
+		if resp.StatusCode != http.StatusBadRequest || time.Now().After(deadline) {
+			t.Fatalf("large body beside a stalled one: %d %s; want 503 (the stalled upload holds the budget)", resp.StatusCode, b)
+		}
+		time.Sleep(50 * time.Millisecond) // the stalled bytes are not all read yet
+	}
+	wantStatuses(t, push(t, s.base, body(item{"bodies", "P", "small", "s1"})), Q)
+	stalled.Close()
+	for {
+		resp, b := large()
+		if resp.StatusCode == http.StatusBadRequest {
+			break
+		}
+		if resp.StatusCode != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			t.Fatalf("large body after the stalled one left: %d %s; want 400 (received, then refused as JSON)", resp.StatusCode, b)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

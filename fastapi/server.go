@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"reflect"
@@ -191,6 +190,13 @@ type MaintenanceStatus struct {
 type Config struct {
 	// MaxBodyBytes is the largest request body in bytes (QUEEN_MAX_BODY_BYTES).
 	MaxBodyBytes int
+	// BodyMemoryBytes bounds the bytes of request bodies held at once, all
+	// connections together, beyond each body's first 64 KiB
+	// (QUEEN_BODY_MEMORY_BYTES; bodyBudget). A body that would pass it is
+	// answered 503 with Retry-After: 1. 0: four times MaxBodyBytes; a value
+	// below MaxBodyBytes is raised to it, so that one body of the largest
+	// size is always received when no other is.
+	BodyMemoryBytes int64
 	// MaxHeaderBytes is the largest request head, request line and header
 	// fields together, in bytes (QUEEN_MAX_HEADER_BYTES; default
 	// DefaultMaxHeaderBytes). Over it: 414 when the request line alone does
@@ -269,6 +275,8 @@ type Server struct {
 	listingWait  time.Duration
 	// heavyWriteTurns is heavyWriteGate's semaphore (waits as long).
 	heavyWriteTurns chan struct{}
+	// bodies bounds the request body bytes held at once (readStream).
+	bodies *bodyBudget
 }
 
 // New builds the server and its routes from cfg (zero fields take the
@@ -281,6 +289,10 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	if cfg.BodyMemoryBytes <= 0 {
+		cfg.BodyMemoryBytes = 4 * int64(cfg.MaxBodyBytes)
+	}
+	cfg.BodyMemoryBytes = max(cfg.BodyMemoryBytes, int64(cfg.MaxBodyBytes))
 	if cfg.MaxHeaderBytes <= 0 {
 		cfg.MaxHeaderBytes = DefaultMaxHeaderBytes
 	}
@@ -315,7 +327,8 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s := &Server{cfg: cfg, deps: deps, log: cfg.Logger, failLog: ratelog.New(cfg.Logger, ratelog.DefaultInterval),
 		unavailable:  &unavailableLog{log: cfg.Logger, now: time.Now},
 		listingTurns: make(chan struct{}, cfg.MaxListingRequests), listingWait: defaultListingWait,
-		heavyWriteTurns: make(chan struct{}, cfg.MaxListingRequests)}
+		heavyWriteTurns: make(chan struct{}, cfg.MaxListingRequests),
+		bodies:          newBodyBudget(cfg.BodyMemoryBytes)}
 	// The router matches the raw path, so a queue named "a/b" arrives as
 	// one segment a%2Fb and is decoded by the handler (pathName).
 	r := router.New()
@@ -378,6 +391,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	}
 	handler = serveHead(handler)
 	handler = cfg.Console.Wrap(handler)
+	handler = s.bodies.release(handler)
 	s.srv = &fasthttp.Server{
 		Handler:           handler,
 		Name:              "queen-go",
@@ -475,8 +489,10 @@ func writeErr(ctx *fasthttp.RequestCtx, status int, msg string) {
 
 // readBodyOrAnswer is readBody for handlers: on failure it has answered
 // 413 (over QUEEN_MAX_BODY_BYTES, or the route's own lower limit), 408 (the body did not arrive within
-// QUEEN_READ_TIMEOUT_MS, e.g. a Content-Length longer than what is sent)
-// or 400, and returns false.
+// QUEEN_READ_TIMEOUT_MS, e.g. a Content-Length longer than what is sent),
+// 503 with Retry-After: 1 (the body budget, QUEEN_BODY_MEMORY_BYTES, is
+// spent by other requests' bodies: not the client's mistake, and nothing
+// was done) or 400, and returns false.
 func (s *Server) readBodyOrAnswer(ctx *fasthttp.RequestCtx) ([]byte, bool) {
 	return s.readBodyOrAnswerInto(ctx, nil)
 }
@@ -515,6 +531,12 @@ func (s *Server) readBodyOrAnswerInto(ctx *fasthttp.RequestCtx, buf []byte) ([]b
 		writeErr(ctx, fasthttp.StatusRequestEntityTooLarge, "request body exceeds "+limitName)
 		return nil, false
 	}
+	if errors.Is(err, errBodyBudget) {
+		s.drain(ctx)
+		ctx.Response.Header.Set("Retry-After", "1")
+		writeErr(ctx, fasthttp.StatusServiceUnavailable, "the broker holds QUEEN_BODY_MEMORY_BYTES of request bodies already: retry")
+		return nil, false
+	}
 	if isTimeout(err) {
 		ctx.SetConnectionClose()
 		writeErr(ctx, fasthttp.StatusRequestTimeout, "request body not received within QUEEN_READ_TIMEOUT_MS")
@@ -530,6 +552,8 @@ var errTooLarge = errors.New("request body too large")
 // readBody reads the request body up to limit bytes. Over the limit it
 // drains (bounded) what the client still sends, so the 413 is readable and
 // not lost to a connection reset, then marks the connection to close.
+// What the body grows past its first 64 KiB is taken from the server's
+// body budget as it arrives (readStream); errBodyBudget when spent.
 //
 // buf, when its capacity suffices, is where the body is read (from its
 // start); otherwise a new buffer is made.
@@ -542,33 +566,13 @@ func (s *Server) readBody(ctx *fasthttp.RequestCtx, buf []byte, limit int) ([]by
 	if stream == nil {
 		return ctx.Request.Body(), nil
 	}
-	if want := min(max(ctx.Request.Header.ContentLength(), 512), limit+1); cap(buf) < want {
-		buf = make([]byte, 0, want)
-	}
-	buf, err := readAtMost(stream, buf[:0], limit+1)
+	buf, err := s.readStream(ctx, stream, buf, limit+1)
 	if err != nil {
 		return nil, err
 	}
 	if len(buf) > limit {
 		s.drain(ctx)
 		return nil, errTooLarge
-	}
-	return buf, nil
-}
-
-func readAtMost(r io.Reader, buf []byte, n int) ([]byte, error) {
-	for len(buf) < n {
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
-		m, err := r.Read(buf[len(buf):min(cap(buf), n)])
-		buf = buf[:len(buf)+m]
-		if err == io.EOF {
-			return buf, nil
-		}
-		if err != nil {
-			return buf, err
-		}
 	}
 	return buf, nil
 }

@@ -154,7 +154,7 @@ func serve(cfg *config.Config, logger *slog.Logger, dev bool) error {
 		PoolSize:          int32(cfg.PoolSize),
 		PlainSegments:     !cfg.SegmentCompression,
 		MaxPopBytes:       int64(cfg.MaxPopBytes),
-		HTTP: fastapi.Config{MaxConns: cfg.ConnLimit(), Pprof: cfg.Pprof, ReadTimeout: cfg.ReadTimeout, WriteTimeout: cfg.WriteTimeout, MaxHeaderBytes: cfg.MaxHeaderBytes,
+		HTTP: fastapi.Config{BodyMemoryBytes: int64(cfg.BodyMemoryBytes), MaxConns: cfg.ConnLimit(), Pprof: cfg.Pprof, ReadTimeout: cfg.ReadTimeout, WriteTimeout: cfg.WriteTimeout, MaxHeaderBytes: cfg.MaxHeaderBytes,
 			DBTimeout: cfg.DBTimeout, AdminDBTimeout: cfg.AdminDBTimeout, MaxListingRequests: max(1, cfg.PoolSize/4)},
 		Auth:          cfg.Auth,
 		Console:       console.Config{Disabled: !cfg.Console, Path: cfg.ConsolePath},

@@ -101,6 +101,10 @@ type Config struct {
 	Host string
 	// MaxBodyBytes is the request body limit in bytes (QUEEN_MAX_BODY_BYTES).
 	MaxBodyBytes int
+	// BodyMemoryBytes bounds the request body bytes held at once, all
+	// connections together (QUEEN_BODY_MEMORY_BYTES; 0 = four times
+	// MaxBodyBytes).
+	BodyMemoryBytes int
 	// MaxConns bounds concurrent connections; 0 = fasthttp's own bound
 	// (QUEEN_MAX_CONNS; default fastapi.DefaultMaxConns; ConnLimit).
 	MaxConns int
@@ -258,6 +262,9 @@ var Vars = []Var{
 	intVar("QUEEN_MAX_BODY_BYTES", SectionHTTP, 64<<20, unitBytes, 1, math.MaxInt32,
 		"Largest request body (64 MiB); a larger one is answered 413.",
 		func(c *Config) *int { return &c.MaxBodyBytes }),
+	intVar("QUEEN_BODY_MEMORY_BYTES", SectionHTTP, 0, unitBytes, 0, math.MaxInt,
+		"Most bytes of request bodies the broker holds at once, all connections together, beyond each body's first 64 KiB (which are always received). A body arriving while the rest is held is answered 503 with `Retry-After: 1` and changes nothing, so that connections sending large bodies slowly, or stalling, cannot make the broker hold unbounded memory. 0 = four times the body limit (256 MiB by default); a value below the body limit is refused.",
+		func(c *Config) *int { return &c.BodyMemoryBytes }),
 	intVar("QUEEN_MAX_POP_BYTES", SectionHTTP, pg.DefaultMaxPopBytes, unitBytes, 1, math.MaxInt32,
 		"Most bytes of messages one pop answers (16 MiB), counted as they are stored (payload, transactionId, ids and times): a pop stops at the segment that reaches it and delivers the rest later, and always delivers at least one message however large. It bounds the memory and time one pop costs the broker (docs/consume.md, \"How much one pop returns\").",
 		func(c *Config) *int { return &c.MaxPopBytes }),
@@ -484,6 +491,10 @@ func Load(getenv func(string) string) (*Config, error) {
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
+	}
+	if c.BodyMemoryBytes > 0 && c.BodyMemoryBytes < c.MaxBodyBytes {
+		return nil, fmt.Errorf("QUEEN_BODY_MEMORY_BYTES=%d: want 0 or at least QUEEN_MAX_BODY_BYTES=%d, else a body of the largest size could never be received",
+			c.BodyMemoryBytes, c.MaxBodyBytes)
 	}
 	if c.WALMaxBytes > 0 && c.WALMaxBytes < wal.MinSegmentsUnderCap*c.WALSegmentBytes {
 		return nil, fmt.Errorf("QUEEN_WAL_MAX_BYTES=%d: want 0 or at least %d segments of QUEEN_WAL_SEGMENT_BYTES=%d (%d bytes)",

@@ -87,6 +87,7 @@ func TestBadValues(t *testing.T) {
 		{map[string]string{"PORT": "70000"}, `PORT="70000"`},
 		{map[string]string{"QUEEN_MAX_BODY_BYTES": "-1"}, `QUEEN_MAX_BODY_BYTES="-1": want an integer of at least 1`},
 		{map[string]string{"QUEEN_WAL_MAX_BYTES": "-5"}, `QUEEN_WAL_MAX_BYTES="-5": want a non-negative integer`},
+		{map[string]string{"QUEEN_BODY_MEMORY_BYTES": "1000"}, `QUEEN_BODY_MEMORY_BYTES=1000: want 0 or at least QUEEN_MAX_BODY_BYTES=67108864`},
 		{map[string]string{"QUEEN_WAL_MAX_BYTES": "1000"}, `QUEEN_WAL_MAX_BYTES=1000: want 0 or at least 4 segments`},
 		{map[string]string{"QUEEN_WAL_SEGMENT_BYTES": "1k"}, `QUEEN_WAL_SEGMENT_BYTES="1k"`},
 		{map[string]string{"QUEEN_READ_TIMEOUT_MS": "0"}, `QUEEN_READ_TIMEOUT_MS="0": want a whole number of milliseconds, at least 1`},

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/valyala/fasthttp"
+
 	"github.com/queenmq/queen-go/pg"
 )
 
@@ -85,8 +87,8 @@ func TestNewRefusesNilPointerDependency(t *testing.T) {
 
 // TestServerLimitsDefaults: a zero Config bounds connections at
 // DefaultMaxConns and answer writes at DefaultWriteTimeout; a negative
-// MaxConns leaves fasthttp's own bound (Concurrency 0), and set values are
-// kept.
+// MaxConns takes fasthttp's default bound, and set values are kept; the
+// listener applies the bound (headListener), fasthttp's own is above it.
 func TestServerLimitsDefaults(t *testing.T) {
 	for _, c := range []struct {
 		cfg         Config
@@ -94,15 +96,16 @@ func TestServerLimitsDefaults(t *testing.T) {
 		writeWithin time.Duration
 	}{
 		{Config{}, DefaultMaxConns, DefaultWriteTimeout},
-		{Config{MaxConns: -1, WriteTimeout: time.Second}, 0, time.Second},
+		{Config{MaxConns: -1, WriteTimeout: time.Second}, fasthttp.DefaultConcurrency, time.Second},
 		{Config{MaxConns: 40}, 40, DefaultWriteTimeout},
 	} {
 		s, err := New(c.cfg, fullDeps())
 		if err != nil {
 			t.Fatal(err)
 		}
-		if s.srv.Concurrency != c.conns || s.srv.WriteTimeout != c.writeWithin {
-			t.Errorf("%+v: Concurrency %d, WriteTimeout %v; want %d, %v", c.cfg, s.srv.Concurrency, s.srv.WriteTimeout, c.conns, c.writeWithin)
+		if s.cfg.MaxConns != c.conns || s.srv.Concurrency != c.conns+connLimitSlack || s.srv.WriteTimeout != c.writeWithin {
+			t.Errorf("%+v: MaxConns %d, Concurrency %d, WriteTimeout %v; want %d, %d, %v", c.cfg, s.cfg.MaxConns, s.srv.Concurrency, s.srv.WriteTimeout,
+				c.conns, c.conns+connLimitSlack, c.writeWithin)
 		}
 	}
 }

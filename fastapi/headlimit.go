@@ -3,8 +3,11 @@ package fastapi
 import (
 	"bytes"
 	"errors"
+	"io"
 	"net"
 	"os"
+	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -41,19 +44,66 @@ const (
 	nlScanChunk = 512
 )
 
-// headListener wraps every accepted connection in a headConn.
+// headListener wraps every accepted connection in a headConn, and
+// refuses a connection over limit itself (refuseConn), with a JSON 503,
+// where fasthttp's own Concurrency bound answered plain text.
 type headListener struct {
 	net.Listener
-	window int // the read buffer size (MaxHeaderBytes)
+	window int          // the read buffer size (MaxHeaderBytes)
+	limit  int64        // most connections open at once (Config.MaxConns)
+	open   atomic.Int64 // connections accepted and not closed
 }
 
-func (l headListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
+func (l *headListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if l.open.Add(1) > l.limit {
+			l.open.Add(-1)
+			go refuseConn(c)
+			continue
+		}
+		return &headConn{Conn: c, window: l.window, open: &l.open}, nil
 	}
-	return &headConn{Conn: c, window: l.window}, nil
 }
+
+// connLimitSlack is how far above Config.MaxConns fasthttp's own
+// Concurrency bound is set: a served connection leaves headListener's
+// count when it is closed, slightly before fasthttp's, so that fasthttp
+// never refuses one the listener admitted.
+const connLimitSlack = 1024
+
+// overConnLimitAnswer is the whole answer to a connection over
+// QUEEN_MAX_CONNS: JSON and CORS as every answer, Retry-After, and the
+// connection closed.
+var overConnLimitAnswer = func() []byte {
+	body := `{"error":"the broker serves QUEEN_MAX_CONNS connections already: retry"}`
+	return []byte("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n" +
+		"Access-Control-Allow-Origin: *\r\nRetry-After: 1\r\nConnection: close\r\n" +
+		"Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body)
+}()
+
+// refuseConn answers a connection over the limit 503 and closes it. It
+// reads what the client sends for a short while first (refuseDrain, at
+// most 64 KiB), so that the close does not reset the connection before
+// the answer is read; a refused connection costs a goroutine for that
+// long at most.
+func refuseConn(c net.Conn) {
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(refuseDrain))
+	if _, err := c.Write(overConnLimitAnswer); err != nil {
+		return
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.CloseWrite()
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(c, 64<<10))
+}
+
+// refuseDrain bounds refuseConn.
+const refuseDrain = 250 * time.Millisecond
 
 // headConn is a connection that tracks sinceLF (see the comment above).
 // It is read only by the goroutine serving the connection; fasthttp's
@@ -61,7 +111,17 @@ func (l headListener) Accept() (net.Conn, error) {
 type headConn struct {
 	net.Conn
 	window  int
-	sinceLF int // bytes read since the last LF, at most window
+	sinceLF int           // bytes read since the last LF, at most window
+	open    *atomic.Int64 // headListener.open, left on the first Close
+	closed  atomic.Bool
+}
+
+// Close closes the connection and leaves the listener's count once.
+func (c *headConn) Close() error {
+	if c.closed.CompareAndSwap(false, true) {
+		c.open.Add(-1)
+	}
+	return c.Conn.Close()
 }
 
 // Read reads from the connection and updates sinceLF. Only the last window

@@ -213,8 +213,9 @@ type Config struct {
 	// default DefaultWriteTimeout); past it the connection is closed.
 	WriteTimeout time.Duration
 	// MaxConns bounds concurrent connections (QUEEN_MAX_CONNS; 0 here:
-	// DefaultMaxConns; negative: fasthttp's own bound, 262,144); over it a
-	// new connection is answered 503 and closed.
+	// DefaultMaxConns; negative: fasthttp's default bound, 262,144); over
+	// it a new connection is answered 503 (JSON, Retry-After: 1) and
+	// closed (headListener).
 	MaxConns int
 	// DBTimeout bounds the PostgreSQL work of a pop without wait, each
 	// attempt of a waiting pop, acks, lease extension, configure,
@@ -310,7 +311,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	case cfg.MaxConns == 0:
 		cfg.MaxConns = DefaultMaxConns
 	case cfg.MaxConns < 0:
-		cfg.MaxConns = 0 // fasthttp's default
+		cfg.MaxConns = fasthttp.DefaultConcurrency
 	}
 	if cfg.DBTimeout <= 0 {
 		cfg.DBTimeout = DefaultDBTimeout
@@ -397,11 +398,12 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		Name:              "queen-go",
 		StreamRequestBody: true, // the body limit is enforced in readBody, with a readable 413
 		// With streaming, this is only how much fasthttp reads ahead.
-		MaxRequestBodySize:            cfg.MaxBodyBytes + 1,
-		ReadTimeout:                   cfg.ReadTimeout,
-		IdleTimeout:                   cfg.IdleTimeout,
-		WriteTimeout:                  cfg.WriteTimeout,
-		Concurrency:                   cfg.MaxConns,
+		MaxRequestBodySize: cfg.MaxBodyBytes + 1,
+		ReadTimeout:        cfg.ReadTimeout,
+		IdleTimeout:        cfg.IdleTimeout,
+		WriteTimeout:       cfg.WriteTimeout,
+		// headListener refuses connections over MaxConns itself.
+		Concurrency:                   cfg.MaxConns + connLimitSlack,
 		NoDefaultServerHeader:         true,
 		DisableHeaderNamesNormalizing: false,
 		// The head buffer is the head limit (headlimit.go).
@@ -437,7 +439,7 @@ func (s *Server) armWrite(ctx *fasthttp.RequestCtx) {
 
 // Serve serves on ln until Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
-	return s.srv.Serve(headListener{Listener: ln, window: s.cfg.MaxHeaderBytes})
+	return s.srv.Serve(&headListener{Listener: ln, window: s.cfg.MaxHeaderBytes, limit: int64(s.cfg.MaxConns)})
 }
 
 // Shutdown stops accepting, answers waiting pushes buffered once their

@@ -269,7 +269,7 @@ var Vars = []Var{
 		"Most bytes of messages one pop answers (16 MiB), counted as they are stored (payload, transactionId, ids and times): a pop stops at the segment that reaches it and delivers the rest later, and always delivers at least one message however large. It bounds the memory and time one pop costs the broker (docs/consume.md, \"How much one pop returns\").",
 		func(c *Config) *int { return &c.MaxPopBytes }),
 	intVar("QUEEN_MAX_CONNS", SectionHTTP, fastapi.DefaultMaxConns, unitNone, 0, math.MaxInt32,
-		"Concurrent HTTP connections; over it new connections get 503 and are closed. Each holds a head buffer (`QUEEN_MAX_HEADER_BYTES`) and a write buffer, 64 KiB together by default, so the default bounds them near 640 MB. 0 = fasthttp's own bound (262144).",
+		"Concurrent HTTP connections; over it a new connection is answered 503 (`{\"error\": ...}`, `Retry-After: 1`) and closed. Each holds a head buffer (`QUEEN_MAX_HEADER_BYTES`) and a write buffer, 64 KiB together by default, so the default bounds them near 640 MB. 0 = fasthttp's own bound (262144).",
 		func(c *Config) *int { return &c.MaxConns }),
 	intVar("QUEEN_MAX_HEADER_BYTES", SectionHTTP, fastapi.DefaultMaxHeaderBytes, unitBytes, fastapi.MinMaxHeaderBytes, fastapi.MaxMaxHeaderBytes,
 		"Request head limit: request line and header fields together. One buffer of this size is held per connection. Above it the answer is 431, or 414 when the request line (the URL) alone does not fit.",

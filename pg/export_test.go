@@ -272,3 +272,23 @@ func BacklogLateralSQL(next, first, start, leased, delPending, delLeased string)
 func (s *Store) Configure(ctx context.Context, queue, namespace, task, defaultPartition string, o QueueOptions) (*ConfigureResult, error) {
 	return s.ConfigureQueue(ctx, queue, &namespace, &task, defaultPartition, o)
 }
+
+// PlantLookup makes f take a candidates query of (namespace, task, group),
+// begun at wake generation gen, as running; end gives it its answer and
+// ends it.
+func (f *FilteredPop) PlantLookup(namespace, task, group string, gen uint64) (end func(cands []string, err error)) {
+	l := &lookup{gen: gen, done: make(chan struct{})}
+	k := lookupKey{namespace, task, group}
+	f.mu.Lock()
+	f.lookups[k] = l
+	f.mu.Unlock()
+	return func(cands []string, err error) {
+		l.cands, l.err = cands, err
+		f.mu.Lock()
+		if f.lookups[k] == l {
+			delete(f.lookups, k)
+		}
+		f.mu.Unlock()
+		close(l.done)
+	}
+}

@@ -3,6 +3,7 @@ package pg
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 )
 
@@ -35,10 +36,33 @@ type FilteredPopRequest struct {
 type FilteredPop struct {
 	st   *Store
 	next atomic.Uint64
+	// gen is the wake generation of any queue (waker.Generation("")); nil:
+	// look-ups are never shared.
+	gen func() uint64
+	// lookups are the candidates queries running, by lookupKey, for pops
+	// that ask meanwhile to share (sharedCandidates).
+	mu      sync.Mutex
+	lookups map[lookupKey]*lookup
 }
 
-// NewFilteredPop returns the filtered pop of st.
-func NewFilteredPop(st *Store) *FilteredPop { return &FilteredPop{st: st} }
+// lookupKey is what a candidates query answers for.
+type lookupKey struct{ namespace, task, group string }
+
+// lookup is one candidates query: gen is the wake generation read before
+// it began; cands and err are set before done is closed.
+type lookup struct {
+	gen   uint64
+	done  chan struct{}
+	cands []string
+	err   error
+}
+
+// NewFilteredPop returns the filtered pop of st. gen, when not nil, is
+// the wake generation of any queue (the waker's Generation("")), which
+// lets concurrent pops share a candidates query (sharedCandidates).
+func NewFilteredPop(st *Store, gen func() uint64) *FilteredPop {
+	return &FilteredPop{st: st, gen: gen, lookups: make(map[lookupKey]*lookup)}
+}
 
 // MatchingQueues returns the names of the queues whose namespace and/or
 // task match (an empty one matches all), by name.
@@ -69,6 +93,49 @@ func (f *FilteredPop) candidates(ctx context.Context, namespace, task, group str
 		ORDER BY q.name`, namespace, task, group)
 }
 
+// sharedCandidates is candidates with concurrent look-ups shared: a pop
+// that asks while a query of its (namespace, task, group) runs, one begun
+// after every wake-up this pop has seen (the wake generation read before
+// it began is at least the one read now), waits for it and takes its
+// answer. That answer holds every queue the pop itself could have found,
+// as the pop's wait compares wake generations (fastapi's wake gate): a
+// commit announced by a wake-up up to the pop's generation is in the
+// query's snapshot. The look-up reads every partition of the namespace
+// (60 ms of PostgreSQL with 5,000 queues), and 200 long-polls arriving
+// together ran it 200 times. A pop whose shared look-up failed (the one
+// that ran it may have ended first) runs its own.
+func (f *FilteredPop) sharedCandidates(ctx context.Context, namespace, task, group string) ([]string, error) {
+	if f.gen == nil {
+		return f.candidates(ctx, namespace, task, group)
+	}
+	key := lookupKey{namespace, task, group}
+	seen := f.gen()
+	f.mu.Lock()
+	if l := f.lookups[key]; l != nil && l.gen >= seen {
+		f.mu.Unlock()
+		select {
+		case <-l.done:
+			if l.err == nil {
+				return l.cands, nil
+			}
+			return f.candidates(ctx, namespace, task, group)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	l := &lookup{gen: f.gen(), done: make(chan struct{})}
+	f.lookups[key] = l
+	f.mu.Unlock()
+	l.cands, l.err = f.candidates(ctx, namespace, task, group)
+	f.mu.Lock()
+	if f.lookups[key] == l {
+		delete(f.lookups, key)
+	}
+	f.mu.Unlock()
+	close(l.done)
+	return l.cands, l.err
+}
+
 func (f *FilteredPop) queues(ctx context.Context, sql string, args ...any) ([]string, error) {
 	rows, err := f.st.pool.Query(ctx, sql, args...)
 	if err != nil {
@@ -91,7 +158,7 @@ func (f *FilteredPop) queues(ctx context.Context, sql string, args ...any) ([]st
 // to deliver the result is empty, its NextCheck the earliest of the tried
 // queues'.
 func (f *FilteredPop) Pop(ctx context.Context, req FilteredPopRequest) (*PopResult, error) {
-	cands, err := f.candidates(ctx, req.Namespace, req.Task, req.Group)
+	cands, err := f.sharedCandidates(ctx, req.Namespace, req.Task, req.Group)
 	if err != nil {
 		return nil, fmt.Errorf("pg: filtered pop: %w", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -48,7 +49,7 @@ func TestFilteredPopRoundRobin(t *testing.T) {
 		}
 		store(t, ctx, st, q.name, "P", 2)
 	}
-	fp := pg.NewFilteredPop(st)
+	fp := pg.NewFilteredPop(st, nil)
 	if names, err := fp.MatchingQueues(ctx, "n", ""); err != nil || fmt.Sprint(names) != "[a b c]" {
 		t.Fatalf("MatchingQueues = %v, %v", names, err)
 	}
@@ -119,7 +120,7 @@ func TestFilteredPopSkipsExpiredQueues(t *testing.T) {
 		t.Fatal(err)
 	}
 	store(t, ctx, st, "zz", "P", 1)
-	res, err := pg.NewFilteredPop(st).Pop(ctx, pg.FilteredPopRequest{Namespace: "ns",
+	res, err := pg.NewFilteredPop(st, nil).Pop(ctx, pg.FilteredPopRequest{Namespace: "ns",
 		PopRequest: pg.PopRequest{Group: "fresh", Batch: 1, AutoAck: true}})
 	if err != nil || len(res.Messages) != 1 || res.Messages[0].Queue != "zz" {
 		t.Fatalf("a new group's pop of the namespace: %+v, %v; want zz's message", res, err)
@@ -177,5 +178,74 @@ func TestStatusCounts(t *testing.T) {
 	}
 	if p := s.Pool(); p.Max != pg.DefaultPoolSize { // openStore takes the default
 		t.Fatalf("Pool = %+v", p)
+	}
+}
+
+// TestFilteredPopSharesLookups: a filtered pop that asks while a
+// candidates query of its namespace, task and group runs waits for that
+// one and pops from its answer, when the query began at a wake generation
+// at least the pop's; one begun before a wake-up the pop has seen is not
+// shared (its snapshot may miss what that wake-up announced), and a
+// shared query that failed makes the pop run its own.
+func TestFilteredPopSharesLookups(t *testing.T) {
+	t.Parallel()
+	st, ctx := setupStatus(t)
+	for _, q := range []string{"a", "b"} {
+		if _, err := st.Configure(ctx, q, "sh", "", "Default", pg.DefaultQueueOptions()); err != nil {
+			t.Fatal(err)
+		}
+		store(t, ctx, st, q, "P", 4)
+	}
+	var gen atomic.Uint64
+	gen.Store(5)
+	fp := pg.NewFilteredPop(st, gen.Load)
+	req := pg.FilteredPopRequest{Namespace: "sh", PopRequest: pg.PopRequest{Group: pg.QueueModeGroup, Batch: 1, AutoAck: true}}
+	type popped struct {
+		res *pg.PopResult
+		err error
+	}
+	pop := func() <-chan popped {
+		ch := make(chan popped, 1)
+		go func() {
+			res, err := fp.Pop(ctx, req)
+			ch <- popped{res, err}
+		}()
+		return ch
+	}
+	// Shared: the pop waits for the running query and takes its answer
+	// (only b, though a has messages too).
+	for range 3 {
+		end := fp.PlantLookup("sh", "", pg.QueueModeGroup, 5)
+		got := pop()
+		select {
+		case p := <-got:
+			t.Fatalf("the pop did not wait for the running look-up: %+v, %v", p.res, p.err)
+		case <-time.After(200 * time.Millisecond):
+		}
+		end([]string{"b"}, nil)
+		p := <-got
+		if p.err != nil || len(p.res.Messages) != 1 || p.res.Messages[0].Queue != "b" {
+			t.Fatalf("shared look-up: %+v, %v; want one message of b", p.res, p.err)
+		}
+	}
+	// Begun before a wake-up the pop has seen: not shared.
+	end := fp.PlantLookup("sh", "", pg.QueueModeGroup, 5)
+	gen.Store(6)
+	select {
+	case p := <-pop():
+		if p.err != nil || len(p.res.Messages) != 1 {
+			t.Fatalf("own look-up: %+v, %v; want one message", p.res, p.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the pop waited for a look-up begun before its wake generation")
+	}
+	end(nil, nil)
+	// A shared look-up that failed: the pop runs its own.
+	end = fp.PlantLookup("sh", "", pg.QueueModeGroup, 6)
+	got := pop()
+	time.Sleep(100 * time.Millisecond)
+	end(nil, context.DeadlineExceeded)
+	if p := <-got; p.err != nil || len(p.res.Messages) != 1 {
+		t.Fatalf("after a failed shared look-up: %+v, %v; want one message", p.res, p.err)
 	}
 }

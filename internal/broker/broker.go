@@ -223,7 +223,7 @@ func Start(cfg Config) (*Broker, error) {
 	}
 	b.Store = store
 	b.status = pg.NewStatus(store)
-	b.filtered = pg.NewFilteredPop(store)
+	b.filtered = pg.NewFilteredPop(store, func() uint64 { return b.waker.Generation("") })
 	reg := ingest.NewRegistry()
 	b.waker = waker.New()
 	pc := cfg.Projector

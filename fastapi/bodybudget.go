@@ -93,6 +93,12 @@ func (s *Server) readStream(ctx *fasthttp.RequestCtx, stream io.Reader, buf []by
 		if len(buf) == allowed {
 			step := min(allowed, n-allowed)
 			if !s.bodies.take(int64(step)) {
+				// A body that ends exactly here (a chunked one whose end
+				// comes in a read of its own) is not refused.
+				var probe [1]byte
+				if m, err := stream.Read(probe[:]); m == 0 && err == io.EOF {
+					return buf, nil
+				}
 				return buf, errBodyBudget
 			}
 			taken += int64(step)

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	json "github.com/goccy/go-json"
+
+	"github.com/queenmq/queen-go/fastapi"
 )
 
 // These tests pin the consumer-group and DLQ routes the Queen SDKs call
@@ -254,6 +257,92 @@ func TestGroupsLaggingRoute(t *testing.T) {
 	var g map[string]struct{ Partitions []map[string]any }
 	if getJSON(t, s.base+"/api/v1/consumer-groups/slow", &g); len(g["lg"].Partitions) != 1 {
 		t.Fatalf("group slow: %+v", g)
+	}
+}
+
+// TestGroupsLaggingPages: the lagging route answers one page, the default
+// limit's rows when the query names none (140 lagging cursors here: 70
+// groups each holding a lease on partitions A and B, over the default of
+// 100; unpaged, it answered every row, 17.7 MB for 3,000 groups on 20
+// partitions). Pages taken by limit and offset are disjoint and one after
+// another are the whole list in its order; a caught-up group is in none.
+// A limit or offset that is not an integer in its range is a 400 naming
+// it, not a silent default or clamp.
+func TestGroupsLaggingPages(t *testing.T) {
+	t.Parallel()
+	s := setup(t, nil)
+	pushN(t, s.base, "lgp", "A", 1, 2)
+	pushN(t, s.base, "lgp", "B", 1, 2)
+	const groups = 70
+	for g := range groups {
+		for _, p := range []string{"A", "B"} {
+			if code, r := pop(t, s.base, popPath("lgp", p), fmt.Sprintf("consumerGroup=g%02d", g)); code != 200 || len(r.Messages) == 0 {
+				t.Fatalf("pop g%02d %s: %d", g, p, code)
+			}
+		}
+	}
+	for _, p := range []string{"A", "B"} {
+		if _, r := pop(t, s.base, popPath("lgp", p), "consumerGroup=done&autoAck=true&batch=10"); len(r.Messages) != 2 {
+			t.Fatalf("pop done %s: %d", p, len(r.Messages))
+		}
+	}
+	lagging := func(query string) []string {
+		t.Helper()
+		code, b := get(t, s.base+"/api/v1/consumer-groups/lagging?minLagSeconds=0"+query)
+		var rows []lagRow
+		if code != 200 || json.Unmarshal([]byte(b), &rows) != nil {
+			t.Fatalf("lagging%s: %d %s", query, code, b)
+		}
+		keys := make([]string, len(rows))
+		for i, r := range rows {
+			keys[i] = r.ConsumerGroup + "/" + r.PartitionName
+			if r.ConsumerGroup == "done" || r.OffsetLag != 2 {
+				t.Fatalf("lagging%s: row %+v", query, r)
+			}
+		}
+		return keys
+	}
+	all := lagging("&limit=1000")
+	if len(all) != 2*groups {
+		t.Fatalf("limit=1000: %d rows, want %d", len(all), 2*groups)
+	}
+	if first := lagging(""); fmt.Sprint(first) != fmt.Sprint(all[:fastapi.DefaultLaggingLimit]) {
+		t.Fatalf("no limit: %d rows %v\nwant the first %d of %v", len(first), first, fastapi.DefaultLaggingLimit, all)
+	}
+	for _, limit := range []int{1, 30, 140} {
+		var pages []string
+		seen := map[string]bool{}
+		for offset := 0; ; offset += limit {
+			page := lagging(fmt.Sprintf("&limit=%d&offset=%d", limit, offset))
+			for _, k := range page {
+				if seen[k] {
+					t.Fatalf("limit %d: %s on two pages", limit, k)
+				}
+				seen[k] = true
+			}
+			pages = append(pages, page...)
+			if len(page) < limit {
+				break
+			}
+		}
+		if fmt.Sprint(pages) != fmt.Sprint(all) {
+			t.Fatalf("pages of %d, one after another:\n got %v\nwant %v", limit, pages, all)
+		}
+	}
+	if got := lagging("&limit="); len(got) != fastapi.DefaultLaggingLimit {
+		t.Fatalf("empty limit: %d rows, want the default", len(got))
+	}
+	for _, q := range []string{"limit=0", "limit=1001", "limit=-1", "limit=abc", "limit=1.5", "limit=99999999999999999999",
+		"offset=-1", "offset=x", "offset=2147483648", "limit=10&offset=-3"} {
+		code, b := get(t, s.base+"/api/v1/consumer-groups/lagging?"+q)
+		var e struct{ Error string }
+		param := q[:strings.IndexByte(q, '=')]
+		if strings.Contains(q, "&") {
+			param = "offset"
+		}
+		if code != http.StatusBadRequest || json.Unmarshal([]byte(b), &e) != nil || !strings.HasPrefix(e.Error, param+" must be an integer") {
+			t.Errorf("%s: %d %s, want 400 naming %s", q, code, b, param)
+		}
 	}
 }
 

@@ -90,6 +90,28 @@ func intArg(a *fasthttp.Args, name string, def, lo, hi int) int {
 	return min(max(n, lo), hi)
 }
 
+// pageArg reads the integer query parameter name of a paged listing
+// whose parameters are this broker's own (no Queen client sends them, so
+// none relies on a bad value falling back, as intArg's do): def when
+// absent or empty; otherwise it must be an integer from lo to hi, else it
+// answers 400 {"error": "<name> must be an integer from <lo> to <hi>"}
+// and returns false. Clamping, as intArg does, would page wrongly without
+// saying so where the answer has no pagination object to report the
+// limit used: a client asking for 5000 rows a page and moving its offset
+// by 5000 would skip 4000 rows a page.
+func pageArg(ctx *fasthttp.RequestCtx, name string, def, lo, hi int) (int, bool) {
+	v := ctx.QueryArgs().Peek(name)
+	if len(v) == 0 {
+		return def, true
+	}
+	n, err := strconv.Atoi(string(v))
+	if err != nil || n < lo || n > hi {
+		writeErr(ctx, fasthttp.StatusBadRequest, name+" must be an integer from "+strconv.Itoa(lo)+" to "+strconv.Itoa(hi))
+		return 0, false
+	}
+	return n, true
+}
+
 // pathName decodes a percent-encoded path segment ("+" stays "+") and
 // checks it as a name; a 400 says what is wrong with it.
 func pathName(ctx *fasthttp.RequestCtx, key string) (string, bool) {

@@ -45,7 +45,7 @@ func BenchmarkCounts(b *testing.B) {
 		{"ListQueues", func() error { _, err := st.ListQueues(ctx); return err }},
 		{"GetQueue", func() error { _, err := st.GetQueue(ctx, "bench"); return err }},
 		{"ListGroups", func() error { _, err := st.ListGroups(ctx); return err }},
-		{"Lagging", func() error { _, err := st.LaggingPartitions(ctx, 0); return err }},
+		{"Lagging", func() error { _, err := st.LaggingPartitions(ctx, pg.LaggingFilter{Limit: 100}); return err }},
 		{"StatusLeases", func() error { _, err := status.Leases(ctx); return err }},
 		{"StoredPerBucket", func() error {
 			_, err := status.StoredPerBucket(ctx, pg.StatusFilter{}, time.Now().Add(-time.Hour), time.Now(), time.Minute)

@@ -117,7 +117,7 @@ func TestCountsAfterRetention(t *testing.T) {
 		t.Errorf("GetGroup(g) offset lags %v, want [P:3 Q:0]", lags)
 	}
 
-	lagging, err := st.LaggingPartitions(ctx, 0)
+	lagging, err := st.LaggingPartitions(ctx, pg.LaggingFilter{Limit: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,5 +147,109 @@ func TestCountsAfterRetention(t *testing.T) {
 	l, err := pg.NewStatus(st).Leases(ctx)
 	if err != nil || l.Active != 2 || l.BatchSize != 0 {
 		t.Errorf("Leases = %+v, %v; want 2 active covering no stored message", l, err)
+	}
+}
+
+// TestLaggingPartitionsPages: LaggingPartitions answers one page of the
+// lagging cursors, largest time lag first and, among cursors that last
+// moved at the same moment, by group, queue and partition name; pages of
+// any size taken one after another are disjoint and together are the
+// whole list, in its order, whichever cursors the page query must skip
+// because their messages past the cursor are all deleted. Queue lq holds
+// partitions p1-p4 with offsets 0-9 in one segment each; cursors at
+// offset 5 (lag 5):
+//
+//	g00-g49 on p1-p3, last moved g minutes ago (three ties a group)
+//	deleted on p4, moved 25.5 minutes ago, offsets 5-9 deleted (lag 0)
+//	caught  on p1-p3 at offset 10, moved an hour ago (lag 0)
+//	recent  on p1, moved now
+func TestLaggingPartitionsPages(t *testing.T) {
+	t.Parallel()
+	st, ctx := setupStatus(t)
+	for _, q := range []string{
+		`INSERT INTO queen.queues (name) VALUES ('lq')`,
+		`INSERT INTO queen.partitions (queue_id, name, next_offset)
+			SELECT q.id, 'p' || i, 10 FROM queen.queues q, generate_series(1, 4) i`,
+		`INSERT INTO queen.segments (partition_id, base_offset, last_offset, body) SELECT id, 0, 9, '\x00' FROM queen.partitions`,
+		`INSERT INTO queen.consumer_cursors (partition_id, consumer_group, cursor_offset, last_consumed_at)
+			SELECT p.id, 'g' || lpad(g::text, 2, '0'), 5, now() - g * interval '1 minute'
+			FROM queen.partitions p, generate_series(0, 49) g WHERE p.name <> 'p4'`,
+		`INSERT INTO queen.consumer_cursors (partition_id, consumer_group, cursor_offset, last_consumed_at)
+			SELECT id, 'deleted', 5, now() - interval '25.5 minutes' FROM queen.partitions WHERE name = 'p4'`,
+		`INSERT INTO queen.tombstones (partition_id, msg_offset, transaction_id)
+			SELECT p.id, o, '\x00' FROM queen.partitions p, generate_series(5, 9) o WHERE p.name = 'p4'`,
+		`INSERT INTO queen.consumer_cursors (partition_id, consumer_group, cursor_offset, last_consumed_at)
+			SELECT id, 'caught', 10, now() - interval '1 hour' FROM queen.partitions WHERE name <> 'p4'`,
+		`INSERT INTO queen.consumer_cursors (partition_id, consumer_group, cursor_offset, last_consumed_at)
+			SELECT id, 'recent', 5, now() FROM queen.partitions WHERE name = 'p1'`,
+	} {
+		if _, err := st.Pool().Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	// want lists the g cursors of groups g49 down to g<from>, partitions
+	// in name order.
+	want := func(from int) []string {
+		var w []string
+		for g := 49; g >= from; g-- {
+			for _, p := range []string{"p1", "p2", "p3"} {
+				w = append(w, fmt.Sprintf("g%02d/lq/%s", g, p))
+			}
+		}
+		return w
+	}
+	list := func(f pg.LaggingFilter) []string {
+		t.Helper()
+		ls, err := st.LaggingPartitions(ctx, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ls) > f.Limit {
+			t.Fatalf("%+v: %d rows, over the limit", f, len(ls))
+		}
+		out := make([]string, len(ls))
+		for i, l := range ls {
+			out[i] = l.Group + "/" + l.Queue + "/" + l.Partition
+			g := 0
+			if _, err := fmt.Sscanf(l.Group, "g%d", &g); err != nil && l.Group != "recent" {
+				t.Fatalf("%+v: row %s listed", f, out[i])
+			}
+			if l.OffsetLag != 5 || l.TimeLagSeconds < int64(g*60) || l.TimeLagSeconds > int64(g*60+60) ||
+				l.OldestUnconsumed == nil || l.LeaseID != nil {
+				t.Errorf("%s: lag %d, time lag %d s, oldest %v, lease %v; want 5, %d s, a time, none",
+					out[i], l.OffsetLag, l.TimeLagSeconds, l.OldestUnconsumed, l.LeaseID, g*60)
+			}
+		}
+		return out
+	}
+	whole := list(pg.LaggingFilter{MinLagSeconds: 60, Limit: 1000})
+	if fmt.Sprint(whole) != fmt.Sprint(want(1)) {
+		t.Fatalf("one page of 1000:\n got %v\nwant %v", whole, want(1))
+	}
+	if got := list(pg.LaggingFilter{MinLagSeconds: 0, Limit: 1000}); len(got) != 151 || got[150] != "recent/lq/p1" {
+		t.Errorf("minimum 0: %d rows ending %v, want the 150 g cursors and recent's", len(got), got[len(got)-1:])
+	}
+	// 10.5 minutes: g11 and older.
+	if got := list(pg.LaggingFilter{MinLagSeconds: 630, Limit: 1000}); fmt.Sprint(got) != fmt.Sprint(want(11)) {
+		t.Errorf("minimum 630 s:\n got %v\nwant %v", got, want(11))
+	}
+	for _, limit := range []int{1, 7, 100, 147} {
+		var pages []string
+		for offset := 0; ; offset += limit {
+			page := list(pg.LaggingFilter{MinLagSeconds: 60, Limit: limit, Offset: offset})
+			if offset == 0 && len(page) != limit {
+				t.Fatalf("limit %d: first page of %d", limit, len(page))
+			}
+			pages = append(pages, page...)
+			if len(page) < limit {
+				break
+			}
+		}
+		if fmt.Sprint(pages) != fmt.Sprint(whole) {
+			t.Errorf("pages of %d, one after another:\n got %v\nwant %v", limit, pages, whole)
+		}
+	}
+	if got := list(pg.LaggingFilter{MinLagSeconds: 60, Limit: 10, Offset: 1 << 30}); len(got) != 0 {
+		t.Errorf("offset past the end: %v", got)
 	}
 }

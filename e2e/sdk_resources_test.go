@@ -346,6 +346,106 @@ func TestGroupsLaggingPages(t *testing.T) {
 	}
 }
 
+// TestGroupsListPages: GET /api/v1/consumer-groups answers one page, the
+// default limit's entries when the query names none (120 entries here: 60
+// groups on queues glpa and glpb, over the default of 100; unpaged, it
+// computed the lag of every cursor, 3,000 groups on 20 partitions in one
+// answer of megabytes). Pages taken by limit and offset are disjoint and
+// one after another are the whole list in its order (group, then queue
+// name), each entry with its own lag; queue= keeps one queue's entries. A
+// limit or offset that is not an integer in its range, or a queue that
+// cannot be a name, is a 400 naming it.
+func TestGroupsListPages(t *testing.T) {
+	t.Parallel()
+	s := setup(t, nil)
+	pushN(t, s.base, "glpa", "A", 1, 2)
+	pushN(t, s.base, "glpb", "A", 1, 2)
+	const groups = 60
+	for g := range groups {
+		if code, r := pop(t, s.base, popPath("glpa", "A"), fmt.Sprintf("consumerGroup=g%02d", g)); code != 200 || len(r.Messages) != 1 {
+			t.Fatalf("pop g%02d glpa: %d", g, code)
+		}
+		if code, r := pop(t, s.base, popPath("glpb", "A"), fmt.Sprintf("consumerGroup=g%02d&autoAck=true&batch=10", g)); code != 200 || len(r.Messages) != 2 {
+			t.Fatalf("pop g%02d glpb: %d", g, code)
+		}
+	}
+	type entry struct {
+		Name, QueueName   string
+		TotalLag, Members int
+		PartitionsWithLag int
+		Topics            []string
+	}
+	list := func(query string) []string {
+		t.Helper()
+		code, b := get(t, s.base+"/api/v1/consumer-groups?"+query)
+		var es []entry
+		if code != 200 || json.Unmarshal([]byte(b), &es) != nil {
+			t.Fatalf("groups?%s: %d %s", query, code, b)
+		}
+		keys := make([]string, len(es))
+		for i, e := range es {
+			keys[i] = e.Name + "/" + e.QueueName
+			want := entry{Name: e.Name, QueueName: e.QueueName, Topics: []string{e.QueueName}}
+			if e.QueueName == "glpa" {
+				want.TotalLag, want.Members, want.PartitionsWithLag = 2, 1, 1
+			}
+			if fmt.Sprint(e) != fmt.Sprint(want) {
+				t.Fatalf("groups?%s: %+v, want %+v", query, e, want)
+			}
+		}
+		return keys
+	}
+	var want []string
+	for g := range groups {
+		want = append(want, fmt.Sprintf("g%02d/glpa", g), fmt.Sprintf("g%02d/glpb", g))
+	}
+	all := list("limit=1000")
+	if fmt.Sprint(all) != fmt.Sprint(want) {
+		t.Fatalf("limit=1000:\n got %v\nwant %v", all, want)
+	}
+	if first := list(""); fmt.Sprint(first) != fmt.Sprint(all[:fastapi.DefaultGroupsLimit]) {
+		t.Fatalf("no limit: %d entries %v\nwant the first %d of %v", len(first), first, fastapi.DefaultGroupsLimit, all)
+	}
+	for _, limit := range []int{1, 30, 120} {
+		var pages []string
+		seen := map[string]bool{}
+		for offset := 0; ; offset += limit {
+			page := list(fmt.Sprintf("limit=%d&offset=%d", limit, offset))
+			for _, k := range page {
+				if seen[k] {
+					t.Fatalf("limit %d: %s on two pages", limit, k)
+				}
+				seen[k] = true
+			}
+			pages = append(pages, page...)
+			if len(page) < limit {
+				break
+			}
+		}
+		if fmt.Sprint(pages) != fmt.Sprint(all) {
+			t.Fatalf("pages of %d, one after another:\n got %v\nwant %v", limit, pages, all)
+		}
+	}
+	if got := list("queue=glpb&limit=3&offset=58"); fmt.Sprint(got) != "[g58/glpb g59/glpb]" {
+		t.Fatalf("queue=glpb from 58: %v", got)
+	}
+	if got := list("limit="); len(got) != fastapi.DefaultGroupsLimit {
+		t.Fatalf("empty limit: %d entries, want the default", len(got))
+	}
+	for _, q := range []string{"limit=0", "limit=1001", "limit=-1", "limit=abc", "limit=1.5", "limit=99999999999999999999",
+		"offset=-1", "offset=x", "offset=2147483648", "limit=10&offset=-3", "queue=%00"} {
+		code, b := get(t, s.base+"/api/v1/consumer-groups?"+q)
+		var e struct{ Error string }
+		param := q[:strings.IndexByte(q, '=')]
+		if strings.Contains(q, "&") {
+			param = "offset"
+		}
+		if code != http.StatusBadRequest || json.Unmarshal([]byte(b), &e) != nil || !strings.HasPrefix(e.Error, param+" must be") {
+			t.Errorf("%s: %d %s, want 400 naming %s", q, code, b, param)
+		}
+	}
+}
+
 type dlqResp struct {
 	Messages []struct {
 		TransactionID string `json:"transactionId"`

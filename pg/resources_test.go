@@ -91,7 +91,7 @@ func TestCountsAfterRetention(t *testing.T) {
 		}
 	}
 
-	gs, err := st.ListGroups(ctx)
+	gs, err := st.ListGroups(ctx, pg.GroupFilter{Limit: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,6 +250,113 @@ func TestLaggingPartitionsPages(t *testing.T) {
 		}
 	}
 	if got := list(pg.LaggingFilter{MinLagSeconds: 60, Limit: 10, Offset: 1 << 30}); len(got) != 0 {
+		t.Errorf("offset past the end: %v", got)
+	}
+}
+
+// TestListGroupsPages: ListGroups answers one page of the (group, queue)
+// entries, by group name then queue name; pages of any size taken one
+// after another are disjoint and together are the whole list, in its
+// order, with each entry's lag summed over its own cursors only; the
+// queue filter keeps that queue's entries. Queues la and lb hold
+// partitions p1-p3 with offsets 0-9 in one segment each:
+//
+//	g00-g39 on la p1-p3 at offset 5 (lag 15 in 3 partitions), g00 with
+//	        subscription metadata (mode new) on la
+//	g00-g39 on lb p1 at offset 10 (caught up: lag 0)
+//	g40     on lb p2 at offset 0, a live lease (lag 10, one member)
+func TestListGroupsPages(t *testing.T) {
+	t.Parallel()
+	st, ctx := setupStatus(t)
+	for _, q := range []string{
+		`INSERT INTO queen.queues (name) VALUES ('la'), ('lb')`,
+		`INSERT INTO queen.partitions (queue_id, name, next_offset)
+			SELECT q.id, 'p' || i, 10 FROM queen.queues q, generate_series(1, 3) i`,
+		`INSERT INTO queen.segments (partition_id, base_offset, last_offset, body) SELECT id, 0, 9, '\x00' FROM queen.partitions`,
+		`INSERT INTO queen.consumer_cursors (partition_id, consumer_group, cursor_offset, last_consumed_at)
+			SELECT p.id, 'g' || lpad(g::text, 2, '0'), 5, now() - interval '1 minute'
+			FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id, generate_series(0, 39) g WHERE q.name = 'la'`,
+		`INSERT INTO queen.consumer_cursors (partition_id, consumer_group, cursor_offset, last_consumed_at)
+			SELECT p.id, 'g' || lpad(g::text, 2, '0'), 10, now()
+			FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id, generate_series(0, 39) g
+			WHERE q.name = 'lb' AND p.name = 'p1'`,
+		`INSERT INTO queen.consumer_cursors (partition_id, consumer_group, cursor_offset, lease_id, lease_expires_at)
+			SELECT p.id, 'g40', 0, gen_random_uuid(), now() + interval '1 hour'
+			FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'lb' AND p.name = 'p2'`,
+		`INSERT INTO queen.consumer_groups (queue_id, consumer_group, subscription_mode, subscription_from)
+			SELECT id, 'g00', 'new', now() FROM queen.queues WHERE name = 'la'`,
+	} {
+		if _, err := st.Pool().Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	var want []string
+	for g := 0; g < 40; g++ {
+		want = append(want, fmt.Sprintf("g%02d/la", g), fmt.Sprintf("g%02d/lb", g))
+	}
+	want = append(want, "g40/lb")
+	list := func(f pg.GroupFilter) []string {
+		t.Helper()
+		gs, err := st.ListGroups(ctx, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(gs) > f.Limit {
+			t.Fatalf("%+v: %d entries, over the limit", f, len(gs))
+		}
+		out := make([]string, len(gs))
+		for i, g := range gs {
+			out[i] = g.Name + "/" + g.Queue
+			got := fmt.Sprintf("lag %d in %d, members %d, mode %q", g.TotalLag, g.PartitionsWithLag, g.Members, g.SubscriptionMode)
+			want := "lag 0 in 0, members 0, mode \"\""
+			switch {
+			case out[i] == "g00/la":
+				want = "lag 15 in 3, members 0, mode \"new\""
+			case g.Queue == "la":
+				want = "lag 15 in 3, members 0, mode \"\""
+			case out[i] == "g40/lb":
+				want = "lag 10 in 1, members 1, mode \"\""
+			}
+			if got != want {
+				t.Errorf("%s: %s, want %s", out[i], got, want)
+			}
+		}
+		return out
+	}
+	whole := list(pg.GroupFilter{Limit: 1000})
+	if fmt.Sprint(whole) != fmt.Sprint(want) {
+		t.Fatalf("one page of 1000:\n got %v\nwant %v", whole, want)
+	}
+	for _, limit := range []int{1, 7, 40, 81} {
+		var pages []string
+		seen := map[string]bool{}
+		for offset := 0; ; offset += limit {
+			page := list(pg.GroupFilter{Limit: limit, Offset: offset})
+			if offset == 0 && len(page) != limit {
+				t.Fatalf("limit %d: first page of %d", limit, len(page))
+			}
+			for _, k := range page {
+				if seen[k] {
+					t.Fatalf("limit %d: %s on two pages", limit, k)
+				}
+				seen[k] = true
+			}
+			pages = append(pages, page...)
+			if len(page) < limit {
+				break
+			}
+		}
+		if fmt.Sprint(pages) != fmt.Sprint(whole) {
+			t.Errorf("pages of %d, one after another:\n got %v\nwant %v", limit, pages, whole)
+		}
+	}
+	if got := list(pg.GroupFilter{Queue: "lb", Limit: 5, Offset: 38}); fmt.Sprint(got) != "[g38/lb g39/lb g40/lb]" {
+		t.Errorf("queue lb from 38: %v", got)
+	}
+	if got := list(pg.GroupFilter{Queue: "nope", Limit: 5}); len(got) != 0 {
+		t.Errorf("unknown queue: %v", got)
+	}
+	if got := list(pg.GroupFilter{Limit: 10, Offset: 1 << 30}); len(got) != 0 {
 		t.Errorf("offset past the end: %v", got)
 	}
 }

@@ -710,7 +710,9 @@ function queueView(name) {
       const from = w[2] ? new Date(Date.now() - w[2] * 1000).toISOString() : '1970-01-01T00:00:00Z';
       const [depth, groups, msgs] = await Promise.all([
         api('/api/v1/resources/queues/' + seg(name) + '/depth').catch(() => null),
-        api('/api/v1/consumer-groups'),
+        // The groups of this queue only, up to the route's largest page
+        // (GET /api/v1/consumer-groups is paged: 100 entries by default).
+        api('/api/v1/consumer-groups' + query({ queue: name, limit: GROUPS_MAX })),
         api('/api/v1/messages' + query({ queue: name, limit: 50, from, status: status.value, partition: partSel.value })),
       ]);
       partitions = q.partitions || [];
@@ -724,7 +726,9 @@ function queueView(name) {
       c.processing.set(num(t.processing), t.processing);
       c.total.set(num(t.total), t.total);
       c.dead.set(num(dead), dead, '', dead > 0 ? 'alert' : '');
-      c.groups.set(num(mine.length), mine.length, mine.some((g) => g.name === QUEUE_MODE) ? 'queue mode included' : '');
+      const cut = (groups || []).length >= GROUPS_MAX;
+      c.groups.set(num(mine.length) + (cut ? '+' : ''), mine.length,
+        [mine.some((g) => g.name === QUEUE_MODE) ? 'queue mode included' : '', cut ? 'the first ' + num(GROUPS_MAX) + ' shown' : ''].filter(Boolean).join('; '));
       fill(partBody, partitions.length === 0 ? emptyRow(11, 'No partitions.') : partitions.map((p) => {
         const s = p.stats || {};
         const lag = Object.entries(p.lag || {}).map(([g, n]) => groupLabel(g) + ': ' + num(n)).join(', ');
@@ -827,6 +831,12 @@ function dlqView() {
   };
 }
 
+// GROUPS_PAGE is the groups page's page size, GROUPS_MAX the largest
+// limit GET /api/v1/consumer-groups serves (docs/api.md): a queue's page
+// lists at most that many of its groups.
+const GROUPS_PAGE = 100;
+const GROUPS_MAX = 1000;
+
 // STATE_NOTE says what GET /api/v1/consumer-groups' state means (docs/api.md).
 const STATE_NOTE = 'State: Dead when the time lag is over 300 s and no consumer of the group holds a lease on the queue; '
   + 'Lagging when it is over 300 s while one does; Stable otherwise.';
@@ -835,22 +845,38 @@ function groupsView() {
   const body = h('tbody');
   const seek = seekPanel(() => tick());
   const summary = h('p', { 'data-test': 'groups-summary' });
+  const pageInfo = h('span', { class: 'muted', 'data-test': 'groups-page' });
+  let offset = 0;
+  // The route is paged (GROUPS_PAGE entries by group, then queue name) and
+  // answers a bare array without a total, so "Next" is offered while a
+  // page is full.
+  const prev = h('button', { type: 'button', 'data-test': 'groups-prev', onclick: () => { offset = Math.max(0, offset - GROUPS_PAGE); tick(); } }, '← Previous');
+  const next = h('button', { type: 'button', 'data-test': 'groups-next', onclick: () => { offset += GROUPS_PAGE; tick(); } }, 'Next →');
   const el = h('div', {}, h('h1', {}, 'Consumer groups'), seek.el,
     panel('Groups by queue', summary, table(['Group', 'Queue', ['Lag', 'num'], ['Partitions lagging', 'num'], ['Time lag', 'num'], 'Mode', 'State', ''], body),
-      h('p', { class: 'note' }, 'One row per group and queue it reads. Lag is messages past the group\'s cursors; time lag is, on the partitions with lag, '
+      h('div', { class: 'pager' }, prev, next, pageInfo),
+      h('p', { class: 'note' }, 'One row per group and queue it reads, by group name, ' + GROUPS_PAGE + ' a page. Lag is messages past the group\'s cursors; time lag is, on the partitions with lag, '
         + 'the longest time since the group last consumed there. ' + STATE_NOTE)));
   return {
     el,
     async tick() {
-      const groups = (await api('/api/v1/consumer-groups')) || [];
+      const [ov, page] = await Promise.all([api('/api/v1/resources/overview'),
+        api('/api/v1/consumer-groups' + query({ limit: GROUPS_PAGE, offset }))]);
+      let groups = page || [];
+      if (groups.length === 0 && offset > 0) {
+        // The list shrank under this page: go back to its start.
+        offset = 0;
+        groups = (await api('/api/v1/consumer-groups' + query({ limit: GROUPS_PAGE }))) || [];
+      }
       // The overview's "Consumer groups" counts distinct named groups
       // (queue mode is not a group): say how this list relates to it.
-      const named = new Set(groups.filter((g) => g.name !== QUEUE_MODE).map((g) => g.name));
-      const qm = groups.filter((g) => g.name === QUEUE_MODE).length;
-      fill(summary, h('strong', { 'data-test': 'groups-named', 'data-value': named.size }, num(named.size)),
-        named.size === 1 ? ' named group' : ' named groups', ' (the overview\'s count) in ', num(groups.length - qm),
-        groups.length - qm === 1 ? ' row' : ' rows', ', one per queue it reads',
-        qm ? ['; queue mode (consumers without a group) in ', num(qm), qm === 1 ? ' more row, not counted as a group' : ' more rows, not counted as groups'] : '', '.');
+      const named = ov.consumerGroups;
+      fill(summary, h('strong', { 'data-test': 'groups-named', 'data-value': named }, num(named)),
+        named === 1 ? ' named group' : ' named groups', ' (the overview\'s count), listed one row per queue it reads;',
+        ' queue mode (consumers without a group) has rows of its own, one per queue, not counted as groups.');
+      pageInfo.textContent = groups.length ? 'rows ' + (offset + 1) + '–' + (offset + groups.length) : '';
+      prev.disabled = offset === 0;
+      next.disabled = groups.length < GROUPS_PAGE;
       fill(body, groups.length === 0 ? emptyRow(8, 'No consumer groups yet.') : groups.map((g) => groupRow(g, seek, true)));
     },
   };

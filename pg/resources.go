@@ -29,21 +29,38 @@ type QueueSummary struct {
 	Processing int64
 }
 
-// ListQueues summarises every queue, by name: the counts of
-// /api/v1/resources/overview and /status/queues, per queue (O(partitions)
-// index probes, see pg/admin.go).
-func (s *Store) ListQueues(ctx context.Context) ([]QueueSummary, error) {
-	qs, err := queueCounts(ctx, s.pool, `SELECT q.id, q.name, q.namespace, q.task, q.created_at FROM queen.queues q`,
-		"qs.name", QueueModeGroup)
+// QueueFilter selects one page of GET /api/v1/resources/queues.
+type QueueFilter struct {
+	// Limit is the most queues answered, at least 1 (the route's default
+	// is 100, its maximum 1000); Offset is how many queues of the order
+	// (by name) to skip.
+	Limit, Offset int
+}
+
+// ListQueues summarises one page (f.Limit queues after the first
+// f.Offset) of the queues, by name, and returns how many queues there are
+// in all: the counts of /api/v1/resources/overview and /status/queues,
+// per queue (O(partitions) index probes, see pg/admin.go), for the page's
+// queues only. Unpaged, 20,000 queues answered 4.3 MB in 0.8-1 s. Queue
+// names do not change, so consecutive pages are disjoint and together
+// list every queue, except that a queue made or deleted between two pages
+// shifts the ones after it by one.
+func (s *Store) ListQueues(ctx context.Context, f QueueFilter) ([]QueueSummary, int64, error) {
+	var total int64
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM queen.queues`).Scan(&total); err != nil {
+		return nil, 0, fmt.Errorf("pg: list queues: %w", err)
+	}
+	qs, err := queueCounts(ctx, s.pool, `SELECT q.id, q.name, q.namespace, q.task, q.created_at FROM queen.queues q
+		ORDER BY q.name LIMIT $2 OFFSET $3`, "qs.name", QueueModeGroup, f.Limit, f.Offset)
 	if err != nil {
-		return nil, err
+		return nil, 0, fmt.Errorf("pg: list queues: %w", err)
 	}
 	out := make([]QueueSummary, len(qs))
 	for i, q := range qs {
 		out[i] = QueueSummary{ID: q.ID, Name: q.Name, Namespace: q.Namespace, Task: q.Task, CreatedAt: q.CreatedAt,
 			Partitions: q.Partitions, Total: q.Total, Pending: q.Pending, Processing: q.Active}
 	}
-	return out, nil
+	return out, total, nil
 }
 
 // PartitionDetail is one partition of GET /api/v1/resources/queues/:q.

@@ -54,8 +54,8 @@ func TestCountsAfterRetention(t *testing.T) {
 	}
 	const qm = pg.QueueModeGroup
 
-	qs, err := st.ListQueues(ctx)
-	if err != nil || len(qs) != 1 {
+	qs, total, err := st.ListQueues(ctx, pg.QueueFilter{Limit: 100})
+	if err != nil || len(qs) != 1 || total != 1 {
 		t.Fatalf("ListQueues = %+v, %v", qs, err)
 	}
 	if q := qs[0]; q.Partitions != 3 || q.Total != 3 || q.Pending != 3 || q.Processing != 0 {
@@ -357,6 +357,75 @@ func TestListGroupsPages(t *testing.T) {
 		t.Errorf("unknown queue: %v", got)
 	}
 	if got := list(pg.GroupFilter{Limit: 10, Offset: 1 << 30}); len(got) != 0 {
+		t.Errorf("offset past the end: %v", got)
+	}
+}
+
+// TestListQueuesPages: ListQueues answers one page of the queues, by
+// name, with the number of queues in all; pages of any size taken one
+// after another are disjoint and together are every queue, each with its
+// own counts. Queues q00-q24, q<i> with i+1 partitions of 10 messages
+// each, cursor (queue mode) at 4 on each.
+func TestListQueuesPages(t *testing.T) {
+	t.Parallel()
+	st, ctx := setupStatus(t)
+	for _, q := range []string{
+		`INSERT INTO queen.queues (name) SELECT 'q' || lpad(i::text, 2, '0') FROM generate_series(0, 24) i`,
+		`INSERT INTO queen.partitions (queue_id, name, next_offset)
+			SELECT q.id, 'p' || j, 10 FROM queen.queues q, generate_series(0, 24) j WHERE j <= substr(q.name, 2)::int`,
+		`INSERT INTO queen.segments (partition_id, base_offset, last_offset, body) SELECT id, 0, 9, '\x00' FROM queen.partitions`,
+		`INSERT INTO queen.consumer_cursors (partition_id, consumer_group, cursor_offset) SELECT id, '` + pg.QueueModeGroup + `', 4 FROM queen.partitions`,
+	} {
+		if _, err := st.Pool().Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	list := func(f pg.QueueFilter) []string {
+		t.Helper()
+		qs, total, err := st.ListQueues(ctx, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if total != 25 || len(qs) > f.Limit {
+			t.Fatalf("%+v: %d queues of %d, want at most the limit of 25", f, len(qs), total)
+		}
+		out := make([]string, len(qs))
+		for i, q := range qs {
+			out[i] = q.Name
+			var n int
+			fmt.Sscanf(q.Name, "q%d", &n)
+			if q.Partitions != n+1 || q.Total != int64(10*(n+1)) || q.Pending != int64(6*(n+1)) {
+				t.Errorf("%s: %d partitions, total %d, pending %d; want %d, %d, %d", q.Name, q.Partitions, q.Total, q.Pending,
+					n+1, 10*(n+1), 6*(n+1))
+			}
+		}
+		return out
+	}
+	whole := list(pg.QueueFilter{Limit: 1000})
+	var want []string
+	for i := range 25 {
+		want = append(want, fmt.Sprintf("q%02d", i))
+	}
+	if fmt.Sprint(whole) != fmt.Sprint(want) {
+		t.Fatalf("one page of 1000:\n got %v\nwant %v", whole, want)
+	}
+	for _, limit := range []int{1, 7, 25} {
+		var pages []string
+		for offset := 0; ; offset += limit {
+			page := list(pg.QueueFilter{Limit: limit, Offset: offset})
+			if offset == 0 && len(page) != limit {
+				t.Fatalf("limit %d: first page of %d", limit, len(page))
+			}
+			pages = append(pages, page...)
+			if len(page) < limit {
+				break
+			}
+		}
+		if fmt.Sprint(pages) != fmt.Sprint(whole) {
+			t.Errorf("pages of %d, one after another:\n got %v\nwant %v", limit, pages, whole)
+		}
+	}
+	if got := list(pg.QueueFilter{Limit: 10, Offset: 1 << 30}); len(got) != 0 {
 		t.Errorf("offset past the end: %v", got)
 	}
 }

@@ -326,6 +326,9 @@ function overviewView() {
   const chartEl = h('div', { class: 'chart', 'data-test': 'chart-throughput' });
   const pipeNote = h('div');
   const qbody = h('tbody');
+  // GET /api/v1/resources/queues is paged (100 by name by default): the
+  // overview shows that first page and says how many there are in all.
+  const qmore = h('p', { class: 'note', 'data-test': 'ov-queues-more', hidden: true });
   const unavail = h('p', { class: 'denied', hidden: true, 'data-test': 'ov-unavailable' });
   const el = h('div', {},
     h('h1', {}, 'Overview'),
@@ -336,7 +339,7 @@ function overviewView() {
         h('p', { class: 'note' }, 'Rates are differences of the broker\'s counters between polls (every 2 s), kept for 10 minutes in this tab.')),
       panel('Now', h('div', { class: 'cards' }, Object.values(r).map((x) => x.el)),
         h('p', { class: 'note' }, h('a', { href: '#/pipeline' }, 'Durability pipeline →')))),
-    panel('Queues', table(['Queue', 'Namespace', 'Task', ['Partitions', 'num'], ['Pending', 'num'], ['Processing', 'num'], ['Total', 'num']], qbody)));
+    panel('Queues', table(['Queue', 'Namespace', 'Task', ['Partitions', 'num'], ['Pending', 'num'], ['Processing', 'num'], ['Total', 'num']], qbody), qmore));
   let chart = null;
   return {
     el,
@@ -367,7 +370,7 @@ function overviewView() {
     // the throughput and "Now" figures come from the pipeline route and
     // stay live (draw).
     async tick() {
-      const [ovr, qsr] = await Promise.allSettled([api('/api/v1/resources/overview'), api('/api/v1/resources/queues')]);
+      const [ovr, qsr] = await Promise.allSettled([api('/api/v1/resources/overview'), api('/api/v1/resources/queues' + query({ limit: QUEUES_PAGE }))]);
       const failed = [ovr, qsr].filter((r) => r.status === 'rejected').map((r) => r.reason);
       fill(unavail, failed.length === 0 ? null : [
         'Not available now: ', failed.map(failureText).join('; '),
@@ -389,6 +392,9 @@ function overviewView() {
       }
       if (qsr.status === 'fulfilled') {
         const list = qsr.value.queues || [];
+        const all = qsr.value.total || list.length;
+        qmore.hidden = all <= list.length;
+        fill(qmore, all > list.length ? ['The first ', num(list.length), ' of ', num(all), ' queues by name; ', h('a', { href: '#/queues' }, 'Queues'), ' pages through them all.'] : null);
         fill(qbody, list.length === 0 ? emptyRow(7, 'No queues yet.') : list.map((q) => h('tr', { 'data-test': 'ov-queue-row', 'data-queue': q.name },
           td(h('a', { href: '#/queues/' + seg(q.name) }, q.name)), td(q.namespace || '—'), td(q.task || '—'),
           tdn(q.partitions), tdn(q.messages && q.messages.pending), tdn(q.messages && q.messages.processing), tdn(q.messages && q.messages.total))));
@@ -520,13 +526,28 @@ function pipelineView() {
 
 function queuesView() {
   const body = h('tbody');
+  const pageInfo = h('span', { class: 'muted', 'data-test': 'queues-page' });
+  let offset = 0;
+  let total = 0;
+  const prev = h('button', { type: 'button', 'data-test': 'queues-prev', onclick: () => { offset = Math.max(0, offset - QUEUES_PAGE); tick(); } }, '← Previous');
+  const next = h('button', { type: 'button', 'data-test': 'queues-next', onclick: () => { offset += QUEUES_PAGE; tick(); } }, 'Next →');
   const el = h('div', {}, h('h1', {}, 'Queues'),
-    panel('All queues', table(['Queue', 'Namespace', 'Task', ['Partitions', 'num'], ['Pending', 'num'], ['Processing', 'num'], ['Total', 'num'], 'Created'], body)));
+    panel('All queues', table(['Queue', 'Namespace', 'Task', ['Partitions', 'num'], ['Pending', 'num'], ['Processing', 'num'], ['Total', 'num'], 'Created'], body),
+      h('div', { class: 'pager' }, prev, next, pageInfo)));
   return {
     el,
     async tick() {
-      const qs = await api('/api/v1/resources/queues');
+      let qs = await api('/api/v1/resources/queues' + query({ limit: QUEUES_PAGE, offset }));
+      if ((qs.queues || []).length === 0 && offset > 0) {
+        // The list shrank under this page: go back to its start.
+        offset = 0;
+        qs = await api('/api/v1/resources/queues' + query({ limit: QUEUES_PAGE }));
+      }
       const list = qs.queues || [];
+      total = qs.total || 0;
+      pageInfo.textContent = list.length ? (offset + 1) + '–' + (offset + list.length) + ' of ' + num(total) : '';
+      prev.disabled = offset === 0;
+      next.disabled = offset + list.length >= total;
       fill(body, list.length === 0 ? emptyRow(8, 'No queues yet.') : list.map((q) => h('tr', { 'data-test': 'queue-row', 'data-queue': q.name },
         td(h('a', { href: '#/queues/' + seg(q.name) }, q.name)), td(q.namespace || '—'), td(q.task || '—'), tdn(q.partitions),
         tdn(q.messages && q.messages.pending), tdn(q.messages && q.messages.processing), tdn(q.messages && q.messages.total), td(when(q.createdAt)))));
@@ -802,7 +823,8 @@ function dlqView() {
     el,
     async tick() {
       if (!queuesLoaded) {
-        const qs = await api('/api/v1/resources/queues');
+        // The first 1,000 queues by name (the route's largest page).
+        const qs = await api('/api/v1/resources/queues' + query({ limit: QUEUES_MAX }));
         const cur = queue.value;
         fill(queue, h('option', { value: '' }, 'any queue'), (qs.queues || []).map((q) => h('option', { value: q.name, selected: q.name === cur }, q.name)));
         queuesLoaded = true;
@@ -835,6 +857,9 @@ function dlqView() {
 // limit GET /api/v1/consumer-groups serves (docs/api.md): a queue's page
 // lists at most that many of its groups.
 const GROUPS_PAGE = 100;
+// QUEUES_PAGE and QUEUES_MAX are the same for GET /api/v1/resources/queues.
+const QUEUES_PAGE = 100;
+const QUEUES_MAX = 1000;
 const GROUPS_MAX = 1000;
 
 // STATE_NOTE says what GET /api/v1/consumer-groups' state means (docs/api.md).

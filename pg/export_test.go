@@ -292,3 +292,7 @@ func (f *FilteredPop) PlantLookup(namespace, task, group string, gen uint64) (en
 		close(l.done)
 	}
 }
+
+// ForgetLeaseMemo empties s's lease memo, as a broker that did not hand
+// out the live leases (another broker, or this one restarted) has it.
+func ForgetLeaseMemo(s *Store) { s.leases = newLeaseMemo(0) }

@@ -596,7 +596,7 @@ func (s *Store) GetMessage(ctx context.Context, pid uuid.UUID, txid string) (*Me
 		if err != nil {
 			return err
 		}
-		m, err := findTracedMessage(ctx, tx, pid, txid)
+		m, err := s.findTracedMessage(ctx, tx, pid, txid)
 		if errors.Is(err, ErrTraceMessageNotFound) {
 			return ErrMessageNotFound
 		}

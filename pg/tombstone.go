@@ -46,7 +46,7 @@ func (t *Tombstones) DeleteMessage(ctx context.Context, pid uuid.UUID, txid stri
 	err := withRetry(true, func() error {
 		return pgx.BeginFunc(ctx, t.s.pool, func(tx pgx.Tx) error {
 			deleted = false
-			m, err := findTracedMessage(ctx, tx, pid, txid)
+			m, err := t.s.findTracedMessage(ctx, tx, pid, txid)
 			if errors.Is(err, ErrTraceMessageNotFound) {
 				m, err = scanForMessage(ctx, tx, pid, txid)
 			}

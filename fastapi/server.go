@@ -344,7 +344,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	r.GET("/api/v1/pop/queue/{queue}/partition/{partition}", s.pop)
 	r.POST("/api/v1/ack", s.ack)
 	r.POST(ackBatchPath, s.ackBatch)
-	r.POST("/api/v1/transaction", s.transaction)
+	r.POST("/api/v1/transaction", s.largeWriteGate(s.transaction))
 	// The listing routes' GETs take a turn of the listing gate; their
 	// writes (configure, delete, seek) and everything else do not.
 	lr := listingRoutes{r, s}

@@ -16,7 +16,9 @@ import (
 // Resources is what the queue, consumer-group and DLQ routes need.
 type Resources interface {
 	ListQueues(ctx context.Context, f pg.QueueFilter) ([]pg.QueueSummary, int64, error)
-	GetQueue(ctx context.Context, name string) (*pg.QueueDetail, error)
+	// GetQueue describes a queue, each partition's lag map holding at most
+	// lagGroups groups (pg.Store.GetQueue).
+	GetQueue(ctx context.Context, name string, lagGroups int) (*pg.QueueDetail, error)
 	DeleteQueue(ctx context.Context, name string) (bool, error)
 	ListGroups(ctx context.Context, f pg.GroupFilter) ([]pg.GroupSummary, error)
 	GetGroup(ctx context.Context, group string) ([]pg.GroupPartition, error)
@@ -129,14 +131,34 @@ func timePtr(t *time.Time) any {
 	return t.UTC().Format(time.RFC3339Nano)
 }
 
+// The per-partition lag map of GET /api/v1/resources/queues/:q (this
+// broker's addition to Queen's answer) lists at most lagGroups groups, the
+// first by name with a cursor on the partition.
+const (
+	// DefaultLagGroups is lagGroups when the query has none.
+	DefaultLagGroups = 10
+	// MaxLagGroups is the largest lagGroups served (larger is 400).
+	MaxLagGroups = 100
+)
+
+// getQueue handles GET /api/v1/resources/queues/:queue[?lagGroups=N]:
+// Queen's answer plus, per partition, nextOffset, depth, lag (the first
+// lagGroups groups by name with a cursor there, each with the stored
+// messages at or past its cursor; DefaultLagGroups, 0..MaxLagGroups) and
+// lagTruncated (more groups have a cursor there than lag lists). Every
+// group's lag on the queue is GET /api/v1/consumer-groups?queue=, paged.
 func (s *Server) getQueue(ctx *fasthttp.RequestCtx) {
 	name, ok := pathName(ctx, "queue")
 	if !ok {
 		return
 	}
+	lagGroups, ok := pageArg(ctx, "lagGroups", DefaultLagGroups, 0, MaxLagGroups)
+	if !ok {
+		return
+	}
 	c, cancel := s.adminCtx()
 	defer cancel()
-	d, err := s.deps.Resources.GetQueue(c, name)
+	d, err := s.deps.Resources.GetQueue(c, name, lagGroups)
 	if errors.Is(err, pg.ErrQueueNotFound) {
 		writeErr(ctx, fasthttp.StatusNotFound, "Queue not found")
 		return
@@ -148,7 +170,7 @@ func (s *Server) getQueue(ctx *fasthttp.RequestCtx) {
 	parts := make([]map[string]any, len(d.Partitions))
 	for i, p := range d.Partitions {
 		parts[i] = map[string]any{"id": p.ID.String(), "name": p.Name, "createdAt": p.CreatedAt.UTC().Format(time.RFC3339Nano),
-			"nextOffset": p.NextOffset, "depth": p.Depth, "lag": p.Lag,
+			"nextOffset": p.NextOffset, "depth": p.Depth, "lag": p.Lag, "lagTruncated": p.LagTruncated,
 			"stats": map[string]int64{"total": p.Depth, "pending": p.Pending, "processing": p.Processing,
 				"completed": p.Completed(), "deadLetter": p.DeadLetter},
 			"oldestMessage": timePtr(p.Oldest), "newestMessage": timePtr(p.Newest)}

@@ -108,46 +108,124 @@ func (s *Store) QueueDepth(ctx context.Context, queue, group string) (*QueueDept
 }
 
 // WorstQueueDepth is the depth of queue when no group is named (Queen's
-// getQueueDepth without a group): per partition, the largest backlog of
-// any consumer group that consumes the queue (has a cursor or subscription
-// metadata there, queue mode included when it has cursors), with that
-// group's processing count. A queue nobody consumes answers queue mode's
-// depth (every stored message pending). Group is "" in the result.
-// ErrQueueNotFound for an unknown queue.
+// getQueueDepth without a group): per partition, the backlog of the
+// consuming group furthest behind there, with that group's processing
+// count. The groups consuming the queue are those with a cursor on one of
+// its partitions or subscription metadata for it (queue mode included when
+// it has cursors); a group's position on a partition is its cursor there,
+// or where its first pop there would start (QueueDepth), and counts from
+// the partition's first stored offset when below it. The group furthest
+// behind holds the smallest position (among equal positions, the first
+// group by name): a group's pending is the stored, undeleted messages at
+// or past its position, so no group has more. A queue nobody consumes
+// answers queue mode's depth (every stored message pending). Group is ""
+// in the result. ErrQueueNotFound for an unknown queue.
+//
+// One statement (worstDepthSQL) reads each cursor of the queue once; it
+// used to compute QueueDepth for every group, one statement per group:
+// 3,000 groups on 20 partitions took 1.5-2.8 s (docs/decisions.md, "The
+// worst depth is one statement").
 func (s *Store) WorstQueueDepth(ctx context.Context, queue string) (*QueueDepth, error) {
-	rows, err := s.pool.Query(ctx, `SELECT c.consumer_group FROM queen.consumer_cursors c
-		JOIN queen.partitions p ON p.id = c.partition_id JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1
-		UNION SELECT g.consumer_group FROM queen.consumer_groups g JOIN queen.queues q ON q.id = g.queue_id WHERE q.name = $1
-		ORDER BY 1`, queue)
+	var qid pgtype.UUID
+	err := s.pool.QueryRow(ctx, `SELECT id FROM queen.queues WHERE name = $1`, queue).Scan(&qid)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrQueueNotFound
+	}
 	if err != nil {
 		return nil, fmt.Errorf("pg: queue depth: %w", err)
 	}
-	groups, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	rows, err := s.pool.Query(ctx, worstDepthSQL, qid, SubscribeAll, QueueModeGroup)
 	if err != nil {
 		return nil, fmt.Errorf("pg: queue depth: %w", err)
 	}
-	if len(groups) == 0 {
-		groups = []string{QueueModeGroup}
+	defer rows.Close()
+	d := &QueueDepth{Queue: queue, Partitions: []PartitionDepth{}}
+	for rows.Next() {
+		var p PartitionDepth
+		if err := rows.Scan(&p.Name, &p.Pending, &p.Processing); err != nil {
+			return nil, fmt.Errorf("pg: queue depth: %w", err)
+		}
+		d.Partitions = append(d.Partitions, p)
 	}
-	var worst *QueueDepth
-	for _, g := range groups {
-		d, err := s.QueueDepth(ctx, queue, g)
-		if err != nil {
-			return nil, err
-		}
-		if worst == nil {
-			worst = d
-			continue
-		}
-		for i, p := range d.Partitions { // same partitions, by name, in one queue
-			if i < len(worst.Partitions) && worst.Partitions[i].Name == p.Name && p.Pending > worst.Partitions[i].Pending {
-				worst.Partitions[i] = p
-			}
-		}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("pg: queue depth: %w", err)
 	}
-	worst.Group = ""
-	return worst, nil
+	return d, nil
 }
+
+// worstDepthSQL selects, per partition of queue $1 by name, the name,
+// pending and processing of the group furthest behind there
+// (WorstQueueDepth); $2 is SubscribeAll, $3 QueueModeGroup.
+//
+//	parts     the queue's partitions with their first stored offset
+//	cur       every cursor on them with its position, max(cursor, first)
+//	curbest   per partition the smallest cursor position, first group by name
+//	lacking   the groups without a cursor on some partition (fewer cursors
+//	          than partitions, or only subscription metadata), with the
+//	          subscription time they start from (NULL: the beginning)
+//	lackpairs those groups by partition they have no cursor on
+//	lackzero  per partition the first such group by name starting from the
+//	          beginning (position first)
+//	lacktime  per partition the such group with the earliest subscription
+//	          time (then by name), its position the first segment committed
+//	          at or after it, as QueueDepth's start
+//	pick      per partition the candidate of the three with the smallest
+//	          position, then by name; none when nobody consumes the queue
+//
+// and then the pick's pending and processing as QueueDepth counts them
+// (its cursor's lease; a group without a cursor there has none), position
+// 0 when there is no pick (queue mode's depth). Its cost is one read of
+// the queue's cursors (by the primary key's partition_id prefix), a few
+// hash aggregates over them and, per partition, O(1) index probes; the
+// lacking groups, usually none, add a hash probe each per partition and
+// the earliest one's segment probe. Among groups whose positions differ
+// only by deleted messages (tombstones), which have the same pending, it
+// names the one further behind where the per-group loop it replaced named
+// the first by name: processing may then differ.
+var worstDepthSQL = `WITH parts AS MATERIALIZED (
+		SELECT p.id, p.name, p.next_offset, f.first FROM queen.partitions p CROSS JOIN ` + firstOffsetLateralSQL + ` f
+		WHERE p.queue_id = $1),
+	cur AS MATERIALIZED (
+		SELECT c.partition_id, c.consumer_group, greatest(c.cursor_offset, parts.first) AS pos
+		FROM parts JOIN queen.consumer_cursors c ON c.partition_id = parts.id),
+	curmin AS (SELECT partition_id, min(pos) AS pos FROM cur GROUP BY partition_id),
+	curbest AS (SELECT cur.partition_id, cur.pos, min(cur.consumer_group) AS grp
+		FROM cur JOIN curmin USING (partition_id, pos) GROUP BY cur.partition_id, cur.pos),
+	lacking AS MATERIALIZED (
+		SELECT n.grp, CASE WHEN n.grp <> $3 AND cg.subscription_mode <> $2 THEN cg.subscription_from END AS sub_from
+		FROM (SELECT consumer_group, count(*) AS n FROM cur GROUP BY consumer_group) k
+		FULL JOIN (SELECT consumer_group, subscription_mode, subscription_from FROM queen.consumer_groups
+			WHERE queue_id = $1) cg ON cg.consumer_group = k.consumer_group
+		CROSS JOIN LATERAL (SELECT coalesce(k.consumer_group, cg.consumer_group) AS grp) n
+		WHERE coalesce(k.n, 0) < (SELECT count(*) FROM parts)),
+	lackpairs AS MATERIALIZED (
+		SELECT parts.id AS partition_id, l.grp, l.sub_from FROM parts CROSS JOIN lacking l
+		WHERE NOT EXISTS (SELECT 1 FROM cur WHERE cur.partition_id = parts.id AND cur.consumer_group = l.grp)),
+	lackzero AS (SELECT partition_id, min(grp) AS grp FROM lackpairs WHERE sub_from IS NULL GROUP BY partition_id),
+	lacktime AS (SELECT DISTINCT ON (partition_id) partition_id, grp, sub_from FROM lackpairs
+		WHERE sub_from IS NOT NULL ORDER BY partition_id, sub_from, grp),
+	pick AS (
+		SELECT parts.id, parts.name, parts.next_offset, parts.first, w.grp, w.start, w.cursor
+		FROM parts
+		LEFT JOIN curbest b ON b.partition_id = parts.id
+		LEFT JOIN lackzero lz ON lz.partition_id = parts.id
+		LEFT JOIN lacktime lt ON lt.partition_id = parts.id
+		LEFT JOIN LATERAL (SELECT x.grp, x.start, x.cursor FROM (VALUES
+				(b.grp, b.pos, true),
+				(lz.grp, parts.first, false),
+				(lt.grp, CASE WHEN lt.grp IS NOT NULL THEN greatest(coalesce((SELECT min(sg.base_offset)
+					FROM queen.segments sg WHERE sg.partition_id = parts.id AND sg.created_at >= lt.sub_from),
+					parts.next_offset), parts.first) END, false)
+			) x(grp, start, cursor)
+			WHERE x.grp IS NOT NULL ORDER BY x.start, x.grp LIMIT 1) w ON true)
+	SELECT p.name, b.pending, b.processing
+	FROM pick p
+	LEFT JOIN queen.consumer_cursors c ON c.partition_id = p.id AND c.consumer_group = p.grp AND p.cursor
+	CROSS JOIN LATERAL (SELECT coalesce(c.cursor_offset, p.start, 0) AS start) st
+	CROSS JOIN ` + deletedCountsSQL("p.first", "greatest(st.start, p.first)") + ` del
+	CROSS JOIN ` + backlogLateralSQL("p.next_offset", "p.first", "st.start", leasedSQL("p.first"), "del.pending",
+	"del.leased") + ` b
+	ORDER BY p.name`
 
 // firstOffsetSQL is a partition's first stored offset (alias p for
 // queen.partitions): one probe of the segments' primary key.

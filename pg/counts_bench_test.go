@@ -43,7 +43,7 @@ func BenchmarkCounts(b *testing.B) {
 		}},
 		{"QueueDepth", func() error { _, err := st.QueueDepth(ctx, "bench", "g"); return err }},
 		{"ListQueues", func() error { _, _, err := st.ListQueues(ctx, pg.QueueFilter{Limit: 100}); return err }},
-		{"GetQueue", func() error { _, err := st.GetQueue(ctx, "bench"); return err }},
+		{"GetQueue", func() error { _, err := st.GetQueue(ctx, "bench", 10); return err }},
 		{"ListGroups", func() error { _, err := st.ListGroups(ctx, pg.GroupFilter{Limit: 100}); return err }},
 		{"Lagging", func() error { _, err := st.LaggingPartitions(ctx, pg.LaggingFilter{Limit: 100}); return err }},
 		{"StatusLeases", func() error { _, err := status.Leases(ctx); return err }},

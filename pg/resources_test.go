@@ -63,7 +63,7 @@ func TestCountsAfterRetention(t *testing.T) {
 			q.Partitions, q.Total, q.Pending, q.Processing)
 	}
 
-	d, err := st.GetQueue(ctx, "ret")
+	d, err := st.GetQueue(ctx, "ret", 10)
 	if err != nil {
 		t.Fatal(err)
 	}

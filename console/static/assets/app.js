@@ -701,7 +701,7 @@ function queueView(name) {
     h('div', { class: 'cards' }, Object.values(c).map((x) => x.el)),
     panel('Partitions', table(['Partition', ['Depth', 'num'], ['Ready', 'num'], ['Pending', 'num'], ['Processing', 'num'], ['Completed', 'num'],
       ['Dead letters', 'num'], ['Next offset', 'num'], 'Oldest', 'Newest', 'Lag by group'], partBody),
-    h('p', { class: 'note' }, 'Depth and pending, processing, completed are queue mode\'s view; ready is what the worst consuming group could pop now; lag by group is the stored messages at or past the group\'s cursor.')),
+    h('p', { class: 'note' }, 'Depth and pending, processing, completed are queue mode\'s view; ready is what the worst consuming group could pop now; lag by group is the stored messages at or past the group\'s cursor, for the first ' + num(LAG_GROUPS) + ' groups by name.')),
     h('div', { class: 'grid2' },
       panel('Consumer groups', table(['Group', ['Lag', 'num'], ['Partitions lagging', 'num'], ['Time lag', 'num'], 'Mode', 'State', ''], groupBody),
         h('p', { class: 'note' }, STATE_NOTE)),
@@ -719,7 +719,7 @@ function queueView(name) {
     async tick() {
       let q;
       try {
-        q = await api('/api/v1/resources/queues/' + seg(name));
+        q = await api('/api/v1/resources/queues/' + seg(name) + query({ lagGroups: LAG_GROUPS }));
       } catch (e) {
         if (e.status === 404) {
           fill(partBody, emptyRow(11, 'Queue not found.'));
@@ -752,11 +752,15 @@ function queueView(name) {
         [mine.some((g) => g.name === QUEUE_MODE) ? 'queue mode included' : '', cut ? 'the first ' + num(GROUPS_MAX) + ' shown' : ''].filter(Boolean).join('; '));
       fill(partBody, partitions.length === 0 ? emptyRow(11, 'No partitions.') : partitions.map((p) => {
         const s = p.stats || {};
-        const lag = Object.entries(p.lag || {}).map(([g, n]) => groupLabel(g) + ': ' + num(n)).join(', ');
+        // p.lag holds the first LAG_GROUPS groups by name with a cursor on
+        // the partition; lagTruncated says more have one (their lag is in
+        // Consumer groups below, summed over the queue's partitions).
+        const lag = Object.entries(p.lag || {}).map(([g, n]) => groupLabel(g) + ': ' + num(n)).join(', ')
+          + (p.lagTruncated ? ', … (the first ' + num(LAG_GROUPS) + ' groups by name)' : '');
         return h('tr', { 'data-test': 'part-row', 'data-partition': p.name },
           td(p.name), tdn(p.depth, { 'data-test': 'part-depth' }), tdn(ready.has(p.name) ? ready.get(p.name) : null),
           tdn(s.pending), tdn(s.processing), tdn(s.completed), tdn(s.deadLetter), tdn(p.nextOffset),
-          td(when(p.oldestMessage)), td(when(p.newestMessage)), td(lag || '—'));
+          td(when(p.oldestMessage)), td(when(p.newestMessage)), td(lag || '—', { 'data-test': 'part-lag' }));
       }));
       fill(groupBody, mine.length === 0 ? emptyRow(7, 'No consumer group has read this queue.') : mine.map((g) => groupRow(g, seek, false)));
       fill(options, Object.entries(q.options || {}).map(([k, v]) => [h('dt', {}, k), h('dd', { 'data-option': k }, String(v))]));
@@ -861,6 +865,9 @@ const GROUPS_PAGE = 100;
 const QUEUES_PAGE = 100;
 const QUEUES_MAX = 1000;
 const GROUPS_MAX = 1000;
+// LAG_GROUPS is how many groups' lag a queue's partition row shows (the
+// lagGroups of GET /api/v1/resources/queues/:q, which serves at most 100).
+const LAG_GROUPS = 10;
 
 // STATE_NOTE says what GET /api/v1/consumer-groups' state means (docs/api.md).
 const STATE_NOTE = 'State: Dead when the time lag is over 300 s and no consumer of the group holds a lease on the queue; '

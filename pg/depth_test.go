@@ -154,10 +154,10 @@ func TestWorstQueueDepthMatchesPerGroup(t *testing.T) {
 }
 
 // TestWorstQueueDepthOneStatement: the worst depth of a queue read by
-// 1,500 groups costs far less than QueueDepth once per group, which is
-// what it used to do (3,000 groups on 20 partitions: 1.5-2.8 s). The
-// best of three is compared with one run of the per-group loop, so a
-// busy machine slows both.
+// 1,500 groups, one statement, equals what QueueDepth once per group (what
+// it used to do) finds. The times of both are logged, not asserted (speed
+// is measured by the bench and docs/decisions.md, not by tests: 3,000
+// groups on 20 partitions took 1.5-2.8 s the old way).
 func TestWorstQueueDepthOneStatement(t *testing.T) {
 	t.Parallel()
 	st, ctx := setupStatus(t)
@@ -191,9 +191,6 @@ func TestWorstQueueDepthOneStatement(t *testing.T) {
 		t.Errorf("WorstQueueDepth %s, per group %s, want [{p1 90 0} {p2 90 0}]", got, ref)
 	}
 	t.Logf("WorstQueueDepth %v (best of 3), QueueDepth per group %v", best, loop)
-	if best*5 > loop {
-		t.Errorf("WorstQueueDepth took %v, the per-group loop %v: not five times cheaper", best, loop)
-	}
 }
 
 // TestGetQueueLagCapped: GetQueue's per-partition lag map lists the first

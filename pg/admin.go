@@ -92,8 +92,14 @@ func (s *Store) QueueDepth(ctx context.Context, queue, group string) (*QueueDept
 	if err != nil {
 		return nil, fmt.Errorf("pg: queue depth: %w", err)
 	}
+	return readDepth(rows, &QueueDepth{Queue: queue, Group: group})
+}
+
+// readDepth reads rows of (partition name, pending, processing) into d's
+// Partitions (empty, not nil, when there are none) and closes rows.
+func readDepth(rows pgx.Rows, d *QueueDepth) (*QueueDepth, error) {
 	defer rows.Close()
-	d := &QueueDepth{Queue: queue, Group: group, Partitions: []PartitionDepth{}}
+	d.Partitions = []PartitionDepth{}
 	for rows.Next() {
 		var p PartitionDepth
 		if err := rows.Scan(&p.Name, &p.Pending, &p.Processing); err != nil {
@@ -138,19 +144,7 @@ func (s *Store) WorstQueueDepth(ctx context.Context, queue string) (*QueueDepth,
 	if err != nil {
 		return nil, fmt.Errorf("pg: queue depth: %w", err)
 	}
-	defer rows.Close()
-	d := &QueueDepth{Queue: queue, Partitions: []PartitionDepth{}}
-	for rows.Next() {
-		var p PartitionDepth
-		if err := rows.Scan(&p.Name, &p.Pending, &p.Processing); err != nil {
-			return nil, fmt.Errorf("pg: queue depth: %w", err)
-		}
-		d.Partitions = append(d.Partitions, p)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("pg: queue depth: %w", err)
-	}
-	return d, nil
+	return readDepth(rows, &QueueDepth{Queue: queue})
 }
 
 // worstDepthSQL selects, per partition of queue $1 by name, the name,

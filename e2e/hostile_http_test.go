@@ -584,6 +584,151 @@ func TestCaseClientThatNeverReads(t *testing.T) {
 	}
 }
 
+// metricValue is the value of the unlabelled metric name on base's
+// /metrics.
+func metricValue(t *testing.T, base, name string) float64 {
+	t.Helper()
+	code, b := get(t, base+"/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("GET /metrics: %d", code)
+	}
+	for _, l := range strings.Split(b, "\n") {
+		if v, ok := strings.CutPrefix(l, name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", l, err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("/metrics has no %s", name)
+	return 0
+}
+
+// TestCaseManyClientsThatNeverRead: clients that pop large answers and
+// never read them (a hostile-input probe: 60 such connections held 450-670
+// MB of the broker for the minute of QUEEN_WRITE_TIMEOUT_MS, and another
+// client's pop waited seconds behind them) hold little of it and not for
+// long. The first answer takes the budget (QUEEN_MAX_PENDING_ANSWER_BYTES);
+// while it is not written, every later pop, the unread clients' and a
+// well-behaved client's alike, delivers one message, at once; the unread
+// connections are cut once they have taken nothing for
+// QUEEN_WRITE_STALL_TIMEOUT_MS, their answers' bytes are given back, and
+// pops deliver whole batches again; the leased messages of an answer cut
+// short return when their lease lapses, as for any delivery that failed.
+func TestCaseManyClientsThatNeverRead(t *testing.T) {
+	t.Parallel()
+	const budget, stall = 16 << 20, 500 * time.Millisecond
+	s := setup(t, func(c *broker.Config) {
+		c.HTTP.MaxPendingAnswerBytes = budget
+		c.HTTP.WriteStallTimeout = stall
+	})
+	configure(t, s.base, "unread", map[string]any{"leaseTime": 2})
+	mib := strings.Repeat("y", 1<<20)
+	for p := range 2 { // 20 messages of 1 MiB: more than one pop's bound (16 MiB)
+		var items []item
+		for i := range 10 {
+			items = append(items, item{"unread", "P", mib, fmt.Sprintf("m%02d", p*10+i)})
+		}
+		wantStatuses(t, push(t, s.base, body(items...)), Q, Q, Q, Q, Q, Q, Q, Q, Q, Q)
+	}
+	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		err := rc.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+		return errors.Join(err, serr)
+	}}
+	unread := func(group string) net.Conn {
+		conn, err := d.Dial("tcp", strings.TrimPrefix(s.base, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		if _, err := fmt.Fprintf(conn, "GET /api/v1/pop/queue/unread?batch=100&consumerGroup=%s HTTP/1.1\r\nHost: x\r\n\r\n", group); err != nil {
+			t.Fatal(err)
+		}
+		return conn
+	}
+	pending := func() float64 { return metricValue(t, s.base, "queen_pop_answer_pending_bytes") }
+	waitPending := func(what string, ok func(float64) bool) {
+		t.Helper()
+		deadline := time.Now().Add(15 * time.Second)
+		for p := pending(); !ok(p); p = pending() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %.0f bytes of answers pending after 15 s", what, p)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	type answer struct {
+		TransactionID string `json:"transactionId"`
+	}
+	pop := func(group string) (int, []answer, time.Duration) {
+		t.Helper()
+		start := time.Now()
+		code, b := get(t, s.base+"/api/v1/pop/queue/unread?batch=100&consumerGroup="+group)
+		var a struct{ Messages []answer }
+		if code == http.StatusOK {
+			if err := json.Unmarshal([]byte(b), &a); err != nil {
+				t.Fatalf("pop of %s: %v", group, err)
+			}
+		}
+		return code, a.Messages, time.Since(start)
+	}
+
+	first := unread("u0")
+	sent := time.Now()
+	waitPending("the first unread answer", func(p float64) bool { return p > 0 })
+	firstSize := pending()
+	if firstSize < 15<<20 {
+		t.Fatalf("the first unread answer holds %.0f bytes; want about the 16 MiB bound", firstSize)
+	}
+	for _, g := range []string{"u1", "u2", "u3"} {
+		unread(g)
+	}
+	// Meanwhile a client that reads gets one message, at once, and the
+	// answers pending stay near the budget: the first, and one message
+	// for each later pop.
+	code, msgs, took := pop("w")
+	if code != http.StatusOK || len(msgs) != 1 || took > 5*time.Second {
+		t.Fatalf("a pop beside the unread answers: %d, %d messages in %v; want 1 message, at once", code, len(msgs), took)
+	}
+	if p := pending(); p > firstSize+4*(1<<20+4096) {
+		t.Fatalf("%.0f bytes of answers pending; want at most the first (%.0f) and one message for each later pop", p, firstSize)
+	}
+	// The first unread connection is cut after the stall timeout, long
+	// before the write timeout (a minute), and its answer given back.
+	waitPending("the first unread answer dropped", func(p float64) bool { return p < firstSize })
+	if d := time.Since(sent); d > 10*time.Second {
+		t.Fatalf("the first unread answer was dropped %v after its pop; want about the stall timeout (%v)", d, stall)
+	}
+	_ = first.SetReadDeadline(time.Now().Add(10 * time.Second))
+	n, err := io.Copy(io.Discard, first)
+	var ne net.Error
+	if n >= int64(firstSize) || (errors.As(err, &ne) && ne.Timeout()) {
+		t.Fatalf("read %d bytes of an answer of %.0f (%v): want it cut short, and the connection closed", n, firstSize, err)
+	}
+	waitPending("every unread answer dropped or written", func(p float64) bool { return p == 0 })
+	// The budget is back: a pop delivers its whole bound again.
+	if code, msgs, _ := pop("w2"); code != http.StatusOK || len(msgs) < 10 {
+		t.Fatalf("a pop once the unread answers are gone: %d, %d messages; want a full batch (16)", code, len(msgs))
+	}
+	// The messages of the answer cut short return when the lease lapses.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		code, msgs, _ := pop("u0")
+		if code == http.StatusOK {
+			if msgs[0].TransactionID != "m00" {
+				t.Fatalf("after the lease of the cut answer lapsed, group u0 got %s first; want m00 again", msgs[0].TransactionID)
+			}
+			break
+		}
+		if code != http.StatusNoContent || time.Now().After(deadline) {
+			t.Fatalf("pop of group u0 after its cut answer: %d", code)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // TestCaseExpectContinueAfterIdle: on a kept-alive connection idle for
 // longer than QUEEN_WRITE_TIMEOUT_MS, a push with Expect: 100-continue
 // still gets its 100 Continue and its answer (the last answer's write

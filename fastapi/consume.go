@@ -230,6 +230,7 @@ func (s *Server) popWith(ctx *fasthttp.RequestCtx, f *popFilter) {
 		key := wakeKey{queue: queue, group: group, partition: partition, filtered: f != nil}
 		var res *pg.PopResult
 		var err error
+		var grant popGrant // the attempt's share of the answer budget (answerbudget.go)
 		outcome, until, gen := gateClaim, time.Time{}, uint64(0)
 		if gated {
 			// Read after ch was taken: a wake-up after this reading closes
@@ -261,8 +262,18 @@ func (s *Server) popWith(ctx *fasthttp.RequestCtx, f *popFilter) {
 				limit = min(limit, max(time.Until(deadline), popMinAttempt))
 			}
 			pctx, cancel := context.WithTimeout(context.Background(), limit)
-			res, err = s.popOnce(pctx, f, req)
+			grant = s.answers.grant()
+			r := req
+			r.MaxBytes = grant.maxBytes
+			if grant.one {
+				r.Batch = 1
+				s.failLog.Warn("pop: answers not yet written hold QUEEN_MAX_PENDING_ANSWER_BYTES; pops deliver one message each until they are written or dropped")
+			}
+			res, err = s.popOnce(pctx, f, r)
 			cancel()
+			if err != nil || len(res.Messages) == 0 {
+				s.answers.settle(&grant)
+			}
 			if gated {
 				empty := err == nil && len(res.Messages) == 0
 				var next time.Time
@@ -320,6 +331,9 @@ func (s *Server) popWith(ctx *fasthttp.RequestCtx, f *popFilter) {
 			continue
 		}
 		if len(res.Messages) > 0 {
+			// The grant is settled whichever way this ends: by fitAnswer
+			// counting a streamed answer in its place, or here.
+			defer s.answers.settle(&grant)
 			if wait && clientGone(ctx) {
 				// Left between the check above and the claim: give the lease
 				// back. (An autoAck pop has moved its cursor already: those
@@ -335,7 +349,17 @@ func (s *Server) popWith(ctx *fasthttp.RequestCtx, f *popFilter) {
 				ctx.SetStatusCode(fasthttp.StatusNoContent)
 				return
 			}
-			writePop(ctx, req, res)
+			res, n, err := s.fitAnswer(f, req, res, &grant)
+			if err != nil && !wait {
+				s.dbFail(ctx, "pop of queue "+strconv.Quote(queue), err)
+				return
+			}
+			if err != nil || res == nil {
+				ctx.SetStatusCode(fasthttp.StatusNoContent)
+				return
+			}
+			writePopTo(ctx, req, res, &answerOut{n: n, budget: s.answers,
+				stall: s.cfg.WriteStallTimeout, total: s.cfg.WriteTimeout})
 			return
 		}
 		left := time.Until(deadline)
@@ -406,6 +430,80 @@ func (s *Server) popWith(ctx *fasthttp.RequestCtx, f *popFilter) {
 			return
 		}
 	}
+}
+
+// fitAnswer counts the answer to res in the answer budget, in place of
+// g's reservation, when it is streamed (over streamAnswerBytes), and
+// returns the result to answer and its answer's length (popAnswerLen).
+// An answer the budget cannot take (answerBudget.admit: answers not yet
+// written hold it) is refitted when its pop is leased: the lease is given
+// back (ReleaseLease: not counted as a delivery attempt; the messages
+// never left) and the pop runs once more for the messages that fit, at
+// least one (when only its first fits, and so for a pop of one message,
+// the answer is taken as it is), whose answer is counted whatever its
+// size; nil when that run delivers nothing (another consumer took them
+// meanwhile), with its error if it or the lease's release failed (the
+// messages then stay leased, and return when the lease lapses, as for a
+// client that left). An autoAck pop's answer (its messages are consumed)
+// is counted whole. See answerbudget.go.
+func (s *Server) fitAnswer(f *popFilter, req pg.PopRequest, res *pg.PopResult, g *popGrant) (*pg.PopResult, int, error) {
+	lease, group := popAnswerParts(req, res)
+	n := popAnswerLen(res, lease, group)
+	if n <= streamAnswerBytes {
+		return res, n, nil
+	}
+	ok, room := s.answers.admit(g, int64(n))
+	if ok {
+		return res, n, nil
+	}
+	_, k := popAnswerFit(res, lease, group, int(room))
+	if req.AutoAck || k == len(res.Messages) || !oneLease(res) {
+		s.answers.hold(g, int64(n))
+		return res, n, nil
+	}
+	// res is not used past here: pops refitted at once do not each keep
+	// a whole answer's messages through the round trips below.
+	return s.refit(f, req, res.Messages[0].Queue, res.LeaseID, k, g)
+}
+
+// refit is fitAnswer's second try: it gives back the lease leaseID of
+// queue and pops k messages under g's bound.
+func (s *Server) refit(f *popFilter, req pg.PopRequest, queue string, leaseID uuid.UUID, k int, g *popGrant) (*pg.PopResult, int, error) {
+	rctx, cancel := s.dbCtx()
+	err := s.deps.Consumer.ReleaseLease(rctx, leaseID, queue)
+	cancel()
+	if err != nil {
+		// The messages stay leased; they are not in memory any more.
+		return nil, 0, err
+	}
+	r := req
+	r.Batch, r.MaxBytes = k, g.maxBytes
+	pctx, cancel := s.dbCtx()
+	res, err := s.popOnce(pctx, f, r)
+	cancel()
+	if err != nil || len(res.Messages) == 0 {
+		return nil, 0, err
+	}
+	lease, group := popAnswerParts(req, res)
+	n := popAnswerLen(res, lease, group)
+	if n > streamAnswerBytes {
+		s.answers.hold(g, int64(n))
+	}
+	return res, n, nil
+}
+
+// oneLease reports whether res's messages are all under its one lease
+// (ReleaseLease gives them all back).
+func oneLease(res *pg.PopResult) bool {
+	if res.LeaseID == uuid.Nil {
+		return false
+	}
+	for i := range res.Messages {
+		if res.Messages[i].LeaseID != res.LeaseID {
+			return false
+		}
+	}
+	return true
 }
 
 type ackBody struct {

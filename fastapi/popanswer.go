@@ -29,26 +29,61 @@ import (
 // re-encode it), L is "" for an autoAck pop, and strings are escaped as
 // goccy/go-json's Marshal escapes them (HTML characters included). The
 // answer is appended in one pass into the response's own pooled body
-// buffer, sized once, so each payload is copied exactly once between the
-// decoded segment and the socket buffer.
+// buffer (an answer over 64 KiB: a buffer of its own, streamed and counted
+// in the answer budget, answerbudget.go), sized once, so each payload is
+// copied exactly once between the decoded segment and the socket buffer.
 
-// writePop writes the pop answer for res (at least one message).
+// writePop writes the pop answer for res (at least one message) from the
+// response's own buffer, whatever its size.
 func writePop(ctx *fasthttp.RequestCtx, req pg.PopRequest, res *pg.PopResult) {
-	var lease []byte
+	writePopTo(ctx, req, res, nil)
+}
+
+// answerOut is how the server writes a pop answer: n is its length
+// (popAnswerLen), and one over streamAnswerBytes, already counted in
+// budget at that length (Server.fitAnswer), is streamed with the server's
+// write deadlines (answerStream).
+type answerOut struct {
+	n            int
+	budget       *answerBudget
+	stall, total time.Duration
+}
+
+// popAnswerParts are the lease and group of res's answer, encoded.
+func popAnswerParts(req pg.PopRequest, res *pg.PopResult) (lease, group []byte) {
 	if res.LeaseID != uuid.Nil {
 		lease = appendUUID(make([]byte, 0, 38), res.LeaseID, true)
 	} else {
 		lease = []byte(`""`)
 	}
-	group := appendJSONString(nil, req.Group)
+	return lease, appendJSONString(nil, req.Group)
+}
+
+// writePopTo is writePop, but an answer over streamAnswerBytes is built in
+// memory of its own and streamed as out says (out nil: never).
+func writePopTo(ctx *fasthttp.RequestCtx, req pg.PopRequest, res *pg.PopResult, out *answerOut) {
+	lease, group := popAnswerParts(req, res)
 
 	// Size the buffer exactly (popAnswerLen): fasthttp's body pool keeps
 	// a buffer only while its capacity is within the size class of what
 	// it held, so an over-estimate would cost every pop answer a fresh
 	// allocation of its size.
-	n := popAnswerLen(res, lease, group)
-	b := ctx.Response.SwapBody(nil)[:0]
-	b = slices.Grow(b, n)
+	var n int
+	if out != nil {
+		n = out.n
+	} else {
+		n = popAnswerLen(res, lease, group)
+	}
+	stream := out != nil && n > streamAnswerBytes
+	var b []byte
+	if stream {
+		// Not the pooled buffer: the answer's memory goes with it when
+		// fasthttp is done with it (answerStream.Close).
+		b = make([]byte, 0, n)
+	} else {
+		b = ctx.Response.SwapBody(nil)[:0]
+		b = slices.Grow(b, n)
+	}
 
 	b = append(b, `{"success":true,"queue":`...)
 	b = appendJSONString(b, res.Messages[0].Queue)
@@ -76,7 +111,16 @@ func writePop(ctx *fasthttp.RequestCtx, req pg.PopRequest, res *pg.PopResult) {
 	cors(ctx)
 	ctx.SetContentType("application/json")
 	ctx.SetStatusCode(fasthttp.StatusOK)
-	ctx.Response.SwapBody(b)
+	if !stream {
+		ctx.Response.SwapBody(b)
+		return
+	}
+	if len(b) != n {
+		// A string that needed escaping: count what was built.
+		out.budget.adjust(int64(len(b) - n))
+	}
+	ctx.Response.SetBodyStream(&answerStream{b: b, budget: out.budget, n: int64(len(b)),
+		conn: ctx.Conn(), stall: out.stall, total: out.total}, len(b))
 }
 
 // popAnswerLen is the length of the pop answer writePop writes for res
@@ -86,13 +130,21 @@ func writePop(ctx *fasthttp.RequestCtx, req pg.PopRequest, res *pg.PopResult) {
 // and createdAt years as 0000..9999: exact then, short otherwise (the
 // buffer then grows once more).
 func popAnswerLen(res *pg.PopResult, lease, group []byte) int {
+	n, _ := popAnswerFit(res, lease, group, -1)
+	return n
+}
+
+// popAnswerFit is popAnswerLen of the answer of res's first k messages,
+// with k the most whose answer is at most room bytes long (at least one;
+// room < 0: all of them).
+func popAnswerFit(res *pg.PopResult, lease, group []byte, room int) (n, k int) {
 	const uuidLen, timeLen = 38, len("2006-01-02T15:04:05.000000Z")
-	n := len(`{"success":true,"queue":`) + jsonStringLen(res.Messages[0].Queue) +
+	n = len(`{"success":true,"queue":`) + jsonStringLen(res.Messages[0].Queue) +
 		len(`,"partition":`) + jsonStringLen(res.Claimed[0].Name) +
 		len(`,"partitionId":`) + uuidLen + len(`,"leaseId":`) + len(lease) +
 		len(`,"consumerGroup":`) + len(group) +
 		len(`,"partitionsClaimed":`) + intLen(int64(len(res.Claimed))) + len(`,"messages":[`) +
-		len(res.Messages) - 1 + len("]}")
+		len("]}")
 	// Per message, what does not depend on it:
 	fixed := len(`{"id":`) + uuidLen + len(`,"transactionId":`) + len(`,"traceId":`) + len(`,"data":`) +
 		len(`,"producerSub":`) + len(`,"createdAt":"`) + timeLen + len(`"`) +
@@ -101,25 +153,32 @@ func popAnswerLen(res *pg.PopResult, lease, group []byte) int {
 	whereLen := -1
 	for i := range res.Messages {
 		m := &res.Messages[i]
-		n += fixed + jsonStringLen(m.TransactionID) + len(m.Payload) + intLen(m.Offset)
+		mn := fixed + jsonStringLen(m.TransactionID) + len(m.Payload) + intLen(m.Offset)
+		if i > 0 {
+			mn++ // the comma before it
+		}
 		if m.TraceID != nil {
-			n += uuidLen
+			mn += uuidLen
 		} else {
-			n += len("null")
+			mn += len("null")
 		}
 		if m.ProducerSub != nil {
-			n += jsonStringLen(*m.ProducerSub)
+			mn += jsonStringLen(*m.ProducerSub)
 		} else {
-			n += len("null")
+			mn += len("null")
 		}
 		if whereLen < 0 || m.Partition != wherePart || m.Queue != whereQueue {
 			wherePart, whereQueue = m.Partition, m.Queue
 			whereLen = len(`,"partitionId":`) + uuidLen + len(`,"partition":`) + jsonStringLen(m.Partition) +
 				len(`,"queue":`) + jsonStringLen(m.Queue) + len(`,"offset":`)
 		}
-		n += whereLen
+		mn += whereLen
+		if room >= 0 && i > 0 && n+mn > room {
+			return n, i
+		}
+		n += mn
 	}
-	return n
+	return n, len(res.Messages)
 }
 
 // jsonStringLen is len(appendJSONString(nil, s)) when s needs no

@@ -23,6 +23,7 @@ import (
 	"github.com/queenmq/queen-go/console"
 	"github.com/queenmq/queen-go/ingest"
 	"github.com/queenmq/queen-go/internal/ratelog"
+	"github.com/queenmq/queen-go/pg"
 	"github.com/queenmq/queen-go/projector"
 	"github.com/queenmq/queen-go/wal"
 )
@@ -52,7 +53,9 @@ const (
 	// is disconnected then, and the answer's memory freed (without it,
 	// four clients that never read a 315 MB answer held 730 MB of the
 	// broker's memory for as long as they stayed connected). A long-poll's
-	// wait is the handler's, not counted.
+	// wait is the handler's, not counted. A pop answer over 64 KiB is cut
+	// sooner when its client takes nothing of it for WriteStallTimeout
+	// (answerbudget.go).
 	DefaultWriteTimeout = 60 * time.Second
 	// DefaultMaxConns (QUEEN_MAX_CONNS' default) bounds concurrent
 	// connections: each holds a head buffer (QUEEN_MAX_HEADER_BYTES) and a
@@ -212,6 +215,20 @@ type Config struct {
 	// WriteTimeout bounds writing one answer (QUEEN_WRITE_TIMEOUT_MS;
 	// default DefaultWriteTimeout); past it the connection is closed.
 	WriteTimeout time.Duration
+	// WriteStallTimeout bounds how long a streamed pop answer (over 64
+	// KiB) may wait for the client to take the next 256 KiB of it
+	// (QUEEN_WRITE_STALL_TIMEOUT_MS; default DefaultWriteStallTimeout);
+	// past it the connection is closed. See answerbudget.go.
+	WriteStallTimeout time.Duration
+	// MaxPopBytes is the store's bound on one pop's messages, in stored
+	// bytes (QUEEN_MAX_POP_BYTES; default pg.DefaultMaxPopBytes): what a
+	// pop may take of the answer budget.
+	MaxPopBytes int64
+	// MaxPendingAnswerBytes is the answer budget: the bytes of pop
+	// answers built and not yet written, plus the byte bounds of pops in
+	// progress (QUEEN_MAX_PENDING_ANSWER_BYTES; default
+	// DefaultPendingAnswerPops × MaxPopBytes). See answerbudget.go.
+	MaxPendingAnswerBytes int64
 	// MaxConns bounds concurrent connections (QUEEN_MAX_CONNS; 0 here:
 	// DefaultMaxConns; negative: fasthttp's default bound, 262,144); over
 	// it a new connection is answered 503 (JSON, Retry-After: 1) and
@@ -278,6 +295,8 @@ type Server struct {
 	heavyWriteTurns chan struct{}
 	// bodies bounds the request body bytes held at once (readStream).
 	bodies *bodyBudget
+	// answers is the budget of pop answers in memory (answerbudget.go).
+	answers *answerBudget
 }
 
 // New builds the server and its routes from cfg (zero fields take the
@@ -307,6 +326,15 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = DefaultWriteTimeout
 	}
+	if cfg.WriteStallTimeout <= 0 {
+		cfg.WriteStallTimeout = DefaultWriteStallTimeout
+	}
+	if cfg.MaxPopBytes <= 0 {
+		cfg.MaxPopBytes = pg.DefaultMaxPopBytes
+	}
+	if cfg.MaxPendingAnswerBytes <= 0 {
+		cfg.MaxPendingAnswerBytes = DefaultPendingAnswerPops * cfg.MaxPopBytes
+	}
 	switch {
 	case cfg.MaxConns == 0:
 		cfg.MaxConns = DefaultMaxConns
@@ -329,7 +357,8 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		unavailable:  &unavailableLog{log: cfg.Logger, now: time.Now},
 		listingTurns: make(chan struct{}, cfg.MaxListingRequests), listingWait: defaultListingWait,
 		heavyWriteTurns: make(chan struct{}, cfg.MaxListingRequests),
-		bodies:          newBodyBudget(cfg.BodyMemoryBytes)}
+		bodies:          newBodyBudget(cfg.BodyMemoryBytes),
+		answers:         newAnswerBudget(cfg.MaxPendingAnswerBytes, cfg.MaxPopBytes)}
 	// The router matches the raw path, so a queue named "a/b" arrives as
 	// one segment a%2Fb and is decoded by the handler (pathName).
 	r := router.New()
@@ -436,6 +465,15 @@ func New(cfg Config, deps Deps) (*Server, error) {
 func (s *Server) armWrite(ctx *fasthttp.RequestCtx) {
 	_ = ctx.Conn().SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
 }
+
+// PendingAnswerBytes reports the answer budget's use: the bytes of pop
+// answers built and not yet written, and the byte bounds of the pops in
+// progress (Config.MaxPendingAnswerBytes bounds their sum).
+func (s *Server) PendingAnswerBytes() (pending, reserved int64) { return s.answers.usage() }
+
+// OneMessagePops counts the pops the answer budget held to one message
+// (answers not yet written held it).
+func (s *Server) OneMessagePops() uint64 { return s.answers.ones.Load() }
 
 // Serve serves on ln until Shutdown.
 func (s *Server) Serve(ln net.Listener) error {

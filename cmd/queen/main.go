@@ -155,6 +155,7 @@ func serve(cfg *config.Config, logger *slog.Logger, dev bool) error {
 		PlainSegments:     !cfg.SegmentCompression,
 		MaxPopBytes:       int64(cfg.MaxPopBytes),
 		HTTP: fastapi.Config{BodyMemoryBytes: int64(cfg.BodyMemoryBytes), MaxConns: cfg.ConnLimit(), Pprof: cfg.Pprof, ReadTimeout: cfg.ReadTimeout, WriteTimeout: cfg.WriteTimeout, MaxHeaderBytes: cfg.MaxHeaderBytes,
+			WriteStallTimeout: cfg.WriteStallTimeout, MaxPendingAnswerBytes: int64(cfg.MaxPendingAnswerBytes),
 			DBTimeout: cfg.DBTimeout, AdminDBTimeout: cfg.AdminDBTimeout, MaxListingRequests: max(1, cfg.PoolSize/4)},
 		Auth:          cfg.Auth,
 		Console:       console.Config{Disabled: !cfg.Console, Path: cfg.ConsolePath},

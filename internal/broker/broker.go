@@ -295,6 +295,7 @@ func Start(cfg Config) (*Broker, error) {
 	b.verifier = verifier
 	hc := cfg.HTTP
 	hc.MaxBodyBytes = cfg.MaxBodyBytes
+	hc.MaxPopBytes = cfg.MaxPopBytes                // the answer budget's unit (fastapi/answerbudget.go)
 	hc.MaxPushPartitions = b.pipeline.MaxPartitions // the transaction route's pushes too
 	if verifier.Enabled() {
 		hc.Auth = verifier
@@ -328,6 +329,11 @@ func Start(cfg Config) (*Broker, error) {
 		b.Stop(context.Background())
 		return nil, err
 	}
+	srv := b.http
+	b.Metrics.RegisterPopAnswers(
+		func() float64 { p, _ := srv.PendingAnswerBytes(); return float64(p) },
+		func() float64 { _, r := srv.PendingAnswerBytes(); return float64(r) },
+		func() float64 { return float64(srv.OneMessagePops()) })
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		b.Stop(context.Background())

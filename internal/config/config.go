@@ -115,6 +115,14 @@ type Config struct {
 	ReadTimeout time.Duration
 	// WriteTimeout bounds writing one answer (QUEEN_WRITE_TIMEOUT_MS).
 	WriteTimeout time.Duration
+	// WriteStallTimeout bounds how long a pop answer over 64 KiB may wait
+	// for the client to take its next 256 KiB
+	// (QUEEN_WRITE_STALL_TIMEOUT_MS; fastapi.Config.WriteStallTimeout).
+	WriteStallTimeout time.Duration
+	// MaxPendingAnswerBytes bounds the pop answers in memory; 0 = 4 ×
+	// MaxPopBytes (QUEEN_MAX_PENDING_ANSWER_BYTES;
+	// fastapi.Config.MaxPendingAnswerBytes).
+	MaxPendingAnswerBytes int
 	// DBTimeout is the deadline of the PostgreSQL work of pops, acks, lease
 	// extension, configure, transactions and the maintenance flags
 	// (QUEEN_DB_TIMEOUT_MS).
@@ -268,6 +276,9 @@ var Vars = []Var{
 	intVar("QUEEN_MAX_POP_BYTES", SectionHTTP, pg.DefaultMaxPopBytes, unitBytes, 1, math.MaxInt32,
 		"Most bytes of messages one pop answers (16 MiB), counted as they are stored (payload, transactionId, ids and times): a pop stops at the segment that reaches it and delivers the rest later, and always delivers at least one message however large. It bounds the memory and time one pop costs the broker (docs/consume.md, \"How much one pop returns\").",
 		func(c *Config) *int { return &c.MaxPopBytes }),
+	intVar("QUEEN_MAX_PENDING_ANSWER_BYTES", SectionHTTP, 0, unitBytes, 0, math.MaxInt,
+		"Budget of pop answers in memory: the bytes of answers over 64 KiB built and not yet written, plus the byte bound of each pop in progress. 0 = 4 × `QUEEN_MAX_POP_BYTES` (64 MiB). A pop's bound shrinks to what is left (not below 64 KiB); a leased pop whose answer does not fit beside the answers not yet written gives its lease back (no delivery attempt counted) and delivers the messages that fit; while those answers hold it all, pops deliver one message each. So clients that pop and never read make the broker hold about this much, until `QUEEN_WRITE_STALL_TIMEOUT_MS` drops their answers, and other clients' pops keep being answered (docs/operations.md, \"Memory\"). Answers of 64 KiB or less are written at once and not counted.",
+		func(c *Config) *int { return &c.MaxPendingAnswerBytes }),
 	intVar("QUEEN_MAX_CONNS", SectionHTTP, fastapi.DefaultMaxConns, unitNone, 0, math.MaxInt32,
 		"Concurrent HTTP connections; over it a new connection is answered 503 (`{\"error\": ...}`, `Retry-After: 1`) and closed. Each holds a head buffer (`QUEEN_MAX_HEADER_BYTES`) and a write buffer, 64 KiB together by default, so the default bounds them near 640 MB. 0 = fasthttp's own bound (262144).",
 		func(c *Config) *int { return &c.MaxConns }),
@@ -278,8 +289,11 @@ var Vars = []Var{
 		"Longest time to read one request, head and body, from its first byte: a request not received in time (a slow client, a body shorter than its Content-Length) is answered 408. It must let the largest body arrive over the slowest link served (64 MiB in 30 s is 2.2 MB/s).",
 		func(c *Config) *time.Duration { return &c.ReadTimeout }),
 	durVar("QUEEN_WRITE_TIMEOUT_MS", SectionHTTP, int(fastapi.DefaultWriteTimeout/time.Millisecond), time.Millisecond, 1,
-		"Longest time to write one answer, from when it is ready (a long-poll's wait is not counted): a client that stops reading is disconnected then and the answer's memory freed. It must let the largest answer leave over the slowest link served.",
+		"Longest time to write one answer, from when it is ready (a long-poll's wait is not counted): a client that stops reading is disconnected then and the answer's memory freed (a pop answer over 64 KiB sooner: `QUEEN_WRITE_STALL_TIMEOUT_MS`). It must let the largest answer leave over the slowest link served.",
 		func(c *Config) *time.Duration { return &c.WriteTimeout }),
+	durVar("QUEEN_WRITE_STALL_TIMEOUT_MS", SectionHTTP, int(fastapi.DefaultWriteStallTimeout/time.Millisecond), time.Millisecond, 1,
+		"Longest time a pop answer over 64 KiB may wait for the client to take its next 256 KiB: a client that stops reading is disconnected then, whatever is left of `QUEEN_WRITE_TIMEOUT_MS`, and the answer's memory freed (its messages return when their lease lapses, as for any delivery that failed). A client reading 26 kB/s is never cut off by it.",
+		func(c *Config) *time.Duration { return &c.WriteStallTimeout }),
 	durVar("QUEEN_DB_TIMEOUT_MS", SectionHTTP, int(fastapi.DefaultDBTimeout/time.Millisecond), time.Millisecond, 1,
 		"Deadline of the PostgreSQL work of a pop without wait (and of each attempt of a waiting pop, which gets at least 1 s), acks, lease extension, configure, transactions and the maintenance flags; past it the answer is 503. A pop's `COMMIT` already sent is waited for past it, 30 s at most, so that a commit that happened is answered as one.",
 		func(c *Config) *time.Duration { return &c.DBTimeout }),

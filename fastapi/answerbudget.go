@@ -97,8 +97,8 @@ const (
 	answerChunkBytes = 256 << 10
 )
 
-// answerBudget is the process-wide budget of pop answer bytes in memory
-// (see above). The zero value is not usable: newAnswerBudget.
+// answerBudget is the server's budget of pop answer bytes in memory (see
+// above): one per broker. The zero value is not usable: newAnswerBudget.
 type answerBudget struct {
 	limit  int64 // QUEEN_MAX_PENDING_ANSWER_BYTES
 	maxPop int64 // QUEEN_MAX_POP_BYTES

@@ -24,103 +24,135 @@ import (
 )
 
 // TestAnswerBudgetGrant: a pop's bound is QUEEN_MAX_POP_BYTES while the
-// budget has that much left, else the largest power of two left,
-// reserved; with less than popFloorBytes left, the floor (unreserved)
-// when reservations are what holds the budget, one message when answers
-// not yet written alone hold it.
+// answers pending leave that much of the budget, else the largest power of
+// two they leave, not below popFloorBytes; one message when they leave
+// less than the floor. A grant holds nothing back.
 func TestAnswerBudgetGrant(t *testing.T) {
 	t.Parallel()
 	const mib = 1 << 20
 	for _, c := range []struct {
-		name                     string
-		limit, maxPop            int64
-		pending, reserved        int64
-		wantBytes, wantReserved  int64
-		wantOne                  bool
-		wantPending, wantReserve int64 // the budget's counts after the grant
+		name          string
+		limit, maxPop int64
+		pending       int64
+		wantBytes     int64
+		wantOne       bool
 	}{
-		{"empty budget: the full bound", 64 * mib, 16 * mib, 0, 0, 16 * mib, 16 * mib, false, 0, 16 * mib},
-		{"what is left, as a power of two", 64 * mib, 16 * mib, 40 * mib, 13 * mib, 8 * mib, 8 * mib, false, 40 * mib, 21 * mib},
-		{"just the floor left", 64 * mib, 16 * mib, 64*mib - popFloorBytes, 0, popFloorBytes, popFloorBytes, false, 64*mib - popFloorBytes, popFloorBytes},
-		{"reservations hold it: the floor", 64 * mib, 16 * mib, 0, 64 * mib, popFloorBytes, 0, false, 0, 64 * mib},
-		{"reservations and some answers: the floor", 64 * mib, 16 * mib, 32 * mib, 32 * mib, popFloorBytes, 0, false, 32 * mib, 32 * mib},
-		{"answers hold it: one message", 64 * mib, 16 * mib, 64*mib - 1, 0, popFloorBytes, 0, true, 64*mib - 1, 0},
-		{"answers over it: one message", 64 * mib, 16 * mib, 80 * mib, 16 * mib, popFloorBytes, 0, true, 80 * mib, 16 * mib},
-		{"a budget under the floor, nothing pending: the floor", 1000, 16 * mib, 0, 0, popFloorBytes, 0, false, 0, 0},
-		{"a bound under the floor", 64 * mib, 1000, 0, 0, 1000, 1000, false, 0, 1000},
-		{"a bound under the floor, answers hold it", 64 * mib, 1000, 64*mib - 999, 0, 1000, 0, true, 64*mib - 999, 0},
+		{"empty budget: the full bound", 64 * mib, 16 * mib, 0, 16 * mib, false},
+		{"the full bound left", 64 * mib, 16 * mib, 48 * mib, 16 * mib, false},
+		{"what is left, as a power of two", 64 * mib, 16 * mib, 53 * mib, 8 * mib, false},
+		{"just the floor left", 64 * mib, 16 * mib, 64*mib - popFloorBytes, popFloorBytes, false},
+		{"answers hold it: one message", 64 * mib, 16 * mib, 64*mib - 1, popFloorBytes, true},
+		{"answers over it: one message", 64 * mib, 16 * mib, 80 * mib, popFloorBytes, true},
+		{"a budget under the bound, nothing pending: a power of two", 10 * mib, 16 * mib, 0, 8 * mib, false},
+		{"a budget under the floor, nothing pending: the floor", 1000, 16 * mib, 0, popFloorBytes, false},
+		{"a bound under the floor", 64 * mib, 1000, 0, 1000, false},
+		{"a bound under the floor, answers hold it", 64 * mib, 1000, 64*mib - 999, 1000, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			b := newAnswerBudget(c.limit, c.maxPop)
-			b.pending, b.reserved = c.pending, c.reserved
-			g := b.grant()
-			if g.maxBytes != c.wantBytes || g.reserved != c.wantReserved || g.one != c.wantOne {
-				t.Fatalf("grant %+v; want maxBytes %d, reserved %d, one %v", g, c.wantBytes, c.wantReserved, c.wantOne)
+			b.pending.Store(c.pending)
+			for range 3 { // grants hold nothing back: the same every time
+				g := b.grant()
+				if g.maxBytes != c.wantBytes || g.one != c.wantOne {
+					t.Fatalf("grant %+v; want maxBytes %d, one %v", g, c.wantBytes, c.wantOne)
+				}
 			}
-			if p, r := b.usage(); p != c.wantPending || r != c.wantReserve {
-				t.Fatalf("after the grant: pending %d, reserved %d; want %d, %d", p, r, c.wantPending, c.wantReserve)
+			if p := b.usage(); p != c.pending {
+				t.Fatalf("after the grants: pending %d; want %d", p, c.pending)
 			}
-			if ones := b.ones.Load(); (ones == 1) != c.wantOne {
+			if ones := b.ones.Load(); (ones == 3) != c.wantOne || (ones != 0) != c.wantOne {
 				t.Fatalf("one-message count %d", ones)
-			}
-			b.settle(&g)
-			b.settle(&g) // a second settle gives back nothing
-			if p, r := b.usage(); p != c.pending || r != c.reserved {
-				t.Fatalf("after settling: pending %d, reserved %d; want %d, %d", p, r, c.pending, c.reserved)
 			}
 		})
 	}
 }
 
+// TestAnswerBudgetGrantConcurrent: pops granted together all get the same
+// bound while nothing is pending, however many there are (pg combines only
+// concurrent pops of one bound).
+func TestAnswerBudgetGrantConcurrent(t *testing.T) {
+	t.Parallel()
+	b := newAnswerBudget(64<<20, 16<<20)
+	var wg sync.WaitGroup
+	var other atomic.Int64
+	for range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 100 {
+				if g := b.grant(); g.maxBytes != 16<<20 || g.one {
+					other.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := other.Load(); n != 0 {
+		t.Fatalf("%d of 5,000 concurrent grants were not the full bound", n)
+	}
+}
+
 // TestAnswerBudgetAdmit: an answer is taken when it fits beside the
-// answers pending or when none is (reservations do not count), and in
-// place of its grant's reservation, exactly once: a settle after it gives
-// nothing back twice.
+// answers pending or when none is, counted once, and given back.
 func TestAnswerBudgetAdmit(t *testing.T) {
 	t.Parallel()
 	b := newAnswerBudget(1000, 600)
-	g1 := b.grant() // 600 reserved
-	g2 := b.grant() // 400 left, under the floor (600 here): the floor, unreserved
-	if g1.reserved != 600 || g2.reserved != 0 {
-		t.Fatalf("grants %+v %+v", g1, g2)
-	}
 	// Alone, an answer over the whole budget is taken.
-	if ok, _ := b.admit(&g1, 1500); !ok {
+	if ok, _ := b.admit(1500); !ok {
 		t.Fatal("the only answer was refused")
 	}
-	b.settle(&g1) // already counted: nothing more
-	if p, r := b.usage(); p != 1500 || r != 0 {
-		t.Fatalf("pending %d, reserved %d; want 1500, 0", p, r)
+	if p := b.usage(); p != 1500 {
+		t.Fatalf("pending %d; want 1500", p)
 	}
 	// Beside it, nothing more fits: refused, with no room, and nothing
 	// counted.
-	if ok, room := b.admit(&g2, 10); ok || room != 0 {
+	if ok, room := b.admit(10); ok || room != 0 {
 		t.Fatalf("admit beside an answer over the budget: %v, room %d", ok, room)
 	}
-	b.hold(&g2, 10) // taken anyway
+	b.hold(10) // taken anyway
 	b.release(1500)
-	if p, r := b.usage(); p != 10 || r != 0 {
-		t.Fatalf("pending %d, reserved %d; want 10, 0", p, r)
+	if p := b.usage(); p != 10 {
+		t.Fatalf("pending %d; want 10", p)
 	}
-	g3 := b.grant()
-	if ok, _ := b.admit(&g3, 990); !ok {
+	if ok, _ := b.admit(990); !ok {
 		t.Fatal("an answer that fits beside another was refused")
 	}
-	g4 := b.grant()
-	if ok, room := b.admit(&g4, 1); ok || room != 0 {
+	if ok, room := b.admit(1); ok || room != 0 {
 		t.Fatalf("admit past the limit: %v, room %d", ok, room)
 	}
-	b.settle(&g4)
 	b.release(990)
-	g5 := b.grant()
-	if ok, room := b.admit(&g5, 991); ok || room != 990 {
+	if ok, room := b.admit(991); ok || room != 990 {
 		t.Fatalf("admit of 991 beside 10 pending: %v, room %d; want refused with room 990", ok, room)
 	}
-	b.settle(&g5)
-	b.release(10)
-	if p, r := b.usage(); p != 0 || r != 0 {
-		t.Fatalf("at the end: pending %d, reserved %d", p, r)
+	b.adjust(5)
+	b.release(15)
+	if p := b.usage(); p != 0 {
+		t.Fatalf("at the end: pending %d", p)
+	}
+}
+
+// TestAnswerBudgetAdmitConcurrent: answers admitted together never take
+// more than the limit between them (beyond the first, taken alone).
+func TestAnswerBudgetAdmitConcurrent(t *testing.T) {
+	t.Parallel()
+	const limit, n = 1000, 7
+	b := newAnswerBudget(limit, 600)
+	b.hold(1) // not alone: every answer must fit
+	var wg sync.WaitGroup
+	var taken atomic.Int64
+	for range 500 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if ok, _ := b.admit(n); ok {
+				taken.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if got, want := taken.Load(), int64((limit-1)/n); got != want {
+		t.Fatalf("%d answers of %d bytes taken beside 1 byte under a limit of %d; want %d", got, n, limit, want)
 	}
 }
 
@@ -153,8 +185,7 @@ func TestAnswerStream(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			b := newAnswerBudget(64<<20, 16<<20)
-			var g popGrant
-			b.hold(&g, int64(len(body)))
+			b.hold(int64(len(body)))
 			conn := &deadlineConn{}
 			a := &answerStream{b: body, budget: b, n: int64(len(body)), conn: conn, stall: c.stall, total: c.total}
 			var out bytes.Buffer
@@ -172,7 +203,7 @@ func TestAnswerStream(t *testing.T) {
 					t.Errorf("deadline %d: %v after the write began; want %v", i, d.Sub(start), c.want)
 				}
 			}
-			if p, _ := b.usage(); p != int64(len(body)) {
+			if p := b.usage(); p != int64(len(body)) {
 				t.Fatalf("pending %d before Close", p)
 			}
 			for range 3 {
@@ -180,7 +211,7 @@ func TestAnswerStream(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if p, _ := b.usage(); p != 0 {
+			if p := b.usage(); p != 0 {
 				t.Fatalf("pending %d after Close; want 0", p)
 			}
 			if m, err := a.Read(make([]byte, 10)); m != 0 || err != io.EOF {
@@ -233,8 +264,7 @@ func TestFasthttpClosesAnswerStream(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			b := newAnswerBudget(64<<20, 16<<20)
-			var g popGrant
-			b.hold(&g, int64(len(body)))
+			b.hold(int64(len(body)))
 			a := &answerStream{b: body, budget: b, n: int64(len(body))}
 			var r fasthttp.Response
 			r.SetBodyStream(a, len(body))
@@ -245,7 +275,7 @@ func TestFasthttpClosesAnswerStream(t *testing.T) {
 				t.Fatal("the stream was not closed")
 			}
 			r.Reset() // and again: nothing more is given back
-			if p, _ := b.usage(); p != 0 {
+			if p := b.usage(); p != 0 {
 				t.Fatalf("pending %d; want 0", p)
 			}
 		})
@@ -263,6 +293,7 @@ type budgetConsumer struct {
 	reqs     []pg.PopRequest
 	released []uuid.UUID
 	popped   chan struct{} // one send per Pop, when not nil
+	gate     chan struct{} // when not nil, Pop returns once it is closed
 }
 
 func (c *budgetConsumer) Pop(_ context.Context, req pg.PopRequest) (*pg.PopResult, error) {
@@ -271,6 +302,9 @@ func (c *budgetConsumer) Pop(_ context.Context, req pg.PopRequest) (*pg.PopResul
 	c.mu.Unlock()
 	if c.popped != nil {
 		c.popped <- struct{}{}
+	}
+	if c.gate != nil {
+		<-c.gate
 	}
 	res := *c.res
 	res.Messages = res.Messages[:min(req.Batch, len(res.Messages))]
@@ -347,24 +381,24 @@ func budgetSetup(t *testing.T, cfg Config, n, payload int) *budgetBundle {
 	return &budgetBundle{s: s, c: c, addr: inner.Addr().String(), ln: ln}
 }
 
-// waitBudget waits until the budget's pending and reserved bytes satisfy
-// ok, 10 s at most.
-func waitBudget(t *testing.T, s *Server, what string, ok func(pending, reserved int64) bool) {
+// waitBudget waits until the budget's pending bytes satisfy ok, 10 s at
+// most.
+func waitBudget(t *testing.T, s *Server, what string, ok func(pending int64) bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		p, r := s.PendingAnswerBytes()
-		if ok(p, r) {
+		p := s.PendingAnswerBytes()
+		if ok(p) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: pending %d, reserved %d after 10 s", what, p, r)
+			t.Fatalf("%s: pending %d after 10 s", what, p)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 }
 
-func zeroBudget(p, r int64) bool { return p == 0 && r == 0 }
+func zeroBudget(p int64) bool { return p == 0 }
 
 // dialUnread dials addr with a small receive buffer, so that an answer
 // the client never reads fills the sockets' buffers soon.
@@ -435,7 +469,7 @@ func TestPopAnswerGivenBack(t *testing.T) {
 				t.Fatal(err)
 			}
 			var size int64
-			waitBudget(t, bb.s, "answer counted", func(p, _ int64) bool { size = p; return p > 0 })
+			waitBudget(t, bb.s, "answer counted", func(p int64) bool { size = p; return p > 0 })
 			built := time.Now()
 			if size < 400*(64<<10) {
 				t.Fatalf("%d bytes counted for an answer of 400 messages of 64 KiB", size)
@@ -453,8 +487,8 @@ func TestPopAnswerGivenBack(t *testing.T) {
 			}
 			// Given back once: nothing goes negative later.
 			time.Sleep(50 * time.Millisecond)
-			if p, r := bb.s.PendingAnswerBytes(); p != 0 || r != 0 {
-				t.Fatalf("pending %d, reserved %d", p, r)
+			if p := bb.s.PendingAnswerBytes(); p != 0 {
+				t.Fatalf("pending %d", p)
 			}
 		})
 	}
@@ -537,8 +571,7 @@ func TestPopRefitsAnswerOverBudget(t *testing.T) {
 	t.Run("leased", func(t *testing.T) {
 		t.Parallel()
 		bb := budgetSetup(t, Config{MaxPendingAnswerBytes: limit, MaxPopBytes: limit}, 100, 64<<10)
-		var g popGrant
-		bb.s.answers.hold(&g, limit-1<<20) // answers not yet written: 1 MiB left
+		bb.s.answers.hold(limit - 1<<20) // answers not yet written: 1 MiB left
 		n := get(t, bb, "batch=100")
 		if n < 10 || n > 16 {
 			t.Fatalf("a leased pop with 1 MiB left of the budget answered %d messages of 64 KiB; want about 15", n)
@@ -555,8 +588,7 @@ func TestPopRefitsAnswerOverBudget(t *testing.T) {
 	t.Run("autoAck", func(t *testing.T) {
 		t.Parallel()
 		bb := budgetSetup(t, Config{MaxPendingAnswerBytes: limit, MaxPopBytes: limit}, 100, 64<<10)
-		var g popGrant
-		bb.s.answers.hold(&g, limit-1<<20)
+		bb.s.answers.hold(limit - 1<<20)
 		if n := get(t, bb, "batch=100&autoAck=true"); n != 100 {
 			t.Fatalf("an autoAck pop answered %d messages; want all 100 (they are consumed)", n)
 		}
@@ -569,8 +601,7 @@ func TestPopRefitsAnswerOverBudget(t *testing.T) {
 	t.Run("budget held by answers", func(t *testing.T) {
 		t.Parallel()
 		bb := budgetSetup(t, Config{MaxPendingAnswerBytes: limit, MaxPopBytes: limit}, 100, 64<<10)
-		var g popGrant
-		bb.s.answers.hold(&g, limit)
+		bb.s.answers.hold(limit)
 		if n := get(t, bb, "batch=100"); n != 1 {
 			t.Fatalf("a pop with the budget spent answered %d messages; want 1", n)
 		}
@@ -580,4 +611,58 @@ func TestPopRefitsAnswerOverBudget(t *testing.T) {
 			t.Fatalf("pops %+v, leases released %v, one-message pops %d; want one pop of 1", bb.c.reqs, bb.c.released, bb.s.OneMessagePops())
 		}
 	})
+}
+
+// TestConcurrentPopsOneBound: pops in progress together, more than the
+// budget holds of QUEEN_MAX_POP_BYTES, all get that bound while no answer
+// is pending (pg combines only concurrent pops of one bound: counting the
+// bounds of pops in progress gave the fifth and later 64 KiB, and halved
+// the rate of ten consumers).
+func TestConcurrentPopsOneBound(t *testing.T) {
+	t.Parallel()
+	const pops = 10
+	bb := budgetSetup(t, Config{}, 100, 256)
+	bb.c.gate = make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan error, pops)
+	for range pops {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			code, _, err := fasthttp.GetTimeout(nil, "http://"+bb.addr+"/api/v1/pop/queue/q?batch=100&autoAck=true", 10*time.Second)
+			if err == nil && code != fasthttp.StatusOK {
+				err = fmt.Errorf("pop: %d", code)
+			}
+			errs <- err
+		}()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		bb.c.mu.Lock()
+		n := len(bb.c.reqs)
+		bb.c.mu.Unlock()
+		if n == pops {
+			break
+		}
+		if time.Now().After(deadline) {
+			close(bb.c.gate)
+			t.Fatalf("%d of %d pops in progress after 10 s", n, pops)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(bb.c.gate)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	bb.c.mu.Lock()
+	defer bb.c.mu.Unlock()
+	for i, r := range bb.c.reqs {
+		if r.MaxBytes != pg.DefaultMaxPopBytes || r.Batch != 100 {
+			t.Fatalf("pop %d of %d in progress together: bound %d, batch %d; want %d, 100", i, pops, r.MaxBytes, r.Batch, pg.DefaultMaxPopBytes)
+		}
+	}
 }

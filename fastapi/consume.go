@@ -230,7 +230,7 @@ func (s *Server) popWith(ctx *fasthttp.RequestCtx, f *popFilter) {
 		key := wakeKey{queue: queue, group: group, partition: partition, filtered: f != nil}
 		var res *pg.PopResult
 		var err error
-		var grant popGrant // the attempt's share of the answer budget (answerbudget.go)
+		var grant popGrant // the attempt's bound, from the answer budget (answerbudget.go)
 		outcome, until, gen := gateClaim, time.Time{}, uint64(0)
 		if gated {
 			// Read after ch was taken: a wake-up after this reading closes
@@ -271,9 +271,6 @@ func (s *Server) popWith(ctx *fasthttp.RequestCtx, f *popFilter) {
 			}
 			res, err = s.popOnce(pctx, f, r)
 			cancel()
-			if err != nil || len(res.Messages) == 0 {
-				s.answers.settle(&grant)
-			}
 			if gated {
 				empty := err == nil && len(res.Messages) == 0
 				var next time.Time
@@ -331,9 +328,6 @@ func (s *Server) popWith(ctx *fasthttp.RequestCtx, f *popFilter) {
 			continue
 		}
 		if len(res.Messages) > 0 {
-			// The grant is settled whichever way this ends: by fitAnswer
-			// counting a streamed answer in its place, or here.
-			defer s.answers.settle(&grant)
 			if wait && clientGone(ctx) {
 				// Left between the check above and the claim: give the lease
 				// back. (An autoAck pop has moved its cursor already: those
@@ -349,7 +343,7 @@ func (s *Server) popWith(ctx *fasthttp.RequestCtx, f *popFilter) {
 				ctx.SetStatusCode(fasthttp.StatusNoContent)
 				return
 			}
-			res, n, err := s.fitAnswer(f, req, res, &grant)
+			res, n, err := s.fitAnswer(f, req, res, grant.maxBytes)
 			if err != nil && !wait {
 				s.dbFail(ctx, "pop of queue "+strconv.Quote(queue), err)
 				return
@@ -432,62 +426,85 @@ func (s *Server) popWith(ctx *fasthttp.RequestCtx, f *popFilter) {
 	}
 }
 
-// fitAnswer counts the answer to res in the answer budget, in place of
-// g's reservation, when it is streamed (over streamAnswerBytes), and
-// returns the result to answer and its answer's length (popAnswerLen).
-// An answer the budget cannot take (answerBudget.admit: answers not yet
-// written hold it) is refitted when its pop is leased: the lease is given
-// back (ReleaseLease: not counted as a delivery attempt; the messages
-// never left) and the pop runs once more for the messages that fit, at
-// least one (when only its first fits, and so for a pop of one message,
-// the answer is taken as it is), whose answer is counted whatever its
-// size; nil when that run delivers nothing (another consumer took them
-// meanwhile), with its error if it or the lease's release failed (the
-// messages then stay leased, and return when the lease lapses, as for a
-// client that left). An autoAck pop's answer (its messages are consumed)
-// is counted whole. See answerbudget.go.
-func (s *Server) fitAnswer(f *popFilter, req pg.PopRequest, res *pg.PopResult, g *popGrant) (*pg.PopResult, int, error) {
+// fitAnswer counts the answer to res in the answer budget when it is
+// streamed (over streamAnswerBytes), and returns the result to answer and
+// its answer's length (popAnswerLen). An answer the budget cannot take
+// (answerBudget.admit: answers not yet written hold it) is refitted when
+// its pop is leased: the answer of the messages that fit is counted at
+// once (so that pops refitted together do not each take the same room),
+// the lease is given back (ReleaseLease: not counted as a delivery
+// attempt; the messages never left) and the pop runs once more for those
+// messages, at least one (when all fit after all, and so for a pop of one
+// message, the answer is taken as it is); nil when that run delivers
+// nothing (another consumer took them meanwhile), with its error if it or
+// the lease's release failed (the messages then stay leased, and return
+// when the lease lapses, as for a client that left). An autoAck pop's
+// answer (its messages are consumed) is counted whole. See
+// answerbudget.go.
+func (s *Server) fitAnswer(f *popFilter, req pg.PopRequest, res *pg.PopResult, maxBytes int64) (*pg.PopResult, int, error) {
 	lease, group := popAnswerParts(req, res)
 	n := popAnswerLen(res, lease, group)
 	if n <= streamAnswerBytes {
 		return res, n, nil
 	}
-	ok, room := s.answers.admit(g, int64(n))
+	ok, room := s.answers.admit(int64(n))
 	if ok {
 		return res, n, nil
 	}
-	_, k := popAnswerFit(res, lease, group, int(room))
-	if req.AutoAck || k == len(res.Messages) || !oneLease(res) {
-		s.answers.hold(g, int64(n))
+	if req.AutoAck || !oneLease(res) {
+		s.answers.hold(int64(n))
 		return res, n, nil
 	}
-	// res is not used past here: pops refitted at once do not each keep
-	// a whole answer's messages through the round trips below.
-	return s.refit(f, req, res.Messages[0].Queue, res.LeaseID, k, g)
+	for try := 1; ; try++ {
+		kn, k := popAnswerFit(res, lease, group, int(room))
+		if k == len(res.Messages) {
+			// Answers were given back meanwhile: it fits.
+			s.answers.hold(int64(n))
+			return res, n, nil
+		}
+		// One message is taken whatever its size; and the room is not
+		// chased past a few tries (answers come and go meanwhile).
+		if k > 1 && try < 3 {
+			if ok, room = s.answers.admit(int64(kn)); !ok {
+				continue
+			}
+		} else {
+			s.answers.hold(int64(kn))
+		}
+		// res is not used past here: pops refitted at once do not each
+		// keep a whole answer's messages through the round trips below.
+		return s.refit(f, req, res.Messages[0].Queue, res.LeaseID, k, maxBytes, int64(kn))
+	}
 }
 
 // refit is fitAnswer's second try: it gives back the lease leaseID of
-// queue and pops k messages under g's bound.
-func (s *Server) refit(f *popFilter, req pg.PopRequest, queue string, leaseID uuid.UUID, k int, g *popGrant) (*pg.PopResult, int, error) {
+// queue and pops k messages under the bound maxBytes. counted is what
+// fitAnswer counted for their answer: refit corrects it to the answer's
+// length, or gives it back when there is no streamed answer.
+func (s *Server) refit(f *popFilter, req pg.PopRequest, queue string, leaseID uuid.UUID, k int, maxBytes, counted int64) (*pg.PopResult, int, error) {
 	rctx, cancel := s.dbCtx()
 	err := s.deps.Consumer.ReleaseLease(rctx, leaseID, queue)
 	cancel()
 	if err != nil {
 		// The messages stay leased; they are not in memory any more.
+		s.answers.release(counted)
 		return nil, 0, err
 	}
 	r := req
-	r.Batch, r.MaxBytes = k, g.maxBytes
+	r.Batch, r.MaxBytes = k, maxBytes
 	pctx, cancel := s.dbCtx()
 	res, err := s.popOnce(pctx, f, r)
 	cancel()
 	if err != nil || len(res.Messages) == 0 {
+		s.answers.release(counted)
 		return nil, 0, err
 	}
 	lease, group := popAnswerParts(req, res)
 	n := popAnswerLen(res, lease, group)
 	if n > streamAnswerBytes {
-		s.answers.hold(g, int64(n))
+		s.answers.adjust(int64(n) - counted)
+	} else {
+		s.answers.release(counted)
 	}
 	return res, n, nil
 }

@@ -225,8 +225,8 @@ type Config struct {
 	// pop may take of the answer budget.
 	MaxPopBytes int64
 	// MaxPendingAnswerBytes is the answer budget: the bytes of pop
-	// answers built and not yet written, plus the byte bounds of pops in
-	// progress (QUEEN_MAX_PENDING_ANSWER_BYTES; default
+	// answers over 64 KiB built and not yet written
+	// (QUEEN_MAX_PENDING_ANSWER_BYTES; default
 	// DefaultPendingAnswerPops × MaxPopBytes). See answerbudget.go.
 	MaxPendingAnswerBytes int64
 	// MaxConns bounds concurrent connections (QUEEN_MAX_CONNS; 0 here:
@@ -467,9 +467,9 @@ func (s *Server) armWrite(ctx *fasthttp.RequestCtx) {
 }
 
 // PendingAnswerBytes reports the answer budget's use: the bytes of pop
-// answers built and not yet written, and the byte bounds of the pops in
-// progress (Config.MaxPendingAnswerBytes bounds their sum).
-func (s *Server) PendingAnswerBytes() (pending, reserved int64) { return s.answers.usage() }
+// answers over 64 KiB built and not yet written
+// (Config.MaxPendingAnswerBytes bounds them).
+func (s *Server) PendingAnswerBytes() int64 { return s.answers.usage() }
 
 // OneMessagePops counts the pops the answer budget held to one message
 // (answers not yet written held it).

@@ -331,8 +331,7 @@ func Start(cfg Config) (*Broker, error) {
 	}
 	srv := b.http
 	b.Metrics.RegisterPopAnswers(
-		func() float64 { p, _ := srv.PendingAnswerBytes(); return float64(p) },
-		func() float64 { _, r := srv.PendingAnswerBytes(); return float64(r) },
+		func() float64 { return float64(srv.PendingAnswerBytes()) },
 		func() float64 { return float64(srv.OneMessagePops()) })
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {

@@ -99,14 +99,12 @@ func New(walIndex, checkpoint, backlog, walBytes func() float64) *Metrics {
 
 // RegisterPopAnswers adds the gauges of the HTTP server's pop answer
 // budget (QUEEN_MAX_PENDING_ANSWER_BYTES): pending, the bytes of pop
-// answers built and not yet written, reserved, the byte bounds of the pops
-// in progress, and a counter of the pops it held to one message.
-func (m *Metrics) RegisterPopAnswers(pending, reserved, oneMessage func() float64) {
+// answers over 64 KiB built and not yet written, and a counter of the pops
+// it held to one message.
+func (m *Metrics) RegisterPopAnswers(pending, oneMessage func() float64) {
 	m.Registry.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "queen_pop_answer_pending_bytes",
-			Help: "Bytes of pop answers over 64 KiB built and not yet written (QUEEN_MAX_PENDING_ANSWER_BYTES bounds them with the reserved bytes)."}, pending),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "queen_pop_answer_reserved_bytes",
-			Help: "Byte bounds of the pops in progress, reserved in the pop answer budget."}, reserved),
+			Help: "Bytes of pop answers over 64 KiB built and not yet written (QUEEN_MAX_PENDING_ANSWER_BYTES bounds them)."}, pending),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "queen_pop_one_message_total",
 			Help: "Pops held to one message because answers not yet written held the pop answer budget."}, oneMessage))
 }

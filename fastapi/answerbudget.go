@@ -54,14 +54,16 @@ import (
 // and pg's pop combining is untouched; counting each pop's bound while it
 // ran (a reservation, tried first) gave ten consumers of 100 small
 // messages 16 MiB each of a 64 MiB budget, the later ones a smaller bound,
-// and broke combining: 48-84k messages/s against 81-135k. So pops that
+// and broke combining: twice the PostgreSQL CPU per message. So pops that
 // start together all see the budget free, and each may decode up to its
 // bound; what the budget bounds is the answers held once built (leased
-// ones by refitting), not that transient peak of a burst, which lasts one
-// pop's round trip. A burst of autoAck pops is held whole. (The claim
-// statement's bound is whole segments, docs/decisions.md, so a smaller
-// bound would not have bounded a burst either: 56 pops granted 64 KiB over
-// 4 MB segments answered 4 MB each.)
+// ones by refitting), not the transient peak of such a burst, which lasts
+// until its pops are answered (60 pops of 100 kB messages that are never
+// read: 200-212 MiB peak, 118-123 with reservations, 584-645 without a
+// budget; docs/decisions.md). A burst of autoAck pops is held whole. (The
+// claim statement's bound is whole segments, docs/decisions.md, so a
+// smaller bound does not bound a burst either: 56 pops granted 64 KiB
+// over 4 MB segments answered 4 MB each.)
 //
 // Neither changes what is delivered beyond the size of a batch: a pop
 // still delivers at least one message, and a shorter batch is what any

@@ -559,11 +559,13 @@ func JSONDepth(b []byte) (int, bool) {
 
 // CheckPartitions returns a *ValidationError when items name more than
 // max distinct partitions (queue and partition pairs); max <= 0 is no
-// limit. The projector creates a push's new queues and partitions in
-// order with everything else it writes, so one push naming 100,000 new
-// queues held every other producer's pushes for some 20 s (a hostile-input
-// probe, 2026-12-07); 1,000 new queues held them at most 0.065-0.092 s
-// (durable PostgreSQL; docs/push.md, "Large pushes"). A push of at most max items cannot
+// limit. A push's new queues and partitions are created in one piece: by
+// the push itself before its WAL append when it names many
+// (Pipeline.Prepare), else by the projector in order with everything
+// else it writes, where one push naming 100,000 new queues held every
+// other producer's pushes for some 20 s (a hostile-input probe,
+// 2026-12-07); 1,000 new queues held them at most 0.065-0.092 s (durable
+// PostgreSQL; docs/push.md, "Large pushes"). A push of at most max items cannot
 // exceed it and is not counted (no map on the common path).
 func CheckPartitions(items []ParsedItem, max int) error {
 	if max <= 0 || len(items) <= max {

@@ -134,6 +134,17 @@ type Pipeline struct {
 	// faster than the writer's loop) is not observed: its split is not
 	// known. Must not block.
 	ObserveStages func(wal, projection time.Duration)
+	// Prepare, when set, is called once per valid push that will wait for
+	// its verdict (the gate open, push maintenance off), on the push's
+	// goroutine, after validation and before the WAL append, with the
+	// push's items (read only; their strings may alias the body, so it
+	// must copy what it keeps). The broker creates there the queues and
+	// partitions the projector's cache does not know
+	// (pg.Store.PreparePartitions), so that a push naming many new ones
+	// creates them on its own time instead of in the projector's
+	// serialized path. It is best effort: it must return within a short
+	// bounded time, and the push goes on whatever it did.
+	Prepare func(items []Item)
 }
 
 // Push validates body and runs it through the WAL and the projector.
@@ -224,6 +235,9 @@ func (p *Pipeline) Push(ctx context.Context, body []byte, producerSub *string) (
 			return nil, errors.Join(ErrMaintenanceWrite, err)
 		}
 		return setAll(res, StatusBuffered), nil
+	}
+	if p.Prepare != nil && p.Gate.Accepting() {
+		p.Prepare(items)
 	}
 	timeout := p.VerdictTimeout
 	if timeout <= 0 {

@@ -296,3 +296,21 @@ func (f *FilteredPop) PlantLookup(namespace, task, group string, gen uint64) (en
 // ForgetLeaseMemo empties s's lease memo, as a broker that did not hand
 // out the live leases (another broker, or this one restarted) has it.
 func ForgetLeaseMemo(s *Store) { s.leases = newLeaseMemo(0) }
+
+// ProjectorLookups is how many (queue, partition) pairs s's projection
+// batches looked up or created because its cache lacked them.
+func ProjectorLookups(s *Store) int64 { return s.projectorLookups.Load() }
+
+// TakePrepareTurns takes every PreparePartitions turn of s until release
+// is called.
+func TakePrepareTurns(s *Store) (release func()) {
+	n := cap(s.prepareTurns)
+	for range n {
+		s.prepareTurns <- struct{}{}
+	}
+	return func() {
+		for range n {
+			<-s.prepareTurns
+		}
+	}
+}

@@ -1072,6 +1072,9 @@ func (s *Store) partitionIDs(ctx context.Context, conn batcher, items []ProjectI
 		}
 	}
 	s.mu.Unlock()
+	if learn && conn == nil {
+		s.projectorLookups.Add(int64(len(missQ)))
+	}
 	if len(missQ) > 0 {
 		found, err := s.ensurePartitions(ctx, conn, missQ, missP)
 		if err != nil {

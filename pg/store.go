@@ -111,6 +111,15 @@ type Store struct {
 	combine popCombiner
 	// ackCombine does the same for whole-lease acks (pg/ackcombine.go).
 	ackCombine ackCombiner
+
+	// prepareTurns bounds the PreparePartitions calls that create at
+	// once (pg/prepare.go).
+	prepareTurns chan struct{}
+	// prepare combines concurrent PreparePartitions calls (pg/prepare.go).
+	prepare prepareCombiner
+	// projectorLookups counts the (queue, partition) pairs projection
+	// batches looked up (or created) because the cache lacked them.
+	projectorLookups atomic.Int64
 }
 
 type partKey struct{ queue, partition string }
@@ -149,7 +158,7 @@ func Open(cfg Config) (*Store, error) {
 	}
 	return &Store{pool: pool, key: cfg.EncryptionKey, log: cfg.Logger, partIDs: newPartIDCache(maxPartitionIDs),
 		leases: newLeaseMemo(DefaultLeaseMemoBytes), plainSegments: cfg.PlainSegments,
-		maxPopBytes: cfg.MaxPopBytes}, nil
+		maxPopBytes: cfg.MaxPopBytes, prepareTurns: make(chan struct{}, prepareCreators)}, nil
 }
 
 // Pool exposes the pool for tools and tests.

@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// TestCaseProbe5NewQueuesDoNotStallOtherProducers (hostile-input probe
+// TestCaseNewQueuesDoNotStallOtherProducers (hostile-input probe
 // 2026-12-07, finding 4: clients pushing 1,000 items per push, each to a
 // queue never named before, took another client's push p50 from 4.6 to
 // 123 ms, and with four such clients to 3.2 s): the projector created the
@@ -26,7 +26,7 @@ import (
 // steady producer's median push beside new queues must stay under twice
 // its median beside the control plus 40 ms. Before the fix it was 4-10
 // times the control's.
-func TestCaseProbe5NewQueuesDoNotStallOtherProducers(t *testing.T) {
+func TestCaseNewQueuesDoNotStallOtherProducers(t *testing.T) {
 	s := setup(t, nil)
 	const width = 1000
 	wantStatuses(t, push(t, s.base, body(item{"steady-1", "P", 0, "warm-up"}, item{"steady-2", "P", 0, "warm-up"})), Q, Q)

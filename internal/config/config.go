@@ -379,7 +379,7 @@ var Vars = []Var{
 		"Most items one push may carry; a longer push is answered 400 naming the limit (nothing stored), and items past the limit are never decoded, so what a push can cost the broker is bounded. 0 = no limit. A push is one WAL record: a larger one is projected into PostgreSQL in pieces, each its own transaction.",
 		func(c *Config) *int { return &c.MaxPushItems }),
 	intVar("QUEEN_MAX_PUSH_PARTITIONS", SectionWAL, ingest.DefaultMaxPushPartitions, unitNone, 0, math.MaxInt32,
-		"Most distinct partitions (queue and partition pairs) one push may name; more is answered 400 naming the limit (nothing stored). The projector creates new queues and partitions in order with everything it writes, so a push naming many new ones delays every other producer's verdicts (100,000 new queues in one push: more than 5 s; 1,000: at most about 0.1 s). 0 = no limit.",
+		"Most distinct partitions (queue and partition pairs) one push may name; more is answered 400 naming the limit (nothing stored). A push naming 128 or more new ones creates them itself before its WAL append; fewer, or a creation that did not finish within 2 s, are created by the projector in order with everything it writes, where they delay every other producer's verdicts (100,000 new queues in one push: more than 5 s; 1,000: at most about 0.1 s) ([push.md](push.md), \"Large pushes\"). 0 = no limit.",
 		func(c *Config) *int { return &c.MaxPushPartitions }),
 
 	// Authentication: auth.ConfigFromEnv builds auth.Config from these;

@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// TestCaseNewQueuesDoNotStallOtherProducers (hostile-input probe
+// TestCaseNewQueuesBesideOtherProducers (hostile-input probe
 // 2026-12-07, finding 4: clients pushing 1,000 items per push, each to a
 // queue never named before, took another client's push p50 from 4.6 to
 // 123 ms, and with four such clients to 3.2 s): the projector created the
@@ -22,11 +22,15 @@ import (
 // is answered about as fast as beside pushes of 1,000 items to 1,000
 // existing queues (the control, measured first, on the same broker).
 //
-// The bound is relative and loose, for a shared 2-core machine: the
-// steady producer's median push beside new queues must stay under twice
-// its median beside the control plus 40 ms. Before the fix it was 4-10
-// times the control's.
-func TestCaseNewQueuesDoNotStallOtherProducers(t *testing.T) {
+// Speed is not asserted here (a test run with the race detector on two
+// shared cores could not tell the two builds apart: 350 ms against 75 ms
+// with the fix in one CI run, 1.03 s against 214 ms without it in
+// another): the medians are logged, and what the test asserts is that
+// every push of both phases is answered 201 and every steady push
+// queued. That the creation happens before the WAL append, so that the
+// projector finds the ids, is pg/prepare_test.go's; the stall figures are
+// in docs/decisions.md ("New queues are created before the WAL append").
+func TestCaseNewQueuesBesideOtherProducers(t *testing.T) {
 	s := setup(t, nil)
 	const width = 1000
 	wantStatuses(t, push(t, s.base, body(item{"steady-1", "P", 0, "warm-up"}, item{"steady-2", "P", 0, "warm-up"})), Q, Q)
@@ -100,8 +104,6 @@ func TestCaseNewQueuesDoNotStallOtherProducers(t *testing.T) {
 	d := 4 * time.Second
 	control := phase("1,000 existing queues per push", "steady-1", d, func() []byte { return fixedBody })
 	newQueues := phase("1,000 new queues per push", "steady-2", d, newBody)
-	if limit := 2*control + 40*time.Millisecond; newQueues > limit {
-		t.Errorf("steady producer's median push beside pushes of new queues %v, over %v (twice its median %v beside pushes to existing queues, plus 40 ms)",
-			newQueues.Round(time.Millisecond), limit.Round(time.Millisecond), control.Round(time.Millisecond))
-	}
+	t.Logf("steady producer's median push: %v beside pushes of new queues, %v beside pushes to existing ones",
+		newQueues.Round(time.Millisecond), control.Round(time.Millisecond))
 }

@@ -618,7 +618,7 @@ func metricValue(t *testing.T, base, name string) float64 {
 // short return when their lease lapses, as for any delivery that failed.
 func TestCaseManyClientsThatNeverRead(t *testing.T) {
 	t.Parallel()
-	const budget, stall = 16 << 20, 500 * time.Millisecond
+	const budget, stall = 16 << 20, 2 * time.Second // the stall long enough for the reading clients of a loaded test run
 	s := setup(t, func(c *broker.Config) {
 		c.HTTP.MaxPendingAnswerBytes = budget
 		c.HTTP.WriteStallTimeout = stall

@@ -175,15 +175,12 @@ func (b *answerBudget) admit(n int64) (ok bool, room int64) {
 	}
 }
 
-// hold counts an answer of n bytes as pending, whether the budget can take
-// it or not.
-func (b *answerBudget) hold(n int64) { b.pending.Add(n) }
+// add counts d more bytes as pending, whether the budget can take them or
+// not: an answer taken anyway, or what an answer counted at its estimated
+// length was built longer (or shorter, d < 0) by.
+func (b *answerBudget) add(d int64) { b.pending.Add(d) }
 
-// adjust changes the pending count by d (an answer counted at its
-// estimated length and built longer).
-func (b *answerBudget) adjust(d int64) { b.pending.Add(d) }
-
-// release gives back n bytes counted by admit or hold.
+// release gives back n bytes counted by admit or add.
 func (b *answerBudget) release(n int64) { b.pending.Add(-n) }
 
 // usage reports the bytes of answers waiting to be written.
@@ -196,7 +193,7 @@ type answerStream struct {
 	b      []byte
 	off    int
 	budget *answerBudget
-	n      int64 // what hold counted
+	n      int64 // what add counted
 	// conn is the connection the answer is written to (nil outside a
 	// server); stall and total are its deadlines (Config.WriteStallTimeout
 	// per chunk, Config.WriteTimeout for the whole answer).

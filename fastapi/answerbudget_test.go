@@ -110,7 +110,7 @@ func TestAnswerBudgetAdmit(t *testing.T) {
 	if ok, room := b.admit(10); ok || room != 0 {
 		t.Fatalf("admit beside an answer over the budget: %v, room %d", ok, room)
 	}
-	b.hold(10) // taken anyway
+	b.add(10) // taken anyway
 	b.release(1500)
 	if p := b.usage(); p != 10 {
 		t.Fatalf("pending %d; want 10", p)
@@ -125,7 +125,7 @@ func TestAnswerBudgetAdmit(t *testing.T) {
 	if ok, room := b.admit(991); ok || room != 990 {
 		t.Fatalf("admit of 991 beside 10 pending: %v, room %d; want refused with room 990", ok, room)
 	}
-	b.adjust(5)
+	b.add(5)
 	b.release(15)
 	if p := b.usage(); p != 0 {
 		t.Fatalf("at the end: pending %d", p)
@@ -138,7 +138,7 @@ func TestAnswerBudgetAdmitConcurrent(t *testing.T) {
 	t.Parallel()
 	const limit, n = 1000, 7
 	b := newAnswerBudget(limit, 600)
-	b.hold(1) // not alone: every answer must fit
+	b.add(1) // not alone: every answer must fit
 	var wg sync.WaitGroup
 	var taken atomic.Int64
 	for range 500 {
@@ -185,7 +185,7 @@ func TestAnswerStream(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			b := newAnswerBudget(64<<20, 16<<20)
-			b.hold(int64(len(body)))
+			b.add(int64(len(body)))
 			conn := &deadlineConn{}
 			a := &answerStream{b: body, budget: b, n: int64(len(body)), conn: conn, stall: c.stall, total: c.total}
 			var out bytes.Buffer
@@ -264,7 +264,7 @@ func TestFasthttpClosesAnswerStream(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			b := newAnswerBudget(64<<20, 16<<20)
-			b.hold(int64(len(body)))
+			b.add(int64(len(body)))
 			a := &answerStream{b: body, budget: b, n: int64(len(body))}
 			var r fasthttp.Response
 			r.SetBodyStream(a, len(body))
@@ -579,7 +579,7 @@ func TestPopRefitsAnswerOverBudget(t *testing.T) {
 	t.Run("leased", func(t *testing.T) {
 		t.Parallel()
 		bb := budgetSetup(t, Config{MaxPendingAnswerBytes: limit, MaxPopBytes: limit}, 100, 64<<10)
-		bb.s.answers.hold(limit - 1<<20) // answers not yet written: 1 MiB left
+		bb.s.answers.add(limit - 1<<20) // answers not yet written: 1 MiB left
 		n := get(t, bb, "batch=100")
 		if n < 10 || n > 16 {
 			t.Fatalf("a leased pop with 1 MiB left of the budget answered %d messages of 64 KiB; want about 15", n)
@@ -596,7 +596,7 @@ func TestPopRefitsAnswerOverBudget(t *testing.T) {
 	t.Run("autoAck", func(t *testing.T) {
 		t.Parallel()
 		bb := budgetSetup(t, Config{MaxPendingAnswerBytes: limit, MaxPopBytes: limit}, 100, 64<<10)
-		bb.s.answers.hold(limit - 1<<20)
+		bb.s.answers.add(limit - 1<<20)
 		if n := get(t, bb, "batch=100&autoAck=true"); n != 100 {
 			t.Fatalf("an autoAck pop answered %d messages; want all 100 (they are consumed)", n)
 		}
@@ -609,7 +609,7 @@ func TestPopRefitsAnswerOverBudget(t *testing.T) {
 	t.Run("budget held by answers", func(t *testing.T) {
 		t.Parallel()
 		bb := budgetSetup(t, Config{MaxPendingAnswerBytes: limit, MaxPopBytes: limit}, 100, 64<<10)
-		bb.s.answers.hold(limit)
+		bb.s.answers.add(limit)
 		if n := get(t, bb, "batch=100"); n != 1 {
 			t.Fatalf("a pop with the budget spent answered %d messages; want 1", n)
 		}

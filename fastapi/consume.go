@@ -452,14 +452,14 @@ func (s *Server) fitAnswer(f *popFilter, req pg.PopRequest, res *pg.PopResult, m
 		return res, n, nil
 	}
 	if req.AutoAck || !oneLease(res) {
-		s.answers.hold(int64(n))
+		s.answers.add(int64(n))
 		return res, n, nil
 	}
 	for try := 1; ; try++ {
 		kn, k := popAnswerFit(res, lease, group, int(room))
 		if k == len(res.Messages) {
 			// Answers were given back meanwhile: it fits.
-			s.answers.hold(int64(n))
+			s.answers.add(int64(n))
 			return res, n, nil
 		}
 		// One message is taken whatever its size; and the room is not
@@ -469,7 +469,7 @@ func (s *Server) fitAnswer(f *popFilter, req pg.PopRequest, res *pg.PopResult, m
 				continue
 			}
 		} else {
-			s.answers.hold(int64(kn))
+			s.answers.add(int64(kn))
 		}
 		// res is not used past here: pops refitted at once do not each
 		// keep a whole answer's messages through the round trips below.
@@ -502,7 +502,7 @@ func (s *Server) refit(f *popFilter, req pg.PopRequest, queue string, leaseID uu
 	lease, group := popAnswerParts(req, res)
 	n := popAnswerLen(res, lease, group)
 	if n > streamAnswerBytes {
-		s.answers.adjust(int64(n) - counted)
+		s.answers.add(int64(n) - counted)
 	} else {
 		s.answers.release(counted)
 	}

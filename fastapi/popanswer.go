@@ -117,7 +117,7 @@ func writePopTo(ctx *fasthttp.RequestCtx, req pg.PopRequest, res *pg.PopResult, 
 	}
 	if len(b) != n {
 		// A string that needed escaping: count what was built.
-		out.budget.adjust(int64(len(b) - n))
+		out.budget.add(int64(len(b) - n))
 	}
 	ctx.Response.SetBodyStream(&answerStream{b: b, budget: out.budget, n: int64(len(b)),
 		conn: ctx.Conn(), stall: out.stall, total: out.total}, len(b))

@@ -34,15 +34,13 @@ import (
 // wait until ctx ends. The caller bounds ctx (a short timeout): with
 // PostgreSQL slow or away the push goes on to the WAL and the projector.
 func (s *Store) PreparePartitions(ctx context.Context, names iter.Seq2[string, string], minMissing int) (int, error) {
-	var missQ, missP []string
-	var seen map[partKey]struct{}
+	// The distinct pairs first, without the lock: a push naming fewer
+	// than minMissing of them (most pushes, whatever their length) cannot
+	// miss that many, and takes no lock and no cache lookup.
+	var keys []partKey
+	seen := make(map[partKey]struct{})
 	var last partKey
 	first := true
-	s.mu.Lock()
-	if !s.schemaOK {
-		s.mu.Unlock()
-		return 0, nil
-	}
 	for q, p := range names {
 		k := partKey{q, p}
 		// The items of a push often come in runs of one partition.
@@ -50,18 +48,27 @@ func (s *Store) PreparePartitions(ctx context.Context, names iter.Seq2[string, s
 			continue
 		}
 		first, last = false, k
-		if _, ok := s.partIDs.get(k); ok {
-			continue
-		}
-		if seen == nil {
-			seen = make(map[partKey]struct{})
-		}
 		if _, ok := seen[k]; ok {
 			continue
 		}
 		seen[k] = struct{}{}
-		missQ = append(missQ, q)
-		missP = append(missP, p)
+		keys = append(keys, k)
+	}
+	if len(keys) < minMissing {
+		return 0, nil
+	}
+	var missQ, missP []string
+	s.mu.Lock()
+	if !s.schemaOK {
+		s.mu.Unlock()
+		return 0, nil
+	}
+	for _, k := range keys {
+		if _, ok := s.partIDs.get(k); ok {
+			continue
+		}
+		missQ = append(missQ, k.queue)
+		missP = append(missP, k.partition)
 	}
 	s.mu.Unlock()
 	if len(missQ) == 0 || len(missQ) < minMissing {
